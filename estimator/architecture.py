@@ -1,0 +1,181 @@
+"""A decoder-only model's shapes, read from its `config.json`, and its exact parameter count.
+
+Parameter counts follow the module layout transformers 5.x builds for each `model_type` (checked in
+`tests/test_architecture.py` against transformers instantiating the same config on the meta device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class ConfigError(ValueError):
+    """A config.json that does not describe a decoder this estimator can size."""
+
+
+@dataclass(frozen=True)
+class Linear:
+    """One linear projection inside a decoder layer: `count` copies of [out, in] (+ bias)."""
+
+    name: str
+    in_features: int
+    out_features: int
+    bias: bool = False
+    count: int = 1  # > 1 for MoE experts stored as one 3D parameter
+    is_nn_linear: bool = True  # False for fused 3D expert weights (LoRA's all-linear skips them)
+
+    @property
+    def params(self) -> int:
+        """count × (in × out + out·bias)."""
+        return self.count * (self.in_features * self.out_features + (self.out_features if self.bias else 0))
+
+
+@dataclass(frozen=True)
+class Arch:
+    """Shapes of a decoder-only transformer, enough to size every memory term."""
+
+    name: str
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    layer_linears: tuple[Linear, ...]  # the linear projections of ONE decoder layer
+    layer_norm_params: int  # norm weights of one layer (incl. q/k norms)
+    final_norm_params: int
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    # ---- parameter counts ----
+    @property
+    def embedding_params(self) -> int:
+        """vocab × hidden."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        """vocab × hidden when untied, 0 when tied to the embedding."""
+        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def layer_params(self) -> int:
+        """Σ linears + norms of one decoder layer."""
+        return sum(lin.params for lin in self.layer_linears) + self.layer_norm_params
+
+    @property
+    def total_params(self) -> int:
+        """embedding + layers × layer + final norm + untied lm_head."""
+        return (
+            self.embedding_params
+            + self.num_layers * self.layer_params
+            + self.final_norm_params
+            + self.lm_head_params
+        )
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+
+def _get(cfg: dict, *keys: str, default=None):
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return default
+
+
+def from_config(cfg: dict, name: str | None = None) -> Arch:
+    """Build an Arch from a Hugging Face config.json dict (dense and MoE decoders)."""
+    cfg = dict(cfg.get("text_config") or {}) | {k: v for k, v in cfg.items() if k != "text_config"}
+    model_type = cfg.get("model_type", "")
+    try:
+        h = int(cfg["hidden_size"])
+        n_layers = int(cfg["num_hidden_layers"])
+        n_heads = int(cfg["num_attention_heads"])
+        vocab = int(cfg["vocab_size"])
+    except KeyError as e:
+        raise ConfigError(f"config has no {e.args[0]!r}; need hidden_size, num_hidden_layers, ...") from None
+    n_kv = int(_get(cfg, "num_key_value_heads", default=n_heads))
+    head_dim = int(_get(cfg, "head_dim", default=h // n_heads))
+    inter = int(_get(cfg, "intermediate_size", default=4 * h))
+    tie = bool(cfg.get("tie_word_embeddings", True))
+    attn_bias = bool(cfg.get("attention_bias", model_type in ("qwen2",)))
+    mlp_bias = bool(cfg.get("mlp_bias", False))
+    q_dim, kv_dim = n_heads * head_dim, n_kv * head_dim
+
+    linears: list[Linear] = []
+    norms = 2 * h  # input_layernorm + post_attention_layernorm
+    if model_type in ("phi3",):
+        linears.append(Linear("qkv_proj", h, q_dim + 2 * kv_dim, attn_bias))
+    else:
+        linears += [
+            Linear("q_proj", h, q_dim, attn_bias),
+            Linear("k_proj", h, kv_dim, attn_bias),
+            Linear("v_proj", h, kv_dim, attn_bias),
+        ]
+    linears.append(Linear("o_proj", q_dim, h, bool(cfg.get("attention_out_bias", False)) and attn_bias))
+    if model_type in ("qwen3", "qwen3_moe", "gemma3_text", "gemma3", "olmo2"):
+        norms += 2 * head_dim  # q_norm, k_norm over head_dim
+    if model_type in ("gemma2", "gemma3_text", "gemma3"):
+        norms += 2 * h  # pre/post feed-forward layernorms
+
+    n_experts = int(_get(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0))
+    top_k = int(_get(cfg, "num_experts_per_tok", default=0))
+    moe_inter = int(_get(cfg, "moe_intermediate_size", default=inter))
+    if n_experts:
+        # transformers 5.x stores experts as fused 3D parameters (e.g. Qwen3MoeExperts): not nn.Linear.
+        linears += [
+            Linear("router", h, n_experts, False, is_nn_linear=False),
+            Linear("experts.gate_up_proj", h, 2 * moe_inter, False, count=n_experts, is_nn_linear=False),
+            Linear("experts.down_proj", moe_inter, h, False, count=n_experts, is_nn_linear=False),
+        ]
+        shared = int(_get(cfg, "shared_expert_intermediate_size", default=0))
+        if shared:
+            linears += [
+                Linear("shared_expert.gate_proj", h, shared, False),
+                Linear("shared_expert.up_proj", h, shared, False),
+                Linear("shared_expert.down_proj", shared, h, False),
+                Linear("shared_expert_gate", h, 1, False),
+            ]
+    elif model_type in ("phi3",):
+        linears += [Linear("gate_up_proj", h, 2 * inter, mlp_bias), Linear("down_proj", inter, h, mlp_bias)]
+    else:
+        linears += [
+            Linear("gate_proj", h, inter, mlp_bias),
+            Linear("up_proj", h, inter, mlp_bias),
+            Linear("down_proj", inter, h, mlp_bias),
+        ]
+
+    return Arch(
+        name=name or cfg.get("_name_or_path") or model_type or "custom",
+        model_type=model_type,
+        hidden_size=h,
+        num_layers=n_layers,
+        num_heads=n_heads,
+        num_kv_heads=n_kv,
+        head_dim=head_dim,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        tie_word_embeddings=tie,
+        layer_linears=tuple(linears),
+        layer_norm_params=norms,
+        final_norm_params=h,
+        num_experts=n_experts,
+        num_experts_per_tok=top_k,
+        moe_intermediate_size=moe_inter if n_experts else 0,
+        extra={"config": cfg},
+    )
