@@ -20,9 +20,17 @@ OPTIMIZERS = (
     "sgd",
 )
 VLLM_MODES = ("colocate", "server")
-LOGPROB_HEADS = ("chunked", "full")  # ours: TRL 1.16's fused chunked head, or the classic [B, C, V] logits path
+LOGPROB_HEADS = (
+    "chunked",
+    "full",
+)  # ours: TRL 1.16's fused chunked head, or the classic [B, C, V] logits path
 DEVICES = ("cuda", "cpu")  # ours: what the run executes on (cpu = TRL's `use_cpu=True` path)
-SHARDINGS = ("none", "zero2", "zero3", "fsdp")  # ours: DeepSpeed ZeRO-2/3 or FSDP (full shard) over `num_gpus`
+SHARDINGS = (
+    "none",
+    "zero2",
+    "zero3",
+    "fsdp",
+)  # ours: DeepSpeed ZeRO-2/3 or FSDP (full shard) over `num_gpus`
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,9 @@ class RunConfig:
         """Old-policy pass: GA % (steps_per_generation × num_iterations) != 0, or vLLM IS correction (GT:2634-2657)."""
         if self.use_vllm and self.vllm_importance_sampling_correction:
             return True
-        return self.gradient_accumulation_steps % (self.resolved_steps_per_generation * self.num_iterations) != 0
+        return (
+            self.gradient_accumulation_steps % (self.resolved_steps_per_generation * self.num_iterations) != 0
+        )
 
     @property
     def quantized(self) -> bool:

@@ -1,0 +1,158 @@
+"""Assemble the terms into the phases of one steady-state GRPO step and take the peak.
+
+A TRL 1.16 step (notes §4): `generate` (no grad, grads None, optimizer state resident from step 2) →
+`score` (no-grad reference / old-policy passes, only when they run) → `train` (forward + backward of one
+micro-batch; its peak is the largest of a few instants) → `optimizer` (step with gradients resident).
+"""
+
+from __future__ import annotations
+
+from estimator.architecture import Arch
+from estimator.config import RunConfig
+from estimator.estimate import Estimate
+from estimator.terms import activations as act
+from estimator.terms import generation as gen
+from estimator.terms import logprob_head as head
+from estimator.terms import optimizer as opt
+from estimator.terms import overhead, weights
+from estimator.terms.sharding import gathered_weights, shard
+from estimator.units import nbytes
+
+
+def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
+    """Memory held through the whole step: weights, reference copy, adapters, optimizer state, vLLM's reservation."""
+    held = {
+        "weights": weights.policy_weights(cfg, arch),
+        "reference_weights": weights.reference_weights(cfg, arch),
+        "lora_adapters": weights.lora_adapters(cfg, arch),
+        "optimizer_state": opt.optimizer_state(cfg, arch),
+        "master_weights": opt.master_weights(cfg, arch),
+    }
+    held = {k: shard(cfg, k, v) for k, v in held.items()}
+    if not cfg.vllm_enable_sleep_mode:
+        held["vllm"] = gen.vllm_reservation(cfg)
+    return held
+
+
+def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
+    """KV cache at full length + the larger of the prefill transient and the decode-step transient."""
+    if cfg.use_vllm:
+        woken = gen.vllm_reservation(cfg) if cfg.vllm_enable_sleep_mode else 0
+        return {"vllm": woken}
+    prefill = act.nograd_forward_peak(cfg, arch, cfg.generation_sequences, cfg.max_prompt_length)
+    prefill += gen.kv_cache(cfg, arch, cfg.max_prompt_length)
+    decode = gen.kv_cache(cfg, arch) + gen.kv_concat_transient(cfg, arch) + gen.generation_logits(cfg, arch)
+    gathered = gathered_weights(cfg, weights.policy_weights(cfg, arch))
+    out = {"kv_cache": gen.kv_cache(cfg, arch)} if decode >= prefill else {"kv_cache": prefill}
+    if decode >= prefill:
+        out["generation_logits"] = decode - gen.kv_cache(cfg, arch)
+    if gathered:
+        out["gathered_weights"] = gathered
+    return out
+
+
+def score_phase(cfg: RunConfig, arch: Arch) -> dict[str, int] | None:
+    """One no-grad chunk of per_device_train_batch_size sequences through the backbone and the head (None if no pass runs)."""
+    if not (cfg.runs_reference_pass or cfg.runs_old_logprob_pass):
+        return None
+    b, seq = cfg.per_device_train_batch_size, cfg.sequence_length
+    return {
+        "activations": act.nograd_forward_peak(cfg, arch, b, seq),
+        "logprob_head": head.head_forward(cfg, arch, b),
+        "rollout_buffers": rollout_buffers(cfg),
+    }
+
+
+def rollout_buffers(cfg: RunConfig) -> int:
+    """Buffered generation batch: int64 ids + masks [G, L] and fp32 per-token log-probs/advantages [G, C]."""
+    g = cfg.generation_sequences
+    return g * cfg.sequence_length * (8 + 8) + g * cfg.max_completion_length * 4 * 3
+
+
+def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
+    """Candidate peak instants of forward + backward; the phase peak is the largest."""
+    b, seq = cfg.per_device_train_batch_size, cfg.sequence_length
+    tokens = b * seq
+    full_ft = not cfg.use_peft
+    grads = shard(cfg, "gradients", opt.gradients(cfg, arch))
+    saved = act.saved_activations(cfg, arch, b, seq)
+    norm_saved = tokens * act.rmsnorm_saved_per_token(cfg, arch)
+    buffers = rollout_buffers(cfg)
+    if cfg.logprob_head == "full":
+        fwd_head = bwd_head = head.full_logits(cfg, arch, b)
+        saved_head = 0
+    else:
+        fwd_head = head.head_forward(cfg, arch, b)
+        saved_head = head.head_saved(cfg, arch, b)
+        bwd_head = head.head_backward(cfg, arch, b, lm_head_trainable=full_ft)
+    instants = {
+        "head_forward": {"activations": saved + norm_saved, "logprob_head": fwd_head},
+        "head_backward": {"activations": saved + norm_saved, "logprob_head": saved_head + bwd_head},
+    }
+    grad_flow = 2 * tokens * arch.hidden_size * act.residual_bytes(cfg)
+    if cfg.gradient_checkpointing:
+        layer_in = act.checkpoint_inputs(cfg, arch, tokens) // arch.num_layers
+        first_layers_grads = 0
+        if full_ft:
+            first_layers_grads = (arch.embedding_params + arch.layer_params) * nbytes(
+                weights.trainable_dtype(cfg)
+            )
+        instants["first_layer_backward"] = {
+            "activations": layer_in + act.recompute_layer(cfg, arch, b, seq) + grad_flow,
+            "gradients": max(grads - shard(cfg, "gradients", first_layers_grads), 0),
+        }
+    instants["backward_end"] = {"activations": grad_flow, "gradients": grads}
+    for comps in instants.values():
+        comps["rollout_buffers"] = buffers
+    return instants
+
+
+def train_phase(cfg: RunConfig, arch: Arch) -> tuple[dict[str, int], str]:
+    """The largest training instant and its name."""
+    instants = train_instants(cfg, arch)
+    name = max(instants, key=lambda k: sum(instants[k].values()))
+    return instants[name], name
+
+
+def optimizer_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
+    """Full gradients + the optimizer's step temporaries."""
+    return {
+        "gradients": shard(cfg, "gradients", opt.gradients(cfg, arch)),
+        "optimizer_temporaries": shard(cfg, "optimizer_temporaries", opt.optimizer_temporaries(cfg, arch)),
+        "rollout_buffers": rollout_buffers(cfg),
+    }
+
+
+def build_phases(cfg: RunConfig, arch: Arch) -> Estimate:
+    """Per-phase component bytes (resident + phase-specific), overheads on top of the peak."""
+    held = resident(cfg, arch)
+    phases: dict[str, dict[str, int]] = {}
+    notes: list[str] = []
+    specific = {"generate": generate_phase(cfg, arch), "score": score_phase(cfg, arch)}
+    train, instant = train_phase(cfg, arch)
+    specific["train"] = train
+    specific["optimizer"] = optimizer_phase(cfg, arch)
+    for phase, comps in specific.items():
+        if comps is None:
+            continue
+        merged = dict(held)
+        for k, v in comps.items():
+            merged[k] = merged.get(k, 0) + v
+        phases[phase] = {k: v for k, v in merged.items() if v}
+    notes.append(f"train peak instant: {instant}")
+    if cfg.dtype == "float32" and not cfg.load_in_4bit:
+        notes.append(
+            "weights load in float32 (TRL's default for a model given by name); "
+            "model_init_kwargs={'dtype': 'bfloat16'} halves weights, gradients and AdamW state"
+        )
+    est = Estimate(
+        config=cfg,
+        arch=arch,
+        phases=phases,
+        cuda_context_bytes=overhead.cuda_context(cfg),
+        allocator_overhead_bytes=0,
+        notes=notes,
+        trainable_params=weights.trainable_params(cfg, arch),
+    )
+    est.allocator_overhead_bytes = overhead.allocator_overhead(cfg, est.peak_allocated_bytes)
+    return est

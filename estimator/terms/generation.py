@@ -1,0 +1,34 @@
+"""Generation: the KV cache of the whole generation batch, last-token logits, and vLLM's reservation."""
+
+from __future__ import annotations
+
+from estimator.architecture import Arch
+from estimator.config import RunConfig
+from estimator.terms.activations import compute_bytes
+from estimator.units import GIB
+
+DEFAULT_GPU_GIB = 80.0
+
+
+def kv_cache(cfg: RunConfig, arch: Arch, seq_len: int | None = None) -> int:
+    """2 (K, V) × layers × sequences × kv_heads × head_dim × (P + C) × a bytes (bf16 under autocast, notes §1.3)."""
+    length = cfg.sequence_length if seq_len is None else seq_len
+    return 2 * arch.num_layers * cfg.generation_sequences * arch.kv_dim * length * compute_bytes(cfg)
+
+
+def kv_concat_transient(cfg: RunConfig, arch: Arch) -> int:
+    """DynamicCache concatenates per step: one layer's K and V are briefly held twice."""
+    return kv_cache(cfg, arch) // arch.num_layers
+
+
+def generation_logits(cfg: RunConfig, arch: Arch) -> int:
+    """Last-token logits [G, V]: the compute-dtype output, its fp32 copy, processed scores and probs (transformers generate)."""
+    return cfg.generation_sequences * arch.vocab_size * (compute_bytes(cfg) + 3 * 4)
+
+
+def vllm_reservation(cfg: RunConfig) -> int:
+    """vLLM colocate holds vllm_gpu_memory_utilization × total GPU memory (weights + KV pool), unless sleep mode frees it (VG:347-368)."""
+    if not cfg.use_vllm or cfg.vllm_mode != "colocate":
+        return 0
+    total = (cfg.gpu_memory_gib or DEFAULT_GPU_GIB) * GIB
+    return int(cfg.vllm_gpu_memory_utilization * total)

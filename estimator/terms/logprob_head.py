@@ -1,0 +1,94 @@
+"""The log-prob head: TRL 1.16's fused chunked LM head, or the classic full-logits path of older TRL.
+
+Fused head: trl/kernels/chunked_logprob.py (CK) and trl/trainer/utils.py `_fused_forward` (TU:1598-1696).
+Tiles of TOKEN_CHUNK = 4096 tokens × VOCAB_CHUNK = 32768 vocabulary entries; on CUDA (Triton) only the
+N = batch × completion positions are scored and the tile fold has no temporaries; on CPU every
+batch × (L − 1) position is scored and each tile is folded with fp32 torch temporaries.
+"""
+
+from __future__ import annotations
+
+from estimator.architecture import Arch
+from estimator.config import RunConfig
+from estimator.terms.activations import compute_bytes, residual_bytes
+from estimator.units import nbytes
+
+TOKEN_CHUNK = 4096  # CK:31
+VOCAB_CHUNK = 32768  # TU:1506
+STAT_VECTORS = (
+    7  # running_max, sum_exp, x_sum_exp, sq_sum_exp, z_sum, max_before_target, target_logit (CK:340-346)
+)
+
+
+def scored_tokens(cfg: RunConfig, batch: int) -> int:
+    """N = batch × C on CUDA (compact: completion positions only); batch × (L − 1) on CPU (every position)."""
+    if cfg.device == "cuda":
+        return batch * cfg.max_completion_length
+    return batch * (cfg.sequence_length - 1)
+
+
+def head_weight_bytes(cfg: RunConfig) -> int:
+    """bytes of lm_head.weight: the load dtype (fp32 with cast_lm_head_to_fp32)."""
+    return 4 if cfg.cast_lm_head_to_fp32 else nbytes(cfg.dtype)
+
+
+def tile_bytes(cfg: RunConfig, arch: Arch, n: int) -> int:
+    """mm_buf [min(N, 4096), 32768] in the compute dtype (CK:347) — 32768 wide even for a smaller vocabulary."""
+    a = 4 if cfg.cast_lm_head_to_fp32 else compute_bytes(cfg)
+    return min(n, TOKEN_CHUNK) * VOCAB_CHUNK * a
+
+
+def tile_casts(cfg: RunConfig, arch: Arch, n: int) -> int:
+    """Per-tile dtype casts: hidden chunk [≤4096, H] and weight chunk [≤32768, H] to the compute dtype when they differ."""
+    a = 4 if cfg.cast_lm_head_to_fp32 else compute_bytes(cfg)
+    out = 0
+    if residual_bytes(cfg) != a:
+        out += min(n, TOKEN_CHUNK) * arch.hidden_size * a
+    if head_weight_bytes(cfg) != a:
+        out += min(arch.vocab_size, VOCAB_CHUNK) * arch.hidden_size * a
+    return out
+
+
+def cpu_fold_temporaries(cfg: RunConfig, arch: Arch, n: int) -> int:
+    """CPU fallback (_forward_tile/_backward_tile, _addmm_fp32): ~3 fp32 copies of a tile plus an fp32 weight chunk."""
+    if cfg.device == "cuda":
+        return 0
+    rows = min(n, TOKEN_CHUNK)
+    cols = min(arch.vocab_size, VOCAB_CHUNK)
+    return 3 * rows * cols * 4 + cols * arch.hidden_size * 4
+
+
+def head_forward(cfg: RunConfig, arch: Arch, batch: int) -> int:
+    """Forward transient: hidden[mask] copy [N, H] + 7 fp32 [N] stats + tile + casts (+ CPU fold temporaries)."""
+    n = scored_tokens(cfg, batch)
+    return (
+        n * arch.hidden_size * residual_bytes(cfg)
+        + STAT_VECTORS * n * 4
+        + tile_bytes(cfg, arch, n)
+        + tile_casts(cfg, arch, n)
+        + cpu_fold_temporaries(cfg, arch, n)
+    )
+
+
+def head_saved(cfg: RunConfig, arch: Arch, batch: int) -> int:
+    """Saved for backward: hidden [N, H] (r bytes) + log_z and entropy fp32 [N] (CK:386)."""
+    n = scored_tokens(cfg, batch)
+    return n * arch.hidden_size * residual_bytes(cfg) + 2 * n * 4
+
+
+def head_backward(cfg: RunConfig, arch: Arch, batch: int, lm_head_trainable: bool) -> int:
+    """Backward transient: grad_hidden fp32 [N, H] (+ its cast) + grad_weight fp32 [V, H] (+ its cast) when trainable + tile."""
+    n = scored_tokens(cfg, batch)
+    h, v = arch.hidden_size, arch.vocab_size
+    r = residual_bytes(cfg)
+    out = n * h * 4 + (n * h * r if r != 4 else 0)
+    if lm_head_trainable:
+        w = head_weight_bytes(cfg)
+        out += v * h * 4 + (v * h * w if w != 4 else 0)
+    return out + tile_bytes(cfg, arch, n) + tile_casts(cfg, arch, n) + cpu_fold_temporaries(cfg, arch, n)
+
+
+def full_logits(cfg: RunConfig, arch: Arch, batch: int) -> int:
+    """Classic path (TRL < 1.x): logits [B, C, V] in the compute dtype + fp32 log-softmax copy + fp32 gather/grad."""
+    n = batch * cfg.max_completion_length
+    return n * arch.vocab_size * (compute_bytes(cfg) + 4 + 4)

@@ -1,0 +1,76 @@
+"""Gradients, optimizer state, optimizer-step temporaries and master weights."""
+
+from __future__ import annotations
+
+from estimator.architecture import Arch
+from estimator.config import RunConfig
+from estimator.terms.weights import trainable_dtype, trainable_params
+from estimator.units import nbytes
+
+BNB_BLOCK = 256  # bitsandbytes 8-bit optimizer blockwise quantization block
+BNB_MIN_8BIT_NUMEL = 4096  # smaller tensors keep 32-bit state (bnb Optimizer8bit min_8bit_size)
+
+
+def gradients(cfg: RunConfig, arch: Arch) -> int:
+    """trainable × bytes(param dtype): grads take the parameter's dtype (torch autograd)."""
+    return trainable_params(cfg, arch) * nbytes(trainable_dtype(cfg))
+
+
+def _trainable_tensors(cfg: RunConfig, arch: Arch) -> list[int]:
+    """numel of every trainable tensor (for per-tensor optimizer rules)."""
+    if cfg.use_peft:
+        from estimator.terms.weights import lora_targets
+
+        out = []
+        for lin in lora_targets(cfg, arch):
+            out += [cfg.lora_r * lin.in_features * lin.count, cfg.lora_r * lin.out_features * lin.count]
+        return out * arch.num_layers
+    sizes = [arch.embedding_params]
+    layer = [lin.count * lin.in_features * lin.out_features for lin in arch.layer_linears]
+    layer += [lin.count * lin.out_features for lin in arch.layer_linears if lin.bias]
+    sizes += layer * arch.num_layers
+    sizes += [arch.hidden_size] * (arch.num_layers * 2 + 1)  # norms (approximately: 1-D, all < 4096·k)
+    if not arch.tie_word_embeddings:
+        sizes.append(arch.lm_head_params)
+    return sizes
+
+
+def bnb_8bit_state(cfg: RunConfig, arch: Arch) -> int:
+    """2 × (numel uint8 + numel/256 fp32 absmax) per tensor ≥ 4096 elements; 2 × 4 B/elem for smaller ones and embeddings (transformers forces nn.Embedding to 32-bit)."""
+    total = 0
+    sizes = _trainable_tensors(cfg, arch)
+    embedding = arch.embedding_params if not cfg.use_peft else -1
+    for i, n in enumerate(sizes):
+        if n < BNB_MIN_8BIT_NUMEL or (i == 0 and n == embedding):
+            total += 2 * n * 4
+        else:
+            total += 2 * (n + -(-n // BNB_BLOCK) * 4)
+    return total
+
+
+def optimizer_state(cfg: RunConfig, arch: Arch) -> int:
+    """AdamW: 2 × trainable × bytes(param dtype) (torch fused/foreach); 8-bit: blockwise uint8; paged: same bytes in unified memory."""
+    n = trainable_params(cfg, arch)
+    if cfg.optim in ("adamw_torch_fused", "adamw_torch"):
+        return 2 * n * nbytes(trainable_dtype(cfg))
+    if cfg.optim in ("adamw_bnb_8bit", "paged_adamw_8bit"):
+        return bnb_8bit_state(cfg, arch)
+    if cfg.optim == "paged_adamw_32bit":
+        return 2 * n * 4
+    if cfg.optim == "sgd":
+        return 0
+    raise ValueError(f"unknown optimizer {cfg.optim!r}")
+
+
+def optimizer_temporaries(cfg: RunConfig, arch: Arch) -> int:
+    """foreach AdamW (`adamw_torch`): one param-sized temporary (sqrt(v) via _foreach_sqrt); fused and bnb kernels: 0."""
+    if cfg.optim == "adamw_torch":
+        return trainable_params(cfg, arch) * nbytes(trainable_dtype(cfg))
+    return 0
+
+
+def master_weights(cfg: RunConfig, arch: Arch) -> int:
+    """fp32 master copy: only under DeepSpeed ZeRO with a 16-bit model (ZeRO paper: 4Ψ of the 12Ψ optimizer bytes); TRL alone keeps none."""
+    if cfg.sharding in ("zero2", "zero3") and cfg.bf16 and not cfg.use_peft:
+        return trainable_params(cfg, arch) * 4
+    return 0
