@@ -1,0 +1,149 @@
+"""Each memory term on hand-computed cases (numbers worked out by hand from the formulas' sources)."""
+
+import pytest
+
+from estimator.catalog import resolve_model
+from estimator.config import RunConfig
+from estimator.estimate import estimate
+from estimator.terms import activations as act
+from estimator.terms import generation as gen
+from estimator.terms import logprob_head as head
+from estimator.terms import optimizer as opt
+from estimator.terms import weights as w
+from estimator.terms.sharding import shard
+
+P_7B = 7_615_616_512
+Q7 = resolve_model("7B")
+
+
+def test_qwen25_7b_weights_by_dtype():
+    cfg = RunConfig(model="7B")
+    assert Q7.total_params == P_7B
+    assert w.policy_weights(cfg, Q7) == 4 * P_7B  # TRL default: float32
+    assert w.policy_weights(cfg.with_(dtype="bfloat16"), Q7) == 2 * P_7B
+
+
+def test_reference_model_only_with_beta_and_no_peft():
+    cfg = RunConfig(model="7B", dtype="bfloat16")
+    assert w.reference_weights(cfg, Q7) == 0  # beta = 0 is TRL's default
+    assert w.reference_weights(cfg.with_(beta=0.04), Q7) == 2 * P_7B
+    assert w.reference_weights(cfg.with_(beta=0.04, use_peft=True), Q7) == 0  # adapters disabled instead
+
+
+def test_lora_params_default_targets_and_all_linear():
+    cfg = RunConfig(model="7B", use_peft=True, lora_r=16)
+    # q: 16·(3584+3584) = 114,688; v: 16·(3584+512) = 65,536; × 28 layers
+    assert w.lora_params(cfg, Q7) == 28 * (114_688 + 65_536) == 5_046_272
+    all_lin = cfg.with_(lora_target_modules=("all-linear",))
+    per_layer = 2 * 114_688 + 2 * 65_536 + 3 * 16 * (3584 + 18944)
+    assert w.lora_params(all_lin, Q7) == 28 * per_layer == 40_370_176
+    assert w.lora_adapters(all_lin, Q7) == 4 * 40_370_176  # fp32 adapters (PEFT autocast_adapter_dtype)
+    assert w.lora_adapters(all_lin.with_(load_in_4bit=True), Q7) == 2 * 40_370_176  # bf16 with QLoRA
+
+
+def test_nf4_linear_bytes():
+    q_proj = next(lin for lin in Q7.layer_linears if lin.name == "q_proj")
+    numel = 3584 * 3584
+    assert w.nf4_linear_bytes(q_proj, nested=False) == numel // 2 + (numel // 64) * 4 == 7_225_344
+    nested = numel // 2 + numel // 64 + -(-(numel // 64) // 256) * 4
+    assert w.nf4_linear_bytes(q_proj, nested=True) == nested
+
+
+def test_qlora_base_keeps_embeddings_and_head_in_load_dtype():
+    cfg = RunConfig(model="7B", use_peft=True, load_in_4bit=True, dtype="bfloat16")
+    base = w.policy_weights(cfg, Q7)
+    linear_numel = 28 * sum(lin.in_features * lin.out_features for lin in Q7.layer_linears)
+    dense_rest = P_7B - linear_numel
+    assert base == 28 * sum(w.nf4_linear_bytes(lin, False) for lin in Q7.layer_linears) + 2 * dense_rest
+    assert 0.25 * 2 * P_7B < base < 0.5 * 2 * P_7B
+
+
+def test_gradients_and_adamw_state():
+    cfg = RunConfig(model="7B", dtype="bfloat16")
+    assert opt.gradients(cfg, Q7) == 2 * P_7B
+    assert opt.optimizer_state(cfg, Q7) == 2 * 2 * P_7B  # exp_avg + exp_avg_sq in the param dtype
+    assert opt.optimizer_state(cfg.with_(dtype="float32"), Q7) == 2 * 4 * P_7B
+    assert opt.optimizer_temporaries(cfg, Q7) == 0
+    assert opt.optimizer_temporaries(cfg.with_(optim="adamw_torch"), Q7) == 2 * P_7B
+    assert opt.optimizer_state(cfg.with_(optim="sgd"), Q7) == 0
+
+
+def test_bnb_8bit_state_keeps_embedding_32bit():
+    cfg = RunConfig(model="0.5B", dtype="bfloat16", optim="adamw_bnb_8bit")
+    arch = resolve_model("0.5B")
+    state = opt.optimizer_state(cfg, arch)
+    emb = arch.embedding_params
+    assert state > 2 * emb * 4  # embedding alone keeps two fp32 states
+    rest = arch.total_params - emb
+    # the rest is ~2 bytes/param (uint8 × 2) plus absmax (8/256 per param)
+    assert state - 2 * emb * 4 == pytest.approx(2 * rest * (1 + 4 / 256), rel=0.01)
+
+
+def test_kv_cache_matches_notes_example():
+    # notes §1.3: Qwen2.5-7B, B_gen = 8, P + C = 1280, bf16 → 0.55 GiB
+    cfg = RunConfig(
+        model="7B", per_device_train_batch_size=8, max_prompt_length=256, max_completion_length=1024
+    )
+    assert gen.kv_cache(cfg, Q7) == 2 * 28 * 8 * 512 * 1280 * 2 == 587_202_560
+
+
+def test_generation_batch_geometry():
+    cfg = RunConfig(per_device_train_batch_size=4, gradient_accumulation_steps=4)
+    assert cfg.resolved_steps_per_generation == 4
+    assert cfg.generation_sequences == 16
+    assert not cfg.runs_old_logprob_pass  # GA % (spg × iterations) == 0
+    assert cfg.with_(num_iterations=2).runs_old_logprob_pass
+    assert cfg.with_(steps_per_generation=8).runs_old_logprob_pass  # 4 % 8 != 0
+    assert not cfg.with_(steps_per_generation=2).runs_old_logprob_pass  # 4 % 2 == 0
+
+
+def test_fused_head_tiles_and_weight_gradient():
+    cfg = RunConfig(model="7B", dtype="bfloat16", per_device_train_batch_size=8, max_completion_length=1024)
+    n = 8 * 1024
+    assert head.scored_tokens(cfg, 8) == n
+    assert head.scored_tokens(cfg.with_(device="cpu"), 8) == 8 * (256 + 1024 - 1)
+    assert head.tile_bytes(cfg, Q7, n) == 4096 * 32768 * 2
+    full = head.head_backward(cfg, Q7, 8, lm_head_trainable=True)
+    frozen = head.head_backward(cfg, Q7, 8, lm_head_trainable=False)
+    assert full - frozen == 152064 * 3584 * (4 + 2)  # fp32 grad_weight + its bf16 cast
+
+
+def test_checkpoint_inputs_scale_with_layers_tokens_and_residual_dtype():
+    cfg = RunConfig(model="7B", dtype="float32")
+    assert act.checkpoint_inputs(cfg, Q7, 1000) == 28 * 1000 * 3584 * 4
+    assert act.checkpoint_inputs(cfg.with_(dtype="bfloat16"), Q7, 1000) == 28 * 1000 * 3584 * 2
+
+
+def test_sharding_divides_states_not_activations():
+    cfg = RunConfig(num_gpus=4, sharding="zero3")
+    assert shard(cfg, "weights", 1000) == 250
+    assert shard(cfg, "activations", 1000) == 1000
+    assert shard(cfg.with_(sharding="zero2"), "weights", 1000) == 1000
+    assert shard(cfg.with_(sharding="zero2"), "optimizer_state", 1000) == 250
+
+
+def test_peak_is_max_over_phases_and_overheads_on_top():
+    e = estimate(RunConfig(model="1.5B", dtype="bfloat16"))
+    totals = e.phase_totals
+    assert e.peak_allocated_bytes == max(totals.values()) == totals[e.peak_phase]
+    assert e.peak_device_bytes == e.peak_allocated_bytes + e.allocator_overhead_bytes + e.cuda_context_bytes
+    assert e.cuda_context_bytes > 0
+    cpu = estimate(RunConfig(model="1.5B", dtype="bfloat16", device="cpu"))
+    assert cpu.cuda_context_bytes == 0 and cpu.allocator_overhead_bytes == 0
+
+
+def test_full_finetune_peak_exceeds_states_and_lora_is_smaller():
+    cfg = RunConfig(model="7B", dtype="bfloat16")
+    full = estimate(cfg)
+    states = 2 * P_7B + 2 * P_7B + 4 * P_7B  # weights + grads + AdamW
+    assert full.peak_allocated_bytes > states
+    lora = estimate(cfg.with_(use_peft=True))
+    assert lora.peak_allocated_bytes < 2 * P_7B + 8 * 2**30
+    assert "score" not in full.phases  # beta = 0, GA = 1: TRL skips every no-grad pass
+    assert "score" in estimate(cfg.with_(beta=0.04)).phases
+
+
+def test_more_generations_more_memory():
+    a = estimate(RunConfig(model="1.5B", num_generations=4, per_device_train_batch_size=4))
+    b = estimate(RunConfig(model="1.5B", num_generations=16, per_device_train_batch_size=16))
+    assert b.peak_allocated_bytes > a.peak_allocated_bytes
