@@ -15,7 +15,7 @@ from estimator.terms import generation as gen
 from estimator.terms import logprob_head as head
 from estimator.terms import optimizer as opt
 from estimator.terms import overhead, weights
-from estimator.terms.sharding import gathered_weights, shard
+from estimator.terms.sharding import deepspeed_dtype_config, gathered_weights, shard
 from estimator.units import nbytes
 
 
@@ -125,6 +125,8 @@ def optimizer_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
 
 def build_phases(cfg: RunConfig, arch: Arch) -> Estimate:
     """Per-phase component bytes (resident + phase-specific), overheads on top of the peak."""
+    given = cfg
+    cfg = deepspeed_dtype_config(cfg)
     held = resident(cfg, arch)
     phases: dict[str, dict[str, int]] = {}
     notes: list[str] = []
@@ -145,8 +147,12 @@ def build_phases(cfg: RunConfig, arch: Arch) -> Estimate:
             "weights load in float32 (TRL's default for a model given by name); "
             "model_init_kwargs={'dtype': 'bfloat16'} halves weights, gradients and AdamW state"
         )
+    if cfg is not given:
+        notes.append(
+            "DeepSpeed casts the model to bf16 under ZeRO; fp32 master weights and AdamW state are sharded"
+        )
     est = Estimate(
-        config=cfg,
+        config=given,
         arch=arch,
         phases=phases,
         cuda_context_bytes=overhead.cuda_context(cfg),

@@ -51,6 +51,8 @@ def bnb_8bit_state(cfg: RunConfig, arch: Arch) -> int:
 def optimizer_state(cfg: RunConfig, arch: Arch) -> int:
     """AdamW: 2 × trainable × bytes(param dtype) (torch fused/foreach); 8-bit: blockwise uint8; paged: same bytes in unified memory."""
     n = trainable_params(cfg, arch)
+    if cfg.sharding in ("zero2", "zero3") and cfg.bf16 and not cfg.use_peft:
+        return 2 * n * 4  # DeepSpeed's optimizer keeps fp32 m and v beside the fp32 master copy
     if cfg.optim in ("adamw_torch_fused", "adamw_torch"):
         return 2 * n * nbytes(trainable_dtype(cfg))
     if cfg.optim in ("adamw_bnb_8bit", "paged_adamw_8bit"):
