@@ -113,7 +113,12 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
     head_dim = int(_get(cfg, "head_dim", default=h // n_heads))
     inter = int(_get(cfg, "intermediate_size", default=4 * h))
     tie = bool(cfg.get("tie_word_embeddings", True))
-    attn_bias = bool(cfg.get("attention_bias", model_type in ("qwen2",)))
+    if model_type in ("qwen2", "qwen2_moe"):  # q/k/v biases hard-wired (qwen2) or from qkv_bias (qwen2_moe)
+        attn_bias = bool(cfg.get("qkv_bias", True))
+    else:
+        attn_bias = bool(cfg.get("attention_bias", False))
+    # o_proj follows attention_bias except where the modeling code hard-wires bias=False
+    o_bias = attn_bias and model_type not in ("qwen2", "qwen2_moe", "phi3", "mistral")
     mlp_bias = bool(cfg.get("mlp_bias", False))
     q_dim, kv_dim = n_heads * head_dim, n_kv * head_dim
 
@@ -127,7 +132,7 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
             Linear("k_proj", h, kv_dim, attn_bias),
             Linear("v_proj", h, kv_dim, attn_bias),
         ]
-    linears.append(Linear("o_proj", q_dim, h, bool(cfg.get("attention_out_bias", False)) and attn_bias))
+    linears.append(Linear("o_proj", q_dim, h, o_bias))
     if model_type in ("qwen3", "qwen3_moe", "gemma3_text", "gemma3", "olmo2"):
         norms += 2 * head_dim  # q_norm, k_norm over head_dim
     if model_type in ("gemma2", "gemma3_text", "gemma3"):

@@ -65,7 +65,13 @@ def check_type(name: str, value, where: str):
         or (isinstance(value, list) and all(isinstance(v, str) for v in value)),
     }[kind]
     if not ok:
-        want = {"tuple": "a string or a list of strings", "str": "a string"}.get(kind, f"a {kind}")
+        want = {
+            "tuple": "a string or a list of strings",
+            "str": "a string",
+            "int": "an integer",
+            "float": "a number",
+            "bool": "true or false",
+        }[kind]
         raise ConfigFileError(f"{where}: {name} must be {want}, got {value!r}")
     if kind == "float":
         return float(value)
@@ -104,7 +110,7 @@ def translate(data: dict, where: str) -> FileSettings:
                     ignored.append(f"model_init_kwargs.{sub}")
         elif key == "use_cpu":
             if not isinstance(value, bool):
-                raise ConfigFileError(f"{where}: use_cpu must be a bool, got {value!r}")
+                raise ConfigFileError(f"{where}: use_cpu must be true or false, got {value!r}")
             if value:
                 out.values["device"] = "cpu"
         elif key == "fsdp":

@@ -51,10 +51,10 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     return out
 
 
-def score_phase(cfg: RunConfig, arch: Arch) -> dict[str, int] | None:
-    """One no-grad chunk of per_device_train_batch_size sequences through the backbone and the head (None if no pass runs)."""
+def score_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
+    """One no-grad chunk of per_device_train_batch_size sequences through the backbone and the head (buffers only if no pass runs)."""
     if not (cfg.runs_reference_pass or cfg.runs_old_logprob_pass):
-        return None
+        return {"rollout_buffers": rollout_buffers(cfg)}  # rewards and advantages only: nothing sizeable
     b, seq = cfg.per_device_train_batch_size, cfg.sequence_length
     return {
         "activations": act.nograd_forward_peak(cfg, arch, b, seq),

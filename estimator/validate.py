@@ -41,7 +41,7 @@ class InvalidConfig(ValueError):
 
 def flag(name: str) -> str:
     """The CLI flag of a RunConfig field."""
-    return "--" + name.replace("_", "-")
+    return {"num_gpus": "--gpus"}.get(name, "--" + name.replace("_", "-"))
 
 
 def lora_module_names(arch: Arch) -> set[str]:

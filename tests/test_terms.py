@@ -139,8 +139,9 @@ def test_full_finetune_peak_exceeds_states_and_lora_is_smaller():
     assert full.peak_allocated_bytes > states
     lora = estimate(cfg.with_(use_peft=True))
     assert lora.peak_allocated_bytes < 2 * P_7B + 8 * 2**30
-    assert "score" not in full.phases  # beta = 0, GA = 1: TRL skips every no-grad pass
-    assert "score" in estimate(cfg.with_(beta=0.04)).phases
+    # beta = 0, GA = 1: TRL skips every no-grad pass, so scoring holds only resident memory and buffers
+    assert set(full.phases["score"]) <= {"weights", "optimizer_state", "rollout_buffers"}
+    assert "activations" in estimate(cfg.with_(beta=0.04)).phases["score"]
 
 
 def test_more_generations_more_memory():

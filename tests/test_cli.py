@@ -1,0 +1,181 @@
+"""vram-estimate end to end: output, JSON, exit codes, --config merging and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from estimator.cli import main
+from estimator.gpus import GPUS
+
+# Qwen2.5-7B: hand count in test_architecture.py. LoRA r=16 on PEFT's qwen2 default (q_proj, v_proj):
+# per layer 16×(3584 + 3584) + 16×(3584 + 512) = 180,224; × 28 layers.
+QWEN7B_PARAMS = 7_615_616_512
+QWEN7B_LORA16 = 28 * (16 * (3584 + 3584) + 16 * (3584 + 512))
+
+
+def run(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(argv, capsys) -> tuple[int, dict]:
+    code, out, _ = run([*argv, "--json"], capsys)
+    return code, json.loads(out)
+
+
+def test_human_report(capsys):
+    code, out, _ = run(["--model", "7B", "--lora", "--gens", "8"], capsys)
+    assert code == 0
+    assert "Qwen/Qwen2.5-7B-Instruct: 7.62 B params, 5.05 M trainable" in out
+    for label in ("peak allocated", "allocator overhead", "CUDA context", '"nvidia-smi" peak', "peak phase"):
+        line = next(ln for ln in out.splitlines() if ln.startswith(label))
+        assert "estimated" in line
+    assert "total (estimated)" in out
+    assert "fits on" in out and "✓" in out
+
+
+def test_json_breakdown(capsys):
+    code, d = run_json(["--model", "7B", "--lora"], capsys)
+    assert code == 0
+    assert d["source"] == "estimated"
+    assert d["model"]["params"] == QWEN7B_PARAMS
+    assert d["model"]["trainable_params"] == QWEN7B_LORA16
+    assert d["peak_phase"] in d["phases"]
+    assert d["peak_device_bytes"] == (
+        d["peak_allocated_bytes"] + d["allocator_overhead_bytes"] + d["cuda_context_bytes"]
+    )
+    assert len(d["fits"]) == len(GPUS)
+    assert all(f["source"] == "estimated" for f in d["fits"])
+    for f in d["fits"]:
+        assert f["free_bytes"] == f["gpu_memory_bytes"] - d["peak_device_bytes"]
+
+
+@pytest.mark.parametrize(
+    "argv, code",
+    [
+        (["--model", "0.5B", "--qlora", "--gpu", "B200"], 0),
+        (["--model", "72B", "--gpu", "t4"], 1),  # 72.7B params × 16 B (fp32 AdamW) alone is ~1 TiB
+    ],
+)
+def test_gpu_exit_codes(argv, code, capsys):
+    got, out, _ = run(argv, capsys)
+    assert got == code
+    assert ("does NOT fit" in out) == (code == 1)
+
+
+def test_not_fitting_shows_advice(capsys):
+    code, out, _ = run(["--model", "7B", "--gpu", "A100-80"], capsys)
+    assert code == 1
+    assert "what to change" in out and "saves" in out
+
+
+def test_solve(capsys):
+    code, d = run_json(
+        ["--model", "0.5B", "--qlora", "--gpu", "H100", "--solve", "max_completion_length"], capsys
+    )
+    assert code == 0
+    sol = d["solve"]
+    assert sol["value"] >= 1 and sol["peak_device_bytes"] <= sol["budget_bytes"]
+    assert sol["source"] == "estimated"
+
+
+def test_flags_and_aliases(capsys):
+    _, d = run_json(["--model", "qwen3-8b", "--qlora", "--gpus", "2", "--zero", "3", "--lora-r", "8"], capsys)
+    c = d["config"]
+    assert (c["use_peft"], c["load_in_4bit"], c["num_gpus"], c["sharding"], c["lora_r"]) == (
+        True,
+        True,
+        2,
+        "zero3",
+        8,
+    )
+    _, d = run_json(["--lora-target-modules", "q_proj,k_proj", "v_proj", "--lora"], capsys)
+    assert d["config"]["lora_target_modules"] == ["q_proj", "k_proj", "v_proj"]
+
+
+def test_dtype_auto_reads_the_checkpoint(capsys):
+    _, d = run_json(["--model", "7B", "--dtype", "auto"], capsys)
+    assert d["config"]["dtype"] == "bfloat16"  # Qwen2.5-7B-Instruct config.json: torch_dtype bfloat16
+
+
+def test_config_file_then_flags_override(tmp_path, capsys):
+    p = tmp_path / "grpo.yaml"
+    p.write_text(
+        "model_name_or_path: Qwen/Qwen2.5-1.5B-Instruct\nnum_generations: 16\nper_device_train_batch_size: 16\n"
+        "model_init_kwargs: {dtype: bfloat16}\nlearning_rate: 1.0e-6\n"
+    )
+    code, out, err = run(["--config", str(p), "--gens", "8", "--json"], capsys)
+    d = json.loads(out)
+    assert code == 0
+    assert d["model"]["name"] == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert (d["config"]["num_generations"], d["config"]["per_device_train_batch_size"]) == (8, 16)
+    assert d["config"]["dtype"] == "bfloat16"
+    assert err.count("\n") == 1 and "learning_rate" in err
+
+
+BAD = [
+    ["--model", "9B"],
+    ["--model", "qwen3-8bx"],
+    ["--gens", "3"],
+    ["--gens", "1", "--per-device-train-batch-size", "1"],
+    ["--gens", "0"],
+    ["--gens", "x"],
+    ["--per-device-train-batch-size", "-1"],
+    ["--generation-batch-size", "12"],
+    ["--steps-per-generation", "2", "--generation-batch-size", "16"],
+    ["--gpu", "X100"],
+    ["--optim", "adam"],
+    ["--dtype", "int4"],
+    ["--load-in-4bit"],
+    ["--qlora", "--no-use-peft"],
+    ["--lora", "--lora-r", "0"],
+    ["--lora", "--lora-target-modules", "foo_proj"],
+    ["--lora", "--lora-target-modules", "lm_head"],
+    ["--solve", "num_generations"],
+    ["--solve", "beta", "--gpu", "H100"],
+    ["--zero", "3", "--fsdp"],
+    ["--zero", "1"],
+    ["--gpus", "0"],
+    ["--vllm-gpu-memory-utilization", "1.5"],
+    ["--device", "cpu", "--gpu", "H100"],
+    ["--device", "cpu", "--use-vllm"],
+    ["--config", "/nonexistent/grpo.yaml"],
+    ["--bogus"],
+    ["--model", "/"],
+]
+
+
+@pytest.mark.parametrize("argv", BAD, ids=[" ".join(a) for a in BAD])
+def test_bad_input_one_line_exit_2(argv, capsys):
+    code, out, err = run(argv, capsys)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("vram-estimate: error: ") and err.count("\n") == 1
+
+
+def test_bad_config_file_types(tmp_path, capsys):
+    p = tmp_path / "grpo.yaml"
+    p.write_text("num_generations: [8]\n")
+    code, _, err = run(["--config", str(p)], capsys)
+    assert code == 2 and "num_generations must be an integer" in err and err.count("\n") == 1
+
+
+def test_trace_without_helper_is_one_line(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "sweeps.trace", None)  # as if the sweep extra were missing
+    code, _, err = run(["--trace"], capsys)
+    assert code == 2 and "sweep" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "argv, code", [(["--help"], 0), (["--model", "0.5B", "--gpu", "B200"], 0), (["--gens", "3"], 2)]
+)
+def test_subprocess_exit_codes(argv, code):
+    r = subprocess.run([sys.executable, "-m", "estimator.cli", *argv], capture_output=True, text=True)
+    assert r.returncode == code
+    if code == 2:
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
