@@ -44,6 +44,7 @@ class RunConfig:
     use_peft: bool = False
     lora_r: int = 16
     lora_target_modules: tuple[str, ...] | None = None  # None = PEFT's default for the model type
+    lora_dropout: float = 0.05  # TRL ModelConfig's default (PEFT's own LoraConfig default is 0.0)
     load_in_4bit: bool = False
     bnb_4bit_quant_type: str = "nf4"
     use_bnb_nested_quant: bool = False

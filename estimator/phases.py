@@ -46,6 +46,7 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     out = {"kv_cache": gen.kv_cache(cfg, arch)} if decode >= prefill else {"kv_cache": prefill}
     if decode >= prefill:
         out["generation_logits"] = decode - gen.kv_cache(cfg, arch)
+    out["autocast_weight_cache"] = act.autocast_weight_cache(cfg, arch, include_lm_head=True)
     if gathered:
         out["gathered_weights"] = gathered
     return out
@@ -58,6 +59,7 @@ def score_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     b, seq = cfg.per_device_train_batch_size, cfg.sequence_length
     return {
         "activations": act.nograd_forward_peak(cfg, arch, b, seq),
+        "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
         "logprob_head": head.head_forward(cfg, arch, b),
         "rollout_buffers": rollout_buffers(cfg),
     }
@@ -85,23 +87,56 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
         fwd_head = head.head_forward(cfg, arch, b)
         saved_head = head.head_saved(cfg, arch, b)
         bwd_head = head.head_backward(cfg, arch, b, lm_head_trainable=full_ft)
+    cast_cache = act.autocast_weight_cache(cfg, arch, include_lm_head=False)
     instants = {
-        "head_forward": {"activations": saved + norm_saved, "logprob_head": fwd_head},
+        "head_forward": {
+            "activations": saved + norm_saved,
+            "autocast_weight_cache": cast_cache,
+            "logprob_head": fwd_head,
+        },
         "head_backward": {"activations": saved + norm_saved, "logprob_head": saved_head + bwd_head},
     }
+    if not cfg.gradient_checkpointing:  # autograd keeps the casts it saved until each layer's backward
+        cast_cache = act.autocast_weight_cache(cfg, arch, include_lm_head=False, saved_for_backward=True)
+        instants["head_forward"]["autocast_weight_cache"] = cast_cache
+        instants["head_backward"]["autocast_weight_cache"] = cast_cache
     grad_flow = 2 * tokens * arch.hidden_size * act.residual_bytes(cfg)
+    layer_bwd = tokens * act.layer_backward_transient_per_token(cfg, arch) + grad_flow
+    trainable_bytes = nbytes(weights.trainable_dtype(cfg))
+    tied_waiting = (
+        0  # tied lm_head/embedding: the head's [V, H] gradient waits in autograd's buffer for the embedding's
+    )
+    head_grads = 0  # gradients that exist once the head's backward is done
+    if full_ft:
+        tied_waiting = arch.embedding_params * trainable_bytes if arch.tie_word_embeddings else 0
+        head_grads = (arch.lm_head_params + arch.final_norm_params) * trainable_bytes
+    head_grads = shard(cfg, "gradients", head_grads + tied_waiting)
     if cfg.gradient_checkpointing:
+        recompute = act.recompute_layer(cfg, arch, b, seq)
         layer_in = act.checkpoint_inputs(cfg, arch, tokens) // arch.num_layers
-        first_layers_grads = 0
+        early_layers = 0
         if full_ft:
-            first_layers_grads = (arch.embedding_params + arch.layer_params) * nbytes(
-                weights.trainable_dtype(cfg)
-            )
-        instants["first_layer_backward"] = {
-            "activations": layer_in + act.recompute_layer(cfg, arch, b, seq) + grad_flow,
-            "gradients": max(grads - shard(cfg, "gradients", first_layers_grads), 0),
+            early_layers = (arch.embedding_params + arch.layer_params) * trainable_bytes
+        instants["last_layer_backward"] = {
+            "activations": saved + recompute + layer_bwd,
+            "gradients": head_grads,
         }
-    instants["backward_end"] = {"activations": grad_flow, "gradients": grads}
+        instants["first_layer_backward"] = {
+            "activations": layer_in + recompute + layer_bwd,
+            "gradients": max(grads - shard(cfg, "gradients", early_layers), 0)
+            + shard(cfg, "gradients", tied_waiting),
+        }
+    else:
+        instants["last_layer_backward"] = {
+            "activations": saved + norm_saved + layer_bwd,
+            "gradients": head_grads,
+        }
+        instants["last_layer_backward"]["autocast_weight_cache"] = cast_cache
+    tied_extra = 2 * tied_waiting
+    instants["backward_end"] = {
+        "activations": grad_flow,
+        "gradients": grads + shard(cfg, "gradients", tied_extra),
+    }
     for comps in instants.values():
         comps["rollout_buffers"] = buffers
     return instants

@@ -79,12 +79,14 @@ def test_bnb_8bit_state_keeps_embedding_32bit():
     assert state - 2 * emb * 4 == pytest.approx(2 * rest * (1 + 4 / 256), rel=0.01)
 
 
-def test_kv_cache_matches_notes_example():
-    # notes §1.3: Qwen2.5-7B, B_gen = 8, P + C = 1280, bf16 → 0.55 GiB
+def test_kv_cache_takes_the_residual_dtype():
+    # notes §1.3: Qwen2.5-7B, B_gen = 8, P + C = 1280, bf16 weights → 0.55 GiB
     cfg = RunConfig(
         model="7B", per_device_train_batch_size=8, max_prompt_length=256, max_completion_length=1024
     )
-    assert gen.kv_cache(cfg, Q7) == 2 * 28 * 8 * 512 * 1280 * 2 == 587_202_560
+    assert gen.kv_cache(cfg.with_(dtype="bfloat16"), Q7) == 2 * 28 * 8 * 512 * 1280 * 2 == 587_202_560
+    # fp32 weights: rotary promotes K to fp32 and DynamicCache's first cat promotes V, even under autocast
+    assert gen.kv_cache(cfg, Q7) == 2 * 587_202_560
 
 
 def test_generation_batch_geometry():

@@ -31,9 +31,11 @@ def kv_heads_in_attention(cfg: RunConfig, arch: Arch) -> int:
 
 
 def rmsnorm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """RMSNorm saves its fp32 input (a copy when r = 2), x·rsqrt in fp32 and the r-byte normalized value: (4·[r=2] + 4 + r)·H."""
-    r = residual_bytes(cfg)
-    return (4 * (r == 2) + 4 + r) * arch.hidden_size
+    """RMSNorm saves its fp32 input (4H), the normalized value and output (r·H each) + autocast's a-byte cast (r ≠ a); frozen (PEFT): (4 + a)·H."""
+    r, a = residual_bytes(cfg), compute_bytes(cfg)
+    if cfg.use_peft:  # frozen norm weight: the fp32 input and the a-byte value the linears read
+        return (4 + a) * arch.hidden_size
+    return (4 + 2 * r + (a if r != a else 0)) * arch.hidden_size
 
 
 def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
@@ -47,36 +49,56 @@ def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
 
 
 def mlp_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """SwiGLU: gate, act(gate), up and their product saved in a bytes: 4·a·I (MoE: top-k experts' 4·a·I_moe + router)."""
+    """SwiGLU: gate, act(gate), up (and the product when down_proj trains) in a bytes: 4·a·I full, 3·a·I frozen (MoE: per top-k expert)."""
     a = compute_bytes(cfg)
+    saved = 3 if cfg.use_peft else 4  # a frozen down_proj does not keep its input (the product)
     if arch.is_moe:
-        return arch.num_experts_per_tok * 4 * a * arch.moe_intermediate_size + 4 * arch.num_experts
-    return 4 * a * arch.intermediate_size
+        return arch.num_experts_per_tok * saved * a * arch.moe_intermediate_size + 4 * arch.num_experts
+    return saved * a * arch.intermediate_size
 
 
 def lora_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """Per wrapped linear: the fp32 (adapter-dtype) input cast + the r-wide A output, both saved for backward."""
+    """Per wrapped linear: A's r-wide output (a bytes), + dropout's output (a·in) and mask (1·in) when lora_dropout > 0."""
     if not cfg.use_peft:
         return 0
-    ab = 2 if cfg.load_in_4bit else 4
-    return sum(ab * lin.in_features + ab * cfg.lora_r for lin in lora_targets(cfg, arch))
+    a = compute_bytes(cfg)
+    per = 0
+    for lin in lora_targets(cfg, arch):
+        per += a * cfg.lora_r + ((a + 1) * lin.in_features if cfg.lora_dropout > 0 else 0)
+    return per
 
 
 def layer_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
-    """Everything one decoder layer keeps for backward, per token: 2 norms + attention + MLP + residual + LoRA."""
-    r = residual_bytes(cfg)
-    a = compute_bytes(cfg)
-    linear_input_cast = (
-        a * arch.hidden_size * 2 if r != a else 0
-    )  # autocast's bf16 copies of the two norm outputs
+    """Everything one decoder layer keeps for backward, per token: 2 RMSNorms + attention + MLP + LoRA."""
     return (
         2 * rmsnorm_saved_per_token(cfg, arch)
-        + linear_input_cast
         + attention_saved_per_token(cfg, arch, seq_len)
-        + r * arch.hidden_size  # residual after attention (input of the 2nd norm)
         + mlp_saved_per_token(cfg, arch)
         + lora_saved_per_token(cfg, arch)
     )
+
+
+def autocast_weight_cache(
+    cfg: RunConfig, arch: Arch, include_lm_head: bool, saved_for_backward: bool = False
+) -> int:
+    """fp32 weights under bf16 autocast: each trainable nn.Linear weight's bf16 cast is cached until the forward's autocast exits (torch cached_cast), Σ numel × 2; the lm_head cast (the logits step) as a transient."""
+    if residual_bytes(cfg) != 4 or compute_bytes(cfg) == 4:
+        return 0
+    numel = 0
+    # only leaves that require grad are cached; frozen weights' casts live on only where autograd saves them (no GC)
+    if (not cfg.use_peft or saved_for_backward) and not cfg.load_in_4bit:
+        numel = arch.num_layers * sum(
+            lin.count * lin.in_features * lin.out_features for lin in arch.layer_linears if lin.is_nn_linear
+        )
+    if include_lm_head:
+        numel += arch.vocab_size * arch.hidden_size
+    return numel * compute_bytes(cfg)
+
+
+def layer_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """Inside a layer's backward, the MLP's incoming gradient and one partial product coexist with its saved tensors: 2·a·I."""
+    inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
+    return 2 * compute_bytes(cfg) * inter
 
 
 def checkpoint_inputs(cfg: RunConfig, arch: Arch, tokens: int) -> int:

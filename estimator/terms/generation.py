@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
-from estimator.terms.activations import compute_bytes
+from estimator.terms.activations import residual_bytes
 from estimator.units import GIB
 
 DEFAULT_GPU_GIB = 80.0
 
 
 def kv_cache(cfg: RunConfig, arch: Arch, seq_len: int | None = None) -> int:
-    """2 (K, V) × layers × sequences × kv_heads × head_dim × (P + C) × a bytes (bf16 under autocast, notes §1.3)."""
+    """2 (K, V) × layers × sequences × kv_heads × head_dim × (P + C) × r bytes.
+
+    The cache takes the residual dtype, not autocast's: rotary promotes K to the dtype of cos/sin (the hidden
+    states'), and DynamicCache's first `torch.cat` onto an empty tensor of K's dtype promotes V too (seen in traces).
+    """
     length = cfg.sequence_length if seq_len is None else seq_len
-    return 2 * arch.num_layers * cfg.generation_sequences * arch.kv_dim * length * compute_bytes(cfg)
+    return 2 * arch.num_layers * cfg.generation_sequences * arch.kv_dim * length * residual_bytes(cfg)
 
 
 def kv_concat_transient(cfg: RunConfig, arch: Arch) -> int:
@@ -23,7 +27,7 @@ def kv_concat_transient(cfg: RunConfig, arch: Arch) -> int:
 
 def generation_logits(cfg: RunConfig, arch: Arch) -> int:
     """Last-token logits [G, V]: the compute-dtype output, its fp32 copy, processed scores and probs (transformers generate)."""
-    return cfg.generation_sequences * arch.vocab_size * (compute_bytes(cfg) + 3 * 4)
+    return cfg.generation_sequences * arch.vocab_size * (2 + 3 * 4)
 
 
 def vllm_reservation(cfg: RunConfig) -> int:
