@@ -48,9 +48,14 @@ def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
     return per_tok
 
 
+def linear_output_bytes(cfg: RunConfig) -> int:
+    """Bytes of a decoder linear's output: a under autocast; r with a 4-bit base (bnb Linear4bit casts its output back to the input dtype)."""
+    return residual_bytes(cfg) if cfg.load_in_4bit else compute_bytes(cfg)
+
+
 def mlp_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     """SwiGLU: gate, act(gate), up (and the product when down_proj trains) in a bytes: 4·a·I full, 3·a·I frozen (MoE: per top-k expert)."""
-    a = compute_bytes(cfg)
+    a = linear_output_bytes(cfg)
     saved = 3 if cfg.use_peft else 4  # a frozen down_proj does not keep its input (the product)
     if arch.is_moe:
         return arch.num_experts_per_tok * saved * a * arch.moe_intermediate_size + 4 * arch.num_experts
@@ -98,7 +103,7 @@ def autocast_weight_cache(
 def layer_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     """Inside a layer's backward, the MLP's incoming gradient and one partial product coexist with its saved tensors: 2·a·I."""
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
-    return 2 * compute_bytes(cfg) * inter
+    return 2 * linear_output_bytes(cfg) * inter
 
 
 def checkpoint_inputs(cfg: RunConfig, arch: Arch, tokens: int) -> int:

@@ -1,0 +1,1 @@
+"""Memory probes: live tensor storage (tensors), torch.cuda counters, NVML sampling."""

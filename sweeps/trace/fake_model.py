@@ -1,0 +1,130 @@
+"""Build a real-size causal LM from its shipped config.json (fake or real weights), and emulate a bnb 4-bit load.
+
+QLoRA emulation (bitsandbytes kernels cannot run on FakeTensors). transformers' bnb quantizer turns every
+`nn.Linear` except `lm_head` into `bnb.nn.Linear4bit`; each becomes an `Emulated4bitLinear` holding exactly what
+bnb 0.50 keeps resident: the packed weight as a frozen uint8 parameter of `ceil(out*in/2)` bytes (shape
+`[n, 1]`), an fp32 `absmax` of `out*in/64` elements (blocksize 64), or with nested quant a uint8 `absmax`
+plus fp32 `absmax2` per 256 of them and a 256-entry fp32 code. Its matmul copies bnb's `gemm_4bit` dispatch on
+CUDA: for M = tokens > 1536 (prefill, scoring, training) a transient dequantized `[out, in]` weight in the
+activation's dtype, then `F.linear` (under the ambient autocast, as the bnb kernel call is); for M <= 1536
+(decode steps) the fused kernel writes the output directly, with no transient weight. Backward materialises the
+dequantized weight once in the gradient dtype (bnb's `MatMul4Bit.backward`). The input is first cast to the
+compute dtype (`bnb_4bit_compute_dtype` = the load dtype, as TRL's `get_quantization_config` sets it).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from estimator import catalog as cat
+
+GEMM_4BIT_CUSTOM_MAX_M = 1536  # bitsandbytes/backends/cuda/ops.py: dequant+F.linear past this many rows
+
+
+def config_path(spec: str) -> Path:
+    """The config.json a model spec names: shorthand size, catalog id, or a path."""
+    s = spec.upper().replace("b", "B")
+    name = cat.SHORTHANDS.get(s, spec)
+    by_lower = {k.lower(): v for k, v in cat.catalog().items()}
+    if name.lower() in by_lower:
+        return by_lower[name.lower()]
+    p = Path(spec)
+    p = p / "config.json" if p.is_dir() else p
+    if p.is_file():
+        return p
+    raise cat.UnknownModel(f"unknown model {spec!r}")
+
+
+def hf_config(spec: str | dict, attn_implementation: str = "sdpa"):
+    """A transformers config object for `spec` (or a config dict)."""
+    from transformers import AutoConfig
+
+    d = dict(spec) if isinstance(spec, dict) else cat.load_config(config_path(spec))
+    d.pop("quantization_config", None)
+    model_type = d.pop("model_type")
+    d.pop("torch_dtype", None)
+    d.pop("dtype", None)
+    conf = AutoConfig.for_model(model_type, **d)
+    conf._attn_implementation = attn_implementation
+    return conf
+
+
+def build_model(conf, dtype: torch.dtype) -> torch.nn.Module:
+    """`AutoModelForCausalLM.from_config` with every parameter in `dtype` (in whatever tensor mode is active)."""
+    from transformers import AutoModelForCausalLM
+
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        model = AutoModelForCausalLM.from_config(conf, dtype=dtype)
+    finally:
+        torch.set_default_dtype(prev)
+    return model
+
+
+class _Matmul4bit(torch.autograd.Function):
+    """bnb MatMul4Bit's allocations: dequantized transient weight per call for large M, again in backward."""
+
+    @staticmethod
+    def forward(ctx, x, packed, out_features, in_features, bias):
+        m = x.numel() // x.shape[-1]
+        ctx.shape = (out_features, in_features)
+        ctx.device = x.device
+        ctx.save_for_backward(packed)
+        if m > GEMM_4BIT_CUSTOM_MAX_M:
+            w = torch.empty((out_features, in_features), dtype=x.dtype, device=x.device)
+            return torch.nn.functional.linear(x, w, bias)
+        out = x.new_empty((*x.shape[:-1], out_features))
+        return out if bias is None else out.add_(bias)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        w = torch.empty(ctx.shape, dtype=grad_out.dtype, device=ctx.device)
+        return torch.matmul(grad_out, w), None, None, None, None
+
+
+class Emulated4bitLinear(torch.nn.Linear):
+    """A Linear whose weight is what bnb Linear4bit keeps (uint8 packed + absmax), with bnb's matmul allocations."""
+
+    def __init__(self, base: torch.nn.Linear, compute_dtype: torch.dtype, nested: bool) -> None:
+        torch.nn.Module.__init__(self)
+        self.in_features, self.out_features = base.in_features, base.out_features
+        n = self.in_features * self.out_features
+        dev = base.weight.device
+        self.weight = torch.nn.Parameter(
+            torch.empty((math.ceil(n / 2), 1), dtype=torch.uint8, device=dev), requires_grad=False
+        )
+        self.bias = base.bias
+        blocks = math.ceil(n / 64)
+        if nested:
+            self.register_buffer("absmax", torch.empty(blocks, dtype=torch.uint8, device=dev))
+            self.register_buffer(
+                "absmax2", torch.empty(math.ceil(blocks / 256), dtype=torch.float32, device=dev)
+            )
+            self.register_buffer("code", torch.empty(256, dtype=torch.float32, device=dev))
+        else:
+            self.register_buffer("absmax", torch.empty(blocks, dtype=torch.float32, device=dev))
+        self.compute_dtype = compute_dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        inp_dtype = x.dtype
+        x = x.to(self.compute_dtype)
+        bias = None if self.bias is None else self.bias.to(self.compute_dtype)
+        return _Matmul4bit.apply(x, self.weight, self.out_features, self.in_features, bias).to(inp_dtype)
+
+
+def emulate_4bit(model: torch.nn.Module, compute_dtype: torch.dtype, nested: bool = False) -> int:
+    """Swap every nn.Linear except the output head for an Emulated4bitLinear; returns how many were swapped."""
+    head = model.get_output_embeddings()
+    swaps = []
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if type(child) is torch.nn.Linear and child is not head:
+                swaps.append((parent, name, child))
+    for parent, name, child in swaps:
+        setattr(parent, name, Emulated4bitLinear(child, compute_dtype, nested))
+    model.is_loaded_in_4bit = True
+    return len(swaps)

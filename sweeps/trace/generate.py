@@ -1,0 +1,101 @@
+"""The generation phase as transformers' `generate` runs it in TRL 1.16, as a fixed-length loop FakeTensors can run.
+
+`generate()` itself cannot run on FakeTensors (data-dependent `.item()` checks and stopping criteria), so this is
+`GenerationMixin._sample` with the same tensors: prefill with `logits_to_keep=1` into a `DynamicCache`, then per
+token a forward on one new position; every forward runs under the accelerate wrapper's autocast and its
+bf16 logits are copied to fp32 (`convert_outputs_to_fp32`), `_sample` copies the last-token logits to fp32
+again, softmax, multinomial, and the growing `input_ids` / `attention_mask` are re-concatenated each step. No
+logits processors run at TRL's defaults (temperature 1, top_p 1, top_k 0). Completions are forced to full length.
+
+Fast-forward (decode 1024 tokens under fake tensors costs ~0.25 s/token at 7B): after the prefill, every cache
+layer's keys/values are replaced by tensors of exactly the shapes and dtype the cache would hold after
+`C - k` tokens, `[B, kv_heads, P + C - k, head_dim]`, and so are `input_ids` and `attention_mask`; then the last
+`k` decode steps run for real. Memory only grows during decoding (the cache and ids get longer), so the last
+steps hold the decode peak; the prefill's own peak is seen too. The row's variant says `{"decode": "fast-forward",
+"k": k}`; `k >= C` decodes every token.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+
+
+def _forward(model, autocast, **kw):
+    """One generation forward, as accelerate wraps it: autocast, then bf16/fp16 outputs converted to fp32."""
+    with autocast:
+        out = model(**kw)
+    logits = out.logits
+    if logits.dtype in (torch.bfloat16, torch.float16):
+        logits = logits.float()
+    return out.past_key_values, logits
+
+
+def _sample_step(logits: torch.Tensor) -> torch.Tensor:
+    """`_sample`'s per-token work: fp32 last-token copy, softmax, multinomial."""
+    next_token_logits = logits[:, -1, :].to(copy=True, dtype=torch.float32)
+    probs = torch.nn.functional.softmax(next_token_logits, dim=-1)
+    return torch.multinomial(probs, num_samples=1).squeeze(1)
+
+
+def _fast_forward_cache(cache, length: int) -> None:
+    """Replace every cache layer's keys/values with same-shaped tensors `length` positions long."""
+    for layer in cache.layers:
+        k, v = layer.keys, layer.values
+        layer.keys = k.new_zeros((*k.shape[:-2], length, k.shape[-1]))
+        layer.values = v.new_zeros((*v.shape[:-2], length, v.shape[-1]))
+
+
+def generate(model, batch: int, prompt_len: int, completion_len: int, bf16: bool, k: int = 2) -> torch.Tensor:
+    """Generate `completion_len` tokens for `batch` prompts of `prompt_len`; returns `[B, P + C]` token ids."""
+    from transformers import DynamicCache
+
+    dev = next(model.parameters()).device
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16) if bf16 else nullcontext()
+    input_ids = torch.zeros((batch, prompt_len), dtype=torch.long, device=dev)
+    attention_mask = torch.ones((batch, prompt_len), dtype=torch.long, device=dev)
+    unfinished = torch.ones(batch, dtype=torch.long, device=dev)
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        position_ids = attention_mask.cumsum(-1) - 1
+        cache, logits = _forward(
+            model,
+            autocast,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        steps = completion_len
+        nxt = _sample_step(logits)
+        del logits
+        input_ids = torch.cat([input_ids, (nxt * unfinished)[:, None]], dim=-1)
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, 1))], dim=-1)
+        done = 1
+        if k < steps:
+            length = prompt_len + steps - k
+            _fast_forward_cache(cache, length - 1)
+            input_ids = input_ids.new_zeros((batch, length))
+            attention_mask = attention_mask.new_ones((batch, length))
+            done = steps - k
+        for _ in range(done, steps):
+            seen = input_ids.shape[1]
+            cache, logits = _forward(
+                model,
+                autocast,
+                input_ids=input_ids[:, -1:],
+                attention_mask=attention_mask,
+                position_ids=torch.full((batch, 1), seen - 1, dtype=torch.long, device=dev),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            nxt = _sample_step(logits)
+            del logits
+            input_ids = torch.cat([input_ids, (nxt * unfinished)[:, None]], dim=-1)
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, 1))], dim=-1)
+        del cache
+    return input_ids

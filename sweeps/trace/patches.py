@@ -1,0 +1,198 @@
+"""Patches that let TRL 1.16's GRPO code run on FakeTensors and make it allocate what it allocates on a CUDA GPU.
+
+* `Module._apply` on FakeTensor parameters: torch 2.13 always swaps fake params (`swap_tensors`), which fails
+  because FakeTensorMode holds a weakref to each; the patch assigns `param.data` instead (`model.to`, PEFT).
+* transformers' SDPA mask skip (`_ignore_causal_mask_sdpa`) refuses to look at a FakeTensor padding mask and
+  builds a 4-D mask, which sends SDPA to the math path; on a real GPU run the all-ones mask is seen and SDPA
+  runs causal flash/efficient attention with no mask. Every traced batch is unpadded (prompts all
+  `max_prompt_length`, completions forced to full length), so a fake padding mask is treated as all ones.
+* TRL's metric-only `nanmin`/`nanmax` branch on data (`isnan(t).all()`): replaced by `min`/`max`.
+* fused LM head, GPU path (`fused-gpu`): on CUDA with Triton, TRL scores only the completion positions
+  (`hidden_states[mask]`, a compact `[N_valid, H]` copy, then `masked_scatter` back) and folds each
+  `[<=4096, 32768]` tile in a Triton kernel with no temporaries, accumulating the gradient GEMMs with
+  `addmm(out_dtype=fp32)` in place. Here the boolean-mask copy becomes a static slice of the last C positions (the
+  same bytes: every completion is forced to full length, prompts are unpadded), the tile folds become no-ops (the
+  kernels write only into preallocated per-row statistics and the tile itself), and `_addmm_fp32` a no-op (CUDA
+  writes into `acc` with no fp32 copies of its operands). Values are garbage; shapes, dtypes and lifetimes are not.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+_ORIG_APPLY = torch.nn.Module._apply
+_installed = False
+
+
+def _apply(self: torch.nn.Module, fn, recurse: bool = True):
+    """Module._apply that assigns `.data` for FakeTensor parameters instead of swapping them."""
+    if recurse:
+        for child in self.children():
+            child._apply(fn)
+    own = [t for t in (*self._parameters.values(), *self._buffers.values()) if t is not None]
+    if not any(isinstance(t, FakeTensor) for t in own):
+        return _ORIG_APPLY(self, fn, recurse=False)
+    for p in self._parameters.values():
+        if p is None:
+            continue
+        with torch.no_grad():
+            new = fn(p)
+        if new is not p:
+            p.data = new
+        if p.grad is not None:
+            g = fn(p.grad)
+            if g is not p.grad:
+                p.grad.data = g
+    for k, b in self._buffers.items():
+        if b is not None:
+            self._buffers[k] = fn(b)
+    return self
+
+
+def _ignore_mask_fake_as_ones(orig):
+    """Wrap `_ignore_causal_mask_sdpa`: a FakeTensor padding mask (or offset) is read as all ones (unpadded)."""
+
+    @functools.wraps(orig)
+    def wrapper(padding_mask, q_length, kv_length, q_offset, kv_offset, *args, **kwargs):
+        if isinstance(padding_mask, FakeTensor):
+            padding_mask = None
+        if isinstance(q_offset, FakeTensor):
+            q_offset = kv_length - q_length
+        return orig(padding_mask, q_length, kv_length, q_offset, kv_offset, *args, **kwargs)
+
+    return wrapper
+
+
+def _noop(*args, **kwargs) -> None:
+    return None
+
+
+class _NoopKernel:
+    """Stands in for a Triton kernel launcher `kernel[grid](...)`: writes in place, allocates nothing."""
+
+    def __getitem__(self, grid):
+        return _noop
+
+
+def install() -> None:
+    """Install the fake-tensor and fused-gpu patches (idempotent; process-wide)."""
+    global _installed
+    if _installed:
+        return
+    import transformers.masking_utils as mu
+    import trl.trainer.grpo_trainer as gt
+    from trl.kernels import chunked_logprob as ck
+
+    torch.nn.Module._apply = _apply
+    mu._ignore_causal_mask_sdpa = _ignore_mask_fake_as_ones(mu._ignore_causal_mask_sdpa)
+    gt.nanmin = lambda t: t.min()
+    gt.nanmax = lambda t: t.max()
+    ck._forward_tile = _noop
+    ck._backward_tile = _noop
+    ck._addmm_fp32 = _noop
+    ck._forward_kernel = _NoopKernel()
+    ck._backward_kernel = _NoopKernel()
+    _installed = True
+
+
+def _fused_model(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The (sub)module whose forward TRL replaced with `_fused_forward`."""
+    for m in model.modules():
+        fwd = m.__dict__.get("forward")
+        if isinstance(fwd, types.MethodType) and fwd.__func__.__code__.co_name == "_fused_forward":
+            return m
+    return None
+
+
+def use_gpu_fused_head(model: torch.nn.Module, completion_length: int) -> None:
+    """Replace TRL's fused forward on `model` by its CUDA (compact) path with static completion slicing."""
+    m = _fused_model(model)
+    if m is None:
+        raise RuntimeError("no TRL fused LM head found on the model")
+    fwd = m.__dict__["forward"].__func__
+    cells = dict(zip(fwd.__code__.co_freevars, (c.cell_contents for c in fwd.__closure__), strict=True))
+    original_forward = cells["original_forward"]
+    temperature, outputs = cells["temperature"], cells["outputs"]
+    cast_fp32 = cells["cast_lm_head_to_fp32"]
+    softcap, logit_scale = cells["final_logit_softcapping"], cells["logit_scale"]
+    backbone_attr, text_config = cells["backbone_attr"], cells["text_config"]
+    from trl.kernels.chunked_logprob import ChunkedLogProbFunction
+    from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE, FusedCausalLMOutput
+
+    c = completion_length
+
+    @functools.wraps(type(m).forward)
+    def _fused_forward(self, *args, fused_lm_head=False, labels=None, num_items_in_batch=None, **kwargs):
+        if not fused_lm_head:
+            if labels is not None:
+                kwargs["labels"] = labels
+            return original_forward(*args, **kwargs)
+        kwargs["use_cache"] = False
+        if getattr(text_config, "output_router_logits", False):
+            kwargs.setdefault("output_router_logits", True)
+        backbone_outputs = getattr(self, backbone_attr)(*args, **kwargs)
+        hidden_states = backbone_outputs.last_hidden_state[:, :-1]
+        labels = labels[:, 1:]
+        lm_head = self.get_output_embeddings()
+        mask = labels != -100
+        ctx = torch.autocast(hidden_states.device.type, enabled=False) if cast_fp32 else None
+        if cast_fp32:
+            hidden_states = hidden_states.float()
+        # compact path: hidden_states[mask] / labels[mask] -> the same-size copies of the completion positions
+        h = hidden_states[:, -c:].reshape(-1, hidden_states.size(-1))
+        if h._base is not None:  # reshape returned a view (contiguous slice): boolean indexing always copies
+            h = h.clone()
+        tgt = labels[:, -c:].reshape(-1).clone()
+        if ctx is not None:
+            ctx.__enter__()
+        try:
+            per_token = ChunkedLogProbFunction.apply(
+                h,
+                lm_head.weight,
+                lm_head.bias,
+                tgt,
+                temperature,
+                _CHUNKED_LOGPROB_CHUNK_SIZE,
+                softcap,
+                logit_scale,
+                outputs,
+            )
+        finally:
+            if ctx is not None:
+                ctx.__exit__(None, None, None)
+        per_token = (
+            None if x is None else x.new_zeros(mask.shape).masked_scatter(mask, x) for x in per_token
+        )
+        log_probs, entropy, log_sum_sq_probs, mean_logits, is_top1 = per_token
+        loss = -log_probs.sum() / (
+            mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+        )
+        aux_loss = None
+        if kwargs.get(
+            "output_router_logits"
+        ):  # MoE load-balancing loss, as TRL computes it (transformers >= 5.6)
+            from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+            aux_loss = load_balancing_loss_func(
+                backbone_outputs.router_logits,
+                text_config.num_experts,
+                text_config.num_experts_per_tok,
+                kwargs.get("attention_mask"),
+            )
+            loss = loss + getattr(text_config, "router_aux_loss_coef", 0.0) * aux_loss
+        return FusedCausalLMOutput(
+            loss=loss,
+            log_probs=log_probs,
+            entropy=entropy,
+            log_sum_sq_probs=log_sum_sq_probs,
+            mean_logits=mean_logits,
+            is_top1=is_top1,
+            label_mask=mask,
+            aux_loss=aux_loss,
+        )
+
+    m.forward = types.MethodType(_fused_forward, m)

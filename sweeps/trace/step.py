@@ -1,0 +1,277 @@
+"""Two GRPO steps of TRL 1.16's `GRPOTrainer`, phase by phase, under LiveStorageMode (fake tensors at real size).
+
+Per step, as `GRPOTrainer` runs them with the transformers generation backend:
+
+* `generate`: `sweeps.trace.generate` (the `_sample` loop, fast-forwarded) on the policy, no_grad, autocast.
+* `score`: the no-grad log-prob passes through the trainer's own `_get_per_token_logps_and_entropies`, chunked by
+  `per_device_train_batch_size`, with checkpointing disabled: old policy when `cfg.runs_old_logprob_pass`,
+  reference when beta > 0 (a separate fake reference model for full FT, adapters disabled for PEFT).
+* `train`: the buffered batch is shuffled and split into `steps_per_generation` micro-batches as
+  `_prepare_inputs` does; per micro-batch the real `trainer.compute_loss`, then `accelerator.backward`.
+* `optimizer`: the optimizer `trainer.create_optimizer()` builds, `.step()`, `zero_grad(set_to_none=True)`.
+
+The trainer is a real `GRPOTrainer` built around the model (beta is set after `__init__`, because the full-FT
+reference model would be re-loaded from disk there; the fake one is attached instead, prepared as TRL prepares it).
+Gradient checkpointing is enabled as `Trainer.train` enables it. The policy's fused LM head is switched to its
+CUDA path (`patches.use_gpu_fused_head`). `adamw_bnb_8bit` runs bitsandbytes' own optimizer on real tensors; on
+FakeTensors its state is emulated by `sweeps.trace.optim8bit`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import torch
+
+from estimator.config import RunConfig
+from sweeps.probes.tensors import LiveStorageMode
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+BNB_8BIT = ("adamw_bnb_8bit", "paged_adamw_8bit")
+CUDA_BLOCK = 512  # caching-allocator minimum block: storages are rounded up to it for device=cuda traces
+
+
+@dataclass
+class TraceResult:
+    """What one traced (or real CPU) run observed."""
+
+    observed: dict
+    step_seconds: list[float]
+    setup_seconds: float
+    params: int
+    trainable_params: int
+    variant: dict = field(default_factory=dict)
+
+
+def _tokenizer():
+    """A tiny offline WordLevel tokenizer (ids are never decoded: the trace builds token tensors directly)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(["<pad>", "</s>", "<s>", "<unk>", "a", "b"])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="</s>",
+        bos_token="<s>",
+        unk_token="<unk>",
+        padding_side="left",
+    )
+
+
+def _reward(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+def _grpo_args(cfg: RunConfig, out_dir: str):
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=out_dir,
+        use_cpu=True,
+        bf16=cfg.bf16,
+        report_to="none",
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        num_generations=cfg.num_generations,
+        max_completion_length=cfg.max_completion_length,
+        steps_per_generation=cfg.steps_per_generation,
+        generation_batch_size=cfg.generation_batch_size,
+        num_iterations=cfg.num_iterations,
+        beta=0.0,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        optim=cfg.optim,
+        cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32,
+        save_strategy="no",
+        disable_tqdm=True,
+        max_steps=2,
+    )
+
+
+def _lora_config(cfg: RunConfig):
+    from peft import LoraConfig
+
+    targets = list(cfg.lora_target_modules) if cfg.lora_target_modules else None
+    return LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=2 * cfg.lora_r,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
+
+
+def build(cfg: RunConfig, conf, fake: bool = True):
+    """Policy (+ reference) model, GRPOTrainer and optimizer in the currently active tensor mode."""
+    from accelerate.utils import set_seed
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from sweeps.trace import fake_model, patches
+
+    set_seed(0)
+    dtype = DTYPES[cfg.dtype]
+    model = fake_model.build_model(conf, dtype)
+    if cfg.load_in_4bit:
+        fake_model.emulate_4bit(model, dtype, nested=cfg.use_bnb_nested_quant)
+    out_dir = tempfile.mkdtemp(prefix="grpo-vram-trace-")
+    ds = Dataset.from_dict({"prompt": ["a b"] * max(16, cfg.generation_sequences)})
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=_reward,
+        args=_grpo_args(cfg, out_dir),
+        train_dataset=ds,
+        processing_class=_tokenizer(),
+        peft_config=_lora_config(cfg) if cfg.use_peft else None,
+    )
+    trainer.current_gradient_accumulation_steps = cfg.gradient_accumulation_steps
+    trainer.beta = cfg.beta
+    if cfg.has_reference_model:
+        from trl.trainer.utils import add_fused_lm_head
+
+        ref = fake_model.build_model(conf, dtype)
+        if cfg.load_in_4bit:
+            fake_model.emulate_4bit(ref, dtype, nested=cfg.use_bnb_nested_quant)
+        ref.eval()
+        ref.requires_grad_(False)
+        add_fused_lm_head(ref, temperature=trainer.temperature, cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32)
+        patches.use_gpu_fused_head(ref, cfg.max_completion_length)
+        trainer.ref_model = ref
+    policy = trainer.model
+    patches.use_gpu_fused_head(policy, cfg.max_completion_length)
+    if cfg.gradient_checkpointing:
+        policy.activation_checkpointing_enable(activation_checkpointing_kwargs=None)
+    policy.train()
+    if fake and cfg.optim in BNB_8BIT:  # bnb's constructor builds its quantile maps with data-dependent ops
+        from sweeps.trace.optim8bit import Emulated8bitAdamW
+
+        return trainer, Emulated8bitAdamW.for_model(policy)
+    return trainer, trainer.create_optimizer()
+
+
+def _score(trainer, cfg: RunConfig, ids: torch.Tensor) -> dict:
+    """Post-generation batch as `_generate_and_score_completions` leaves it, with the no-grad passes it runs."""
+    from trl.models.utils import disable_gradient_checkpointing
+    from trl.trainer.utils import use_adapter
+
+    p, c, b = cfg.max_prompt_length, cfg.max_completion_length, ids.shape[0]
+    prompt_ids, completion_ids = ids[:, :p].clone(), ids[:, p:].clone()
+    prompt_mask = torch.ones_like(prompt_ids)
+    completion_mask = torch.ones_like(completion_ids)
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    bs = cfg.per_device_train_batch_size
+    out = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "advantages": torch.zeros(b, dtype=torch.float32, device=ids.device),
+        "num_items_in_batch": completion_mask.sum(),
+    }
+    model = trainer.model
+    with torch.no_grad(), disable_gradient_checkpointing(model, trainer.args.gradient_checkpointing_kwargs):
+        if cfg.runs_old_logprob_pass:
+            out["old_per_token_logps"] = trainer._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, c, batch_size=bs
+            )[0]
+        if cfg.runs_reference_pass:
+            if trainer.ref_model is not None:
+                ref = trainer._get_per_token_logps_and_entropies(
+                    trainer.ref_model, input_ids, attention_mask, c, batch_size=bs
+                )[0]
+            else:
+                with use_adapter(model, adapter_name=None):
+                    ref = trainer._get_per_token_logps_and_entropies(
+                        model, input_ids, attention_mask, c, batch_size=bs
+                    )[0]
+            out["ref_per_token_logps"] = ref
+    del input_ids, attention_mask
+    return out
+
+
+def _micro_batches(inputs: dict, n: int) -> list[dict]:
+    """`_prepare_inputs`: shuffle the buffered batch, split it into `steps_per_generation` slices."""
+    from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
+
+    return split_tensor_dict(shuffle_sequence_dict(inputs), n)
+
+
+def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) -> TraceResult:
+    """Trace (or, with fake=False, really run on CPU) `steps` GRPO steps of `cfg`; returns the probe result."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from trl.models.utils import unwrap_model_for_generation
+
+    from sweeps.trace import fake_model, generate, patches
+
+    patches.install()
+    conf = fake_model.hf_config(cfg.model, cfg.attn_implementation)
+    t0 = time.perf_counter()
+    mode = FakeTensorMode(shape_env=ShapeEnv()) if fake else nullcontext()
+    step_seconds: list[float] = []
+    with mode:
+        trainer, opt = build(cfg, conf, fake)
+        policy = trainer.model
+        probe = LiveStorageMode(round_to=CUDA_BLOCK if cfg.device == "cuda" else 1)
+        probe.register(policy)
+        if trainer.ref_model is not None:
+            probe.register(trainer.ref_model, "ref_param")
+        setup = time.perf_counter() - t0
+        n_micro = cfg.resolved_steps_per_generation
+        with probe:
+            buffered = None
+            for step in range(1, steps + 1):
+                ts = time.perf_counter()
+                probe.set_step(step)
+                with (
+                    probe.phase("generate"),
+                    unwrap_model_for_generation(
+                        policy,
+                        trainer.accelerator,
+                        gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+                    ) as gen_model,
+                ):
+                    ids = generate.generate(
+                        gen_model,
+                        cfg.generation_sequences,
+                        cfg.max_prompt_length,
+                        cfg.max_completion_length,
+                        cfg.bf16,
+                        decode_k,
+                    )
+                with probe.phase("score"):
+                    buffered = None
+                    buffered = _micro_batches(_score(trainer, cfg, ids), n_micro)
+                    del ids
+                with probe.phase("train"):
+                    for mb in buffered[: cfg.gradient_accumulation_steps]:
+                        loss = trainer.compute_loss(policy, mb)
+                        trainer.accelerator.backward(loss)
+                        del loss
+                    probe.register([p.grad for p in policy.parameters() if p.grad is not None], "grad")
+                with probe.phase("optimizer"):
+                    opt.step()
+                    probe.register(opt)
+                    opt.zero_grad(set_to_none=True)
+                probe.set_phase("(between steps)")
+                step_seconds.append(time.perf_counter() - ts)
+        observed = probe.result()
+        for d in (observed["phases"], *observed["steps"].values(), observed["phase_at_peak"]):
+            d.pop("(between steps)", None)
+        observed["phase_at_peak_by_label"].pop("(between steps)", None)
+        params = sum(p.numel() for p in policy.parameters())
+        trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    variant = {"decode": "fast-forward", "k": decode_k} if decode_k < cfg.max_completion_length else {}
+    variant.update({"head": "fused-gpu", "steps": steps, "tensors": "fake" if fake else "real-cpu"})
+    return TraceResult(observed, step_seconds, setup, params, trainable, variant)

@@ -1,0 +1,45 @@
+"""The estimator against the committed fake-tensor traces: peak and every phase within 5% (issue 4's bound)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from estimator.config import RunConfig
+from estimator.estimate import estimate
+
+TRACED = Path(__file__).resolve().parent.parent / "results" / "traced"
+BOUND = 0.05
+
+
+def _rows() -> list[dict]:
+    rows = []
+    for path in sorted(TRACED.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                if row.get("status") == "ok":
+                    rows.append(row)
+    return rows
+
+
+ROWS = _rows()
+
+
+def _id(row: dict) -> str:
+    c = row["config"]
+    method = "qlora" if c["load_in_4bit"] else "lora" if c["use_peft"] else "full"
+    return f"{c['model']}-{method}-{c['dtype']}-g{c['num_generations']}-gc{int(c['gradient_checkpointing'])}"
+
+
+def test_there_are_traced_rows():
+    assert len(ROWS) >= 20
+
+
+@pytest.mark.parametrize("row", ROWS[:: max(1, len(ROWS) // 12)], ids=_id)
+def test_peak_and_phases_within_bound(row):
+    est = estimate(RunConfig.from_dict(row["config"]))
+    traced = row["observed"]
+    assert est.peak_allocated_bytes == pytest.approx(traced["peak_bytes"], rel=BOUND)
+    for phase, traced_bytes in traced["phases"].items():
+        assert est.phase_totals[phase] == pytest.approx(traced_bytes, rel=BOUND), phase
