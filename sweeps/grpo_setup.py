@@ -1,0 +1,187 @@
+"""Build a GRPOTrainer the way a TRL user does: model path, model_init_kwargs, LoraConfig, GRPOConfig, reward."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from estimator.config import RunConfig
+from sweeps import data, tiny
+
+# Run settings that are not estimator fields (the run's `variant`), with their defaults.
+VARIANT_DEFAULTS = {
+    "steps": 2,
+    "prompts": "synthetic",  # synthetic = prompts of exactly max_prompt_length tokens; or gsm8k
+    "force_length": True,  # suppress EOS until max_completion_length, so every completion has that length
+    "num_prompts": 64,
+    "learning_rate": 1e-5,
+    "lora_alpha": 32,
+    "lora_dropout": 0.0,
+    "seed": 0,
+}
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def correctness_reward(completions, answer=None, **kwargs) -> list[float]:
+    """1 when the last number in a completion equals the GSM8K answer; else the fraction of distinct tokens."""
+    answers = answer or [""] * len(completions)
+    out = []
+    for text, ans in zip(completions, answers, strict=False):
+        text = text if isinstance(text, str) else " ".join(m.get("content", "") for m in text)
+        if ans:
+            nums = NUMBER.findall(text)
+            out.append(1.0 if nums and nums[-1] == ans else 0.0)
+        else:
+            toks = text.split()
+            out.append(len(set(toks)) / max(1, len(toks)))
+    return out
+
+
+@dataclass
+class Built:
+    """A ready trainer plus what the row needs to know about how it was built."""
+
+    trainer: object
+    model_path: str
+    tokenizer: object
+    hf_config: dict | None = None
+    info: dict = field(default_factory=dict)
+
+
+def prepare_model(cfg: RunConfig, workdir: Path, seed: int) -> tuple[str, dict | None]:
+    """(model path or hub id, config.json dict for in-code models): tiny models are save_pretrained first."""
+    if tiny.is_tiny(cfg.model):
+        path = workdir / "model"
+        tiny.save_tiny(cfg.model, str(path), seed=seed)
+        return str(path), tiny.hf_config(cfg.model)
+    return cfg.model, None
+
+
+def model_init_kwargs(cfg: RunConfig) -> dict:
+    """model_init_kwargs honouring RunConfig.dtype, attention, and 4-bit loading for QLoRA."""
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    kwargs: dict = {"dtype": cfg.dtype, "attn_implementation": cfg.attn_implementation}
+    if cfg.load_in_4bit:
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type=cfg.bnb_4bit_quant_type,
+            bnb_4bit_use_double_quant=cfg.use_bnb_nested_quant,
+            bnb_4bit_compute_dtype=getattr(torch, cfg.dtype),
+        )
+    return kwargs
+
+
+def peft_config(cfg: RunConfig, variant: dict):
+    """LoraConfig for use_peft runs (target modules None = PEFT's default for the model type)."""
+    if not cfg.use_peft:
+        return None
+    from peft import LoraConfig
+
+    targets = list(cfg.lora_target_modules) if cfg.lora_target_modules else None
+    if targets == ["all-linear"]:
+        targets = "all-linear"
+    return LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=variant["lora_alpha"],
+        lora_dropout=variant["lora_dropout"],
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
+
+
+def grpo_args(cfg: RunConfig, variant: dict, output_dir: Path):
+    """GRPOConfig with the run's settings (TRL defaults elsewhere)."""
+    from trl import GRPOConfig
+
+    kwargs = dict(
+        output_dir=str(output_dir),
+        use_cpu=cfg.device == "cpu",
+        bf16=cfg.bf16,
+        report_to="none",
+        max_steps=variant["steps"],
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        learning_rate=variant["learning_rate"],
+        seed=variant["seed"],
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        num_generations=cfg.num_generations,
+        max_completion_length=cfg.max_completion_length,
+        steps_per_generation=cfg.steps_per_generation,
+        generation_batch_size=cfg.generation_batch_size,
+        num_iterations=cfg.num_iterations,
+        beta=cfg.beta,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        optim=cfg.optim,
+        cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32,
+        model_init_kwargs=model_init_kwargs(cfg),
+    )
+    if cfg.bf16 is False:
+        kwargs["fp16"] = False
+    if variant["force_length"]:
+        kwargs["generation_kwargs"] = {"min_new_tokens": cfg.max_completion_length}
+    if cfg.use_vllm:
+        kwargs.update(
+            use_vllm=True,
+            vllm_mode=cfg.vllm_mode,
+            vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+            vllm_enable_sleep_mode=cfg.vllm_enable_sleep_mode,
+            vllm_importance_sampling_correction=cfg.vllm_importance_sampling_correction,
+        )
+    return GRPOConfig(**kwargs)
+
+
+def build(cfg: RunConfig, variant: dict, workdir: Path) -> Built:
+    """Model on disk, tokenizer, prompts, reward, GRPOConfig -> GRPOTrainer (the user's path)."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    variant = {**VARIANT_DEFAULTS, **variant}
+    workdir = Path(workdir)
+    model_path, hf_config = prepare_model(cfg, workdir, variant["seed"])
+    if tiny.is_tiny(cfg.model):  # AutoTokenizer would map model_type qwen2 to Qwen2Tokenizer
+        tokenizer = tiny.build_tokenizer(tiny.TINY_MODELS[cfg.model].vocab_size)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    prompts_needed = cfg.global_generation_batch // cfg.num_generations * variant["steps"]
+    rows = data.prompt_rows(
+        variant["prompts"],
+        tokenizer,
+        cfg.max_prompt_length,
+        max(variant["num_prompts"], prompts_needed),
+        variant["seed"],
+    )
+    trainer = GRPOTrainer(
+        model=model_path,
+        reward_funcs=correctness_reward,
+        args=grpo_args(cfg, variant, workdir / "out"),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=peft_config(cfg, variant),
+    )
+    return Built(trainer=trainer, model_path=model_path, tokenizer=tokenizer, hf_config=hf_config)
+
+
+def count_params(model) -> tuple[int, int]:
+    """(base parameters, trainable parameters); 4-bit packed weights count their unpacked elements."""
+    total = trainable = 0
+    for name, p in model.named_parameters():
+        qs = getattr(p, "quant_state", None)
+        n = 1
+        if qs is not None and getattr(qs, "shape", None) is not None:
+            for s in qs.shape:
+                n *= int(s)
+        else:
+            n = p.numel()
+        if p.requires_grad:
+            trainable += n
+        if "lora_" not in name:
+            total += n
+    return total, trainable

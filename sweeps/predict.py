@@ -1,0 +1,29 @@
+"""The estimator's prediction for a run's config (in-code tiny models are sized from their config.json dict)."""
+
+from __future__ import annotations
+
+from estimator.architecture import from_config
+from estimator.config import RunConfig
+
+
+def arch_for(cfg: RunConfig, hf_config: dict | None = None):
+    """Arch from the stored config.json dict (tiny models), else the estimator's own model resolution."""
+    if hf_config:
+        return from_config(hf_config, name=cfg.model)
+    from sweeps import tiny
+
+    if tiny.is_tiny(cfg.model):
+        return from_config(tiny.hf_config(cfg.model), name=cfg.model)
+    return None
+
+
+def predict(config: dict, hf_config: dict | None = None) -> tuple[dict | None, str | None]:
+    """(Estimate.to_dict(), None), or (None, one-line error) when the estimator cannot size this run."""
+    try:
+        from estimator.estimate import estimate
+
+        cfg = RunConfig.from_dict(config)
+        return estimate(cfg, arch_for(cfg, hf_config)).to_dict(), None
+    except Exception as exc:  # estimator incomplete or config rejected: keep the measurement anyway
+        msg = (str(exc).strip().splitlines() or [""])[0]
+        return None, f"{type(exc).__name__}: {msg}"[:300]

@@ -1,0 +1,148 @@
+"""NVML probe: a thread sampling device used memory and this process's used memory, with phase labels."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class NvmlDevice:
+    """Reads one GPU through pynvml; tests inject any object with the same two methods."""
+
+    index: int = 0
+    _handle: object = None
+
+    def __post_init__(self):
+        import pynvml
+
+        pynvml.nvmlInit()
+        self._nvml = pynvml
+        self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+
+    def used_bytes(self) -> int:
+        """Device memory in use by everything (nvidia-smi's 'used')."""
+        return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)
+
+    def process_bytes(self, pid: int) -> int | None:
+        """Device memory used by process `pid` (None if NVML does not list it)."""
+        try:
+            procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
+        except self._nvml.NVMLError:
+            return None
+        for p in procs:
+            if p.pid == pid and p.usedGpuMemory is not None:
+                return int(p.usedGpuMemory)
+        return None
+
+    def total_bytes(self) -> int:
+        return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).total)
+
+
+def open_device(index: int = 0):
+    """(device, None) or (None, reason) when NVML or the GPU is not there."""
+    try:
+        return NvmlDevice(index), None
+    except Exception as exc:  # pynvml raises NVMLError_LibraryNotFound etc.; ImportError where not installed
+        return None, f"{type(exc).__name__}: {exc}".strip()
+
+
+@dataclass
+class NvmlProbe:
+    """Samples `device` every `interval` seconds on a thread; peaks overall and per phase."""
+
+    device: object | None
+    interval: float = 0.01
+    pid: int = field(default_factory=os.getpid)
+    reason: str | None = None
+    phase: str = "other"
+    baseline_bytes: int | None = None
+    peak_device_bytes: int = 0
+    peak_process_bytes: int | None = None
+    phase_device_peaks: dict[str, int] = field(default_factory=dict)
+    phase_process_peaks: dict[str, int] = field(default_factory=dict)
+    samples: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def available(self) -> bool:
+        return self.device is not None
+
+    def sample(self) -> None:
+        """Take one reading and fold it into the peaks under the current phase."""
+        used = self.device.used_bytes()
+        proc = self.device.process_bytes(self.pid)
+        with self._lock:
+            phase = self.phase
+            self.samples += 1
+            self.peak_device_bytes = max(self.peak_device_bytes, used)
+            self.phase_device_peaks[phase] = max(self.phase_device_peaks.get(phase, 0), used)
+            if proc is not None:
+                self.peak_process_bytes = max(self.peak_process_bytes or 0, proc)
+                self.phase_process_peaks[phase] = max(self.phase_process_peaks.get(phase, 0), proc)
+
+    def set_phase(self, name: str) -> None:
+        """Label later samples with `name` (one sample is taken at the boundary so short phases are seen)."""
+        if self.available and self._thread is not None:
+            self.sample()
+        with self._lock:
+            self.phase = name
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def start(self) -> NvmlProbe:
+        if self.available:
+            self.baseline_bytes = self.device.used_bytes()
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="nvml-probe", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=5)
+            self.sample()
+            self._thread = None
+
+    def __enter__(self) -> NvmlProbe:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def result(self) -> dict:
+        """{"available": False, "reason"} or the peaks (bytes) overall and per phase."""
+        if not self.available:
+            return {"available": False, "reason": self.reason or "no NVML device"}
+        with self._lock:
+            return {
+                "available": True,
+                "interval_s": self.interval,
+                "samples": self.samples,
+                "baseline_device_bytes": self.baseline_bytes,
+                "peak_device_bytes": self.peak_device_bytes,
+                "peak_process_bytes": self.peak_process_bytes,
+                "phases": dict(self.phase_device_peaks),
+                "process_phases": dict(self.phase_process_peaks),
+            }
+
+
+def make_probe(index: int = 0, interval: float = 0.01) -> NvmlProbe:
+    """An NvmlProbe on GPU `index`, or an unavailable one that says why."""
+    device, reason = open_device(index)
+    return NvmlProbe(device=device, interval=interval, reason=reason)
+
+
+if __name__ == "__main__":  # manual check: python -m sweeps.probes.nvml
+    probe = make_probe()
+    with probe:
+        time.sleep(0.1)
+    print(probe.result())

@@ -1,0 +1,243 @@
+"""One GRPO run in its own process: `python -m sweeps.run_one <spec.json>` writes a result JSON.
+
+The spec is {"config": RunConfig dict, "variant": {...}, "probes": [...], "result_path": str, "workdir": str,
+"inject_failure": null|"raise"|"oom"|"kill"|"hang"}. The result holds status/error, model, observed,
+step_seconds, lengths, versions and device; the sweep app turns it into a row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+PROBES = ("tensors", "torch_cuda", "nvml")
+
+
+def _set_offline_env(device: str) -> None:
+    """No telemetry anywhere; no hub on CPU (models come from disk) — set before trl is imported."""
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if device == "cpu":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _is_oom(exc: BaseException) -> bool:
+    """CUDA OOM, or a host allocation failure."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    msg = str(exc)
+    return "out of memory" in msg.lower() or "can't allocate memory" in msg
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: first line of the message` (at most 300 characters)."""
+    msg = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {msg[0] if msg else ''}".strip()
+    return text[:300]
+
+
+def _inject(kind: str | None) -> None:
+    """Fail on purpose (tests): raise, raise a CUDA-style OOM, kill this process, or hang."""
+    if not kind:
+        return
+    if kind == "raise":
+        raise RuntimeError("injected failure")
+    if kind == "oom":
+        import torch
+
+        raise torch.OutOfMemoryError("CUDA out of memory. (injected)")
+    if kind == "kill":
+        os.kill(os.getpid(), 9)
+    if kind == "hang":
+        time.sleep(10**6)
+    raise ValueError(f"inject_failure={kind!r}: accepted values are raise, oom, kill, hang")
+
+
+def _make_probes(names: list[str], device: str) -> dict:
+    """Probe objects by name; probes that cannot apply on this device are skipped (nvml reports why)."""
+    probes: dict = {}
+    for name in names:
+        if name == "tensors":
+            from sweeps.probes.tensors import LiveStorageMode
+
+            probes[name] = LiveStorageMode(round_to=512 if device == "cuda" else 1)
+        elif name == "torch_cuda":
+            from sweeps.probes.torch_cuda import TorchCudaProbe
+
+            probes[name] = TorchCudaProbe()
+        elif name == "nvml":
+            from sweeps.probes.nvml import make_probe
+
+            probes[name] = make_probe(interval=0.01)
+        else:
+            raise ValueError(f"probe {name!r}: accepted values are {', '.join(PROBES)}")
+    return probes
+
+
+class _StepLabel:
+    """Forwards the training step number to probes that keep per-step peaks."""
+
+    def __init__(self, probes):
+        self.probes = [p for p in probes if hasattr(p, "set_step")]
+
+    def __call__(self, step: int) -> None:
+        for p in self.probes:
+            p.set_step(step)
+
+
+def _observed(cfg_device: str, results: dict, phase_names: tuple[str, ...]) -> dict:
+    """observed = {source, peak_bytes, peak_phase, phases, probes}, from the probe that defines the peak."""
+    source = "measured-gpu" if cfg_device == "cuda" else "measured-cpu"
+    main = None
+    if cfg_device == "cuda" and results.get("torch_cuda", {}).get("available"):
+        tc = results["torch_cuda"]
+        main = {"peak_bytes": tc["peak_allocated_bytes"], "phases": tc["phases"]}
+    elif "tensors" in results:
+        main = {"peak_bytes": results["tensors"]["peak_bytes"], "phases": results["tensors"]["phases"]}
+    obs = {"source": source, "peak_bytes": None, "peak_phase": None, "phases": {}, "probes": results}
+    if main is not None:
+        phases = {p: int(main["phases"][p]) for p in phase_names if p in main["phases"]}
+        obs["peak_bytes"] = int(main["peak_bytes"])
+        allp = main["phases"]
+        obs["peak_phase"] = max(allp, key=lambda p: allp[p]) if allp else None
+        obs["phases"] = phases
+    return obs
+
+
+def _lengths(log_history: list[dict]) -> dict:
+    """Completion lengths the trainer logged per step (mean / max / clipped ratio)."""
+    keys = (
+        "completions/mean_length",
+        "completions/max_length",
+        "completions/min_length",
+        "completions/clipped_ratio",
+    )
+    out: dict[str, list] = {}
+    for entry in log_history:
+        for k in keys:
+            if k in entry:
+                out.setdefault(k.split("/")[1], []).append(entry[k])
+    return out
+
+
+def execute(spec: dict) -> dict:
+    """Build the trainer, run the steps under the probes, return the result dict (raises on failure)."""
+    _inject(spec.get("inject_failure"))
+    from estimator.config import RunConfig
+    from sweeps import grpo_setup
+    from sweeps.probes import phases as phase_hooks
+    from sweeps.records import environment_info
+
+    cfg = RunConfig.from_dict(spec["config"])
+    variant = {**grpo_setup.VARIANT_DEFAULTS, **spec.get("variant", {})}
+    env = environment_info(cfg.device)
+    workdir = Path(spec.get("workdir") or tempfile.mkdtemp(prefix="grpo-vram-run-"))
+    built = grpo_setup.build(cfg, variant, workdir)
+    trainer = built.trainer
+    base_params, trainable = grpo_setup.count_params(trainer.model)
+
+    probes = _make_probes(list(spec.get("probes", PROBES)), cfg.device)
+    tracker = phase_hooks.PhaseTracker(list(probes.values()))
+    step_seconds: list[float] = []
+    phase_hooks.install(trainer, tracker, step_seconds)
+    shapes: list[dict] = []
+    original = trainer._generate_and_score_completions
+
+    def record_shapes(*args, **kwargs):
+        out = original(*args, **kwargs)
+        shapes.append(
+            {"prompt": list(out["prompt_ids"].shape), "completion": list(out["completion_ids"].shape)}
+        )
+        return out
+
+    trainer._generate_and_score_completions = record_shapes
+    step_label = _StepLabel(probes.values())
+    from transformers import TrainerCallback
+
+    class StepCallback(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            step_label(state.global_step + 1)
+
+    trainer.add_callback(StepCallback())
+
+    tensors = probes.get("tensors")
+    if tensors is not None:
+        tensors.register(trainer.model)
+        if getattr(trainer, "ref_model", None) is not None:
+            tensors.register(trainer.ref_model)
+    for name, p in probes.items():
+        if name != "tensors":
+            p.start()
+    t0 = time.perf_counter()
+    try:
+        if tensors is not None:
+            with tensors:
+                trainer.train()
+        else:
+            trainer.train()
+    finally:
+        for name, p in probes.items():
+            if name != "tensors":
+                p.stop()
+    train_seconds = time.perf_counter() - t0
+
+    results = {name: p.result() for name, p in probes.items()}
+    if "tensors" in results:
+        results["tensors"].pop("phase_at_peak", None)
+    obs = _observed(cfg.device, results, phase_hooks.PHASES)
+    obs["shapes"] = shapes
+    obs["phases_seen"] = tracker.seen
+    return {
+        "status": "ok",
+        "error": None,
+        "model": {
+            "name": cfg.model,
+            "params": base_params,
+            "trainable_params": trainable,
+            "config": built.hf_config,
+        },
+        "observed": obs,
+        "step_seconds": step_seconds,
+        "train_seconds": round(train_seconds, 3),
+        "lengths": _lengths(trainer.state.log_history),
+        **env,
+    }
+
+
+def write_json(path: str | os.PathLike, obj: dict) -> None:
+    """Write JSON atomically (temp file in the same directory, then os.replace)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, default=str))
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the spec given as a path (or inline JSON); write the result; exit 0 when a result was written."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m sweeps.run_one <spec.json>", file=sys.stderr)
+        return 2
+    arg = argv[0]
+    spec = json.loads(arg) if arg.lstrip().startswith("{") else json.loads(Path(arg).read_text())
+    _set_offline_env(spec["config"].get("device", "cuda"))
+    try:
+        result = execute(spec)
+    except BaseException as exc:  # one run's failure is its outcome, never a crash of the sweep
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        traceback.print_exc(file=sys.stderr)
+        result = {"status": "oom" if _is_oom(exc) else "error", "error": one_line(exc)}
+    write_json(spec["result_path"], result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

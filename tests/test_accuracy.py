@@ -1,0 +1,95 @@
+"""accuracy: recomputed predictions vs observed peaks, per-source summary lines."""
+
+import json
+
+from sweeps import accuracy, records
+from sweeps.tiny import hf_config
+
+MIB = 2**20
+
+
+def _row(key, source, observed, status="ok", nvml=None, model="m"):
+    probes = {"nvml": {"available": True, "peak_process_bytes": nvml}} if nvml else {}
+    return {
+        "key": key,
+        "source": source,
+        "status": status,
+        "sweep": "t",
+        "config": {"model": model, "per_device_train_batch_size": 4, "num_generations": 4},
+        "model": {"name": model},
+        "observed": {"peak_bytes": observed, "peak_phase": "train", "probes": probes},
+    }
+
+
+def fake_predictor(config, hf):
+    """Predicts 100 MiB allocated / 120 MiB device for every config."""
+    return {"peak_allocated_bytes": 100 * MIB, "peak_device_bytes": 120 * MIB, "peak_phase": "train"}, None
+
+
+def test_frame_errors_and_summary_lines(tmp_path):
+    rows = [
+        _row("a", "measured-cpu", 80 * MIB),  # +25%
+        _row("b", "measured-cpu", 125 * MIB),  # -20%
+        _row("c", "measured-cpu", 100 * MIB),  # 0%
+        _row("d", "traced", 110 * MIB),
+        _row("e", "measured-gpu", 50 * MIB, nvml=100 * MIB),
+        _row("f", "measured-cpu", None, status="oom"),
+    ]
+    for r in rows:
+        records.append_row(tmp_path / "x.jsonl", r)
+    df = accuracy.accuracy_frame(records.load_rows(tmp_path), predictor=fake_predictor)
+    assert len(df) == 5
+    a = df.set_index("key")
+    assert a.loc["a", "abs_error_bytes"] == 20 * MIB
+    assert abs(a.loc["a", "rel_error"] - 0.25) < 1e-12
+    assert abs(a.loc["b", "rel_error"] + 0.2) < 1e-12
+    assert abs(a.loc["e", "device_rel_error"] - 0.2) < 1e-12
+    lines = accuracy.summary_lines(df)
+    assert lines == [
+        "accuracy[traced]: 1 configs, median 9.1%, worst 9.1%",
+        "accuracy[measured-cpu]: 3 configs, median 20.0%, worst 25.0%",
+        "accuracy[measured-gpu]: 1 configs, median 100.0%, worst 100.0%",
+    ]
+
+
+def test_latest_row_per_key_wins():
+    rows = [_row("a", "measured-cpu", 10 * MIB, status="error"), _row("a", "measured-cpu", 100 * MIB)]
+    df = accuracy.accuracy_frame(rows, predictor=fake_predictor)
+    assert list(df["observed_bytes"]) == [100 * MIB]
+    rows.append(_row("a", "measured-cpu", None, status="error"))
+    assert len(accuracy.accuracy_frame(rows, predictor=fake_predictor)) == 0
+
+
+def test_real_predictor_sizes_tiny_models_from_stored_config():
+    row = _row("t", "measured-cpu", 30 * MIB, model="tiny-2M")
+    row["config"] = {
+        "model": "tiny-2M",
+        "device": "cpu",
+        "per_device_train_batch_size": 4,
+        "num_generations": 4,
+    }
+    row["model"]["config"] = hf_config("tiny-2M")
+    df = accuracy.accuracy_frame([row])
+    assert df.loc[0, "prediction_error"] is None
+    assert df.loc[0, "predicted_bytes"] > 8 * MIB  # at least the fp32 weights of 2M params
+
+
+def test_main_prints_table_and_summary(tmp_path, capsys):
+    row = _row("t", "measured-cpu", 30 * MIB, model="tiny-2M")
+    row["config"] = {
+        "model": "tiny-2M",
+        "device": "cpu",
+        "per_device_train_batch_size": 4,
+        "num_generations": 4,
+    }
+    (tmp_path / "s.jsonl").write_text(json.dumps(row) + "\n")
+    assert accuracy.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "tiny-2M full" in out
+    assert out.strip().splitlines()[-1].startswith("accuracy[measured-cpu]: 1 configs, median ")
+
+
+def test_main_rejects_missing_path(tmp_path, capsys):
+    assert accuracy.main([str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "nope" in err and len(err.strip().splitlines()) == 1

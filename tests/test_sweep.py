@@ -1,0 +1,149 @@
+"""The sweep app: real GRPOTrainer steps on a tiny model, failures recorded as rows, resume without duplicates."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize
+
+from sweeps import app, data, records, tiny
+
+REPO = Path(__file__).resolve().parent.parent
+TINY_ARGS = [
+    "model=tiny-2M",
+    "trainer.per_device_train_batch_size=4",
+    "trainer.num_generations=4",
+    "trainer.max_prompt_length=8",
+    "trainer.max_completion_length=8",
+    "sweep.name=t",
+]
+
+
+def _sweep(tmp_path, *overrides):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONPATH": str(REPO)}
+    cmd = [
+        sys.executable,
+        "-m",
+        "sweeps.app",
+        "--multirun",
+        *TINY_ARGS,
+        f"sweep.results_dir={tmp_path / 'res'}",
+        f"hydra.sweep.dir={tmp_path / 'hydra'}",
+        *overrides,
+    ]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _compose(*overrides):
+    with initialize(config_path="../sweeps/conf", version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.mark.slow
+def test_sweep_runs_records_failures_and_resumes(tmp_path):
+    proc = _sweep(tmp_path, "run.inject_failure=raise,kill,null")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    path = tmp_path / "res" / "t.jsonl"
+    rows = records.load_rows(path)
+    assert [r["status"] for r in rows] == ["error", "error", "ok"]
+    assert rows[0]["error"] == "RuntimeError: injected failure"
+    assert "SIGKILL" in rows[1]["error"]
+
+    ok = rows[2]
+    assert ok["key"] == records.make_key(ok["config"], ok["variant"])
+    assert ok["source"] == "measured-cpu" and ok["config"]["device"] == "cpu"
+    assert ok["versions"]["trl"].startswith("1.16") and ok["device"]["type"] == "cpu"
+    obs = ok["observed"]
+    assert obs["source"] == "measured-cpu"
+    params = ok["model"]["params"]
+    assert params == 2_002_048 == ok["model"]["trainable_params"]
+    weights = 4 * params  # fp32
+    phases = obs["phases"]
+    assert set(phases) == {"generate", "score", "train", "optimizer"}
+    # step 2: weights + two Adam states are resident while generating; grads exist in the optimizer step
+    assert 3 * weights <= phases["generate"] < 6 * weights
+    assert 4 * weights <= phases["optimizer"] < 5 * weights
+    assert 3 * weights <= phases["train"] < 8 * weights
+    assert obs["peak_bytes"] == max(obs["probes"]["tensors"]["phases"].values())
+    assert obs["peak_phase"] in phases
+    assert obs["shapes"] == [{"prompt": [4, 8], "completion": [4, 8]}] * 2
+    assert len(ok["step_seconds"]) == 2 and all(s > 0 for s in ok["step_seconds"])
+    assert ok["lengths"]["max_length"] == [8.0, 8.0]
+    assert obs["probes"]["nvml"]["available"] is False and obs["probes"]["nvml"]["reason"]
+    assert ok["prediction"]["source"] == "estimated" and ok["prediction"]["config"]["device"] == "cpu"
+
+    again = _sweep(tmp_path, "run.inject_failure=raise,kill,null")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert sum(line.startswith("skip ") for line in again.stdout.splitlines()) == 3
+    assert [r["key"] for r in records.load_rows(path)] == [r["key"] for r in rows]
+
+
+def test_timeout_kills_child_and_is_an_error(tmp_path):
+    spec = {
+        "config": {"model": "tiny-2M", "device": "cpu"},
+        "variant": {},
+        "inject_failure": "hang",
+        "result_path": str(tmp_path / "result.json"),
+        "workdir": str(tmp_path),
+    }
+    result = app.run_child(spec, timeout_s=3, log_path=tmp_path / "run.log")
+    assert result == {"status": "error", "error": "timeout: run killed after 3 s"}
+
+
+def test_bad_input_is_one_line_on_stderr(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "sweeps.app", "trainer.dtype=fp8", f"sweep.results_dir={tmp_path}"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines == ["grpo-vram-sweep: trainer.dtype='fp8': accepted values are float32, bfloat16, float16"]
+    assert not list(tmp_path.glob("*.jsonl"))
+
+
+def test_to_job_maps_config_and_variant(tmp_path):
+    job = app.to_job(_compose("+experiment=smoke", "method=qlora", f"sweep.results_dir={tmp_path}"))
+    c = job.config
+    assert (c.model, c.device, c.use_peft, c.load_in_4bit) == ("tiny-2M", "cpu", True, True)
+    assert (c.per_device_train_batch_size, c.num_generations, c.max_completion_length) == (4, 4, 32)
+    assert job.variant["tiny_model"]["hidden_size"] == 128
+    assert "inject_failure" not in job.variant
+    assert job.results_path == tmp_path / "smoke.jsonl"
+    assert job.source == "measured-cpu"
+
+
+def test_h100_preset_resolves_accumulation_for_16_generations():
+    job = app.to_job(_compose("+experiment=h100", "trainer.num_generations=16", "model=qwen2.5-7b"))
+    assert job.config.model == "Qwen/Qwen2.5-7B-Instruct"
+    assert (job.config.gradient_accumulation_steps, job.config.generation_sequences) == (2, 16)
+    assert job.config.dtype == "bfloat16" and job.source == "measured-gpu"
+    job4 = app.to_job(_compose("+experiment=h100", "trainer.num_generations=4"))
+    assert job4.config.gradient_accumulation_steps == 1
+
+
+def test_indivisible_generation_batch_is_bad_input():
+    with pytest.raises(app.BadInput, match="not divisible by num_generations=3"):
+        app.to_job(_compose("trainer.num_generations=3"))
+
+
+def test_skip_keys_retry_errors(tmp_path):
+    path = tmp_path / "r.jsonl"
+    v = records.package_versions()
+    records.append_row(path, {"key": "e", "status": "error", "versions": v})
+    records.append_row(path, {"key": "o", "status": "ok", "versions": v})
+    assert app.skip_keys(path, v, retry_errors=False) == {"e", "o"}
+    assert app.skip_keys(path, v, retry_errors=True) == {"o"}
+
+
+def test_synthetic_prompts_have_exact_token_length():
+    tok = tiny.build_tokenizer(2048)
+    rows = data.synthetic(tok, 37, n=5)
+    assert [len(tok(r["prompt"], add_special_tokens=False)["input_ids"]) for r in rows] == [37] * 5
+    assert json.dumps(rows)  # plain data
+
+
+def test_gsm8k_is_shipped():
+    rows = data.gsm8k("train", 3)
+    assert rows[0]["answer"] == "72" and rows[0]["prompt"].startswith("Natalia")
