@@ -1,0 +1,205 @@
+"""The published figures, drawn from report_data frames with matplotlib (Agg) and saved byte-for-byte reproducibly."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from estimator.units import GIB  # noqa: E402
+from sweeps.report_data import Card  # noqa: E402
+
+DPI = 100
+SOURCE_STYLE = {  # colour and marker per source, the same in every figure
+    "estimated": ("tab:gray", "o"),
+    "traced": ("tab:blue", "s"),
+    "measured-cpu": ("tab:green", "^"),
+    "measured-gpu": ("tab:red", "D"),
+}
+RC = {
+    "svg.hashsalt": "grpo-vram",
+    "path.simplify": False,
+    "font.family": "DejaVu Sans",
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "figure.dpi": DPI,
+}
+
+
+def save(fig: Figure, path: str | os.PathLike) -> None:
+    """Write `fig` as a PNG with fixed dpi and no software/time metadata, then close it."""
+    with plt.rc_context(RC):
+        fig.savefig(path, dpi=DPI, metadata={"Software": None})
+    plt.close(fig)
+
+
+def _figure(w: float, h: float, nrows: int = 1, ncols: int = 1, **kw):
+    with plt.rc_context(RC):
+        return plt.subplots(nrows, ncols, figsize=(w, h), squeeze=False, **kw)
+
+
+# ---------------------------------------------------------------- breakdown
+
+
+def breakdown_figure(breakdown: pd.DataFrame, gpu: Card | None = None) -> Figure:
+    """Stacked bars: estimated bytes per component in the peak phase, one panel per model, one bar per method."""
+    with plt.rc_context(RC):
+        models = list(dict.fromkeys(breakdown["model"]))
+        methods = list(dict.fromkeys(breakdown["method"]))
+        comps = sorted(set(breakdown["component"]))
+        colors = dict(zip(comps, plt.get_cmap("tab20")(np.linspace(0, 1, max(len(comps), 2))), strict=False))
+        fig, axes = _figure(3.0 * len(models) + 1.5, 4.8, 1, len(models))
+        for ax, model in zip(axes[0], models, strict=True):
+            sub = breakdown[breakdown["model"] == model]
+            bottom = np.zeros(len(methods))
+            for comp in comps:
+                vals = np.array(
+                    [
+                        sub[(sub["method"] == m) & (sub["component"] == comp)]["bytes"].sum() / GIB
+                        for m in methods
+                    ]
+                )
+                ax.bar(range(len(methods)), vals, bottom=bottom, color=colors[comp], label=comp, width=0.7)
+                bottom += vals
+            for i, total in enumerate(bottom):
+                ax.text(i, total, f"{total:.1f}", ha="center", va="bottom", fontsize=7)
+            if gpu is not None and bottom.max() > gpu.bytes / GIB * 0.6:
+                ax.axhline(gpu.bytes / GIB, color="black", ls="--", lw=0.8, label=f"{gpu.label} capacity")
+            ax.set_title(f"Qwen2.5-{model}")
+            ax.set_xticks(range(len(methods)))
+            ax.set_xticklabels(methods, rotation=40, ha="right")
+            ax.set_ylim(0, max(bottom.max(), 1e-3) * 1.15)
+        axes[0][0].set_ylabel("peak allocated memory (GiB)")
+        handles, labels = {}, []
+        for ax in axes[0]:
+            for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+                handles.setdefault(lab, h)
+        labels = list(handles)
+        fig.legend([handles[k] for k in labels], labels, loc="center right", fontsize=8, title="component")
+        phases = ", ".join(sorted(set(breakdown["phase"])))
+        fig.suptitle(f"Estimated memory by component at the peak phase ({phases}) — source: estimated")
+        fig.tight_layout(rect=(0, 0, 1 - 1.5 / (3.0 * len(models) + 1.5), 0.95))
+    return fig
+
+
+# ---------------------------------------------------------------- accuracy
+
+
+def accuracy_figure(acc: pd.DataFrame, band: float = 0.05) -> Figure:
+    """Predicted vs observed peak allocated GiB, log-log, coloured by source, with y = x and a ±band."""
+    with plt.rc_context(RC):
+        fig, axes = _figure(6.4, 5.6)
+        ax = axes[0][0]
+        ax.set_title("Estimator accuracy: predicted vs observed peak allocated memory")
+        ax.set_xlabel("observed peak allocated (GiB; traced / measured)")
+        ax.set_ylabel("predicted peak allocated (GiB; estimated)")
+        if acc.empty:
+            ax.text(
+                0.5, 0.5, "no traced or measured rows yet", ha="center", va="center", transform=ax.transAxes
+            )
+            lo, hi = 0.1, 100.0
+        else:
+            obs = acc["observed_bytes"].to_numpy(float) / GIB
+            pred = acc["predicted_bytes"].to_numpy(float) / GIB
+            lo = float(min(obs.min(), pred.min())) / 1.5
+            hi = float(max(obs.max(), pred.max())) * 1.5
+            for source in sorted(set(acc["source"])):
+                m = (acc["source"] == source).to_numpy()
+                color, marker = SOURCE_STYLE.get(source, ("black", "x"))
+                ax.scatter(
+                    obs[m], pred[m], c=color, marker=marker, s=22, label=f"{source} ({m.sum()})", zorder=3
+                )
+        xs = np.geomspace(lo, hi, 50)
+        ax.plot(xs, xs, color="black", lw=0.8, label="y = x")
+        ax.fill_between(xs, xs * (1 - band), xs * (1 + band), color="gold", alpha=0.35, label=f"±{band:.0%}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.grid(True, which="both", lw=0.3, alpha=0.5)
+        ax.legend(loc="upper left", title="source (rows)")
+        fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- curves
+
+CURVE_TEXT = {
+    "num_generations": ("num_generations (per_device_train_batch_size = num_generations)", 2),
+    "max_completion_length": ("max_completion_length (tokens)", 2),
+}
+
+
+def curve_figure(curves: pd.DataFrame, gpus: Iterable[Card], setting: str = "") -> Figure:
+    """Estimated peak allocated GiB along one parameter, one panel per method, GPU capacities as lines."""
+    param = curves["param"].iloc[0]
+    xlabel, base = CURVE_TEXT[param]
+    gpus = list(gpus)
+    with plt.rc_context(RC):
+        methods = list(dict.fromkeys(curves["method"]))
+        models = list(dict.fromkeys(curves["model"]))
+        colors = dict(zip(models, plt.get_cmap("viridis")(np.linspace(0, 0.85, len(models))), strict=True))
+        fig, axes = _figure(6.0 * len(methods), 5.0, 1, len(methods), sharey=True)
+        est = curves[curves["source"] == "estimated"]
+        top = est["peak_allocated_bytes"].max() / GIB
+        for ax, method in zip(axes[0], methods, strict=True):
+            for model in models:
+                sub = est[(est["method"] == method) & (est["model"] == model)].sort_values("x")
+                ax.plot(
+                    sub["x"],
+                    sub["peak_allocated_bytes"] / GIB,
+                    color=colors[model],
+                    marker="o",
+                    ms=3,
+                    label=f"Qwen2.5-{model} (estimated)",
+                )
+                for source in sorted(set(curves["source"]) - {"estimated"}):
+                    pts = curves[
+                        (curves["source"] == source)
+                        & (curves["method"] == method)
+                        & (curves["model"] == model)
+                    ]
+                    if not pts.empty:
+                        c, mk = SOURCE_STYLE.get(source, ("black", "x"))
+                        ax.scatter(
+                            pts["x"],
+                            pts["peak_allocated_bytes"] / GIB,
+                            marker=mk,
+                            s=50,
+                            facecolor="none",
+                            edgecolor=c,
+                            lw=1.5,
+                            zorder=4,
+                            label=f"Qwen2.5-{model} ({source})",
+                        )
+            for g in gpus:
+                y = g.bytes / GIB
+                if y <= top * 1.3:
+                    ax.axhline(y, color="black", ls=":", lw=0.8)
+                    ax.text(est["x"].min(), y, f" {g.gb} GB", va="bottom", ha="left", fontsize=7)
+            ax.set_xscale("log", base=base)
+            ax.set_yscale("log")
+            ticks = sorted(set(curves["x"]))
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([str(t) for t in ticks])
+            ax.minorticks_off()
+            ax.set_title(method)
+            ax.set_xlabel(xlabel)
+            ax.grid(True, lw=0.3, alpha=0.5)
+            ax.legend(loc="upper left", fontsize=7)
+        axes[0][0].set_ylabel("peak allocated memory (GiB, log scale)")
+        fig.suptitle(
+            f"Peak allocated memory vs {param} — lines estimated, hollow markers traced/measured\n"
+            f"{setting}; dotted lines: GPU memory (a card also holds CUDA context + allocator reserve)",
+            fontsize=9,
+        )
+        fig.tight_layout()
+    return fig
