@@ -7,6 +7,7 @@ STAMP := .venv/.installed
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH_CPU := torch==2.13.0
 EXTRAS ?= sweep,dev
+SWEEP_ARGS ?=
 
 .PHONY: install estimate test lint format sweep sweep-smoke trace accuracy tables fit-overheads bench clean
 
@@ -37,11 +38,11 @@ test: lint
 
 # The GPU grid a user runs on a rented H100 (models load from the hub there).
 sweep: install
-	.venv/bin/grpo-vram-sweep --multirun +experiment=h100
+	.venv/bin/grpo-vram-sweep --multirun +experiment=h100 $(SWEEP_ARGS)
 
 # A CPU grid of tiny and small models; a few minutes on 2 cores.
 sweep-smoke: install
-	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-sweep --multirun +experiment=smoke
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-sweep --multirun +experiment=smoke $(SWEEP_ARGS)
 
 # Real-size GRPO steps under FakeTensorMode (no GPU needed).
 trace: install

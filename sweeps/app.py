@@ -32,7 +32,6 @@ RUN_KEYS = (
     "num_prompts",
     "learning_rate",
     "lora_alpha",
-    "lora_dropout",
     "seed",
 )
 PROMPTS = ("synthetic", "gsm8k")
@@ -89,6 +88,12 @@ def to_job(cfg: DictConfig) -> Job:
     _check(settings["device"], DEVICES, "device")
     _check(settings.get("dtype", "float32"), DTYPES, "trainer.dtype")
     _check(settings.get("optim", "adamw_torch_fused"), OPTIMIZERS, "trainer.optim")
+    # what one TRL 1.16 process can run: the chunked head, one GPU, no sharding, vLLM only on CUDA
+    _check(settings.get("logprob_head", "chunked"), ("chunked",), "trainer.logprob_head")
+    _check(settings.get("num_gpus", 1), (1,), "trainer.num_gpus")
+    _check(settings.get("sharding", "none"), ("none",), "trainer.sharding")
+    if settings.get("use_vllm") and settings["device"] != "cuda":
+        raise BadInput("trainer.use_vllm=true: accepted only with device=cuda")
     try:
         config = RunConfig.from_dict(settings)
     except (TypeError, ValueError) as exc:
@@ -99,6 +104,9 @@ def to_job(cfg: DictConfig) -> Job:
             f"is not divisible by num_generations={config.num_generations}"
         )
     run = c.get("run") or {}
+    unknown = sorted(set(run) - set(RUN_KEYS) - {"inject_failure"})
+    if unknown:
+        raise BadInput(f"run.{unknown[0]}: not a run setting; accepted keys are {', '.join(RUN_KEYS)}")
     variant = {k: run[k] for k in RUN_KEYS if k in run}
     _check(variant.get("prompts", "synthetic"), PROMPTS, "run.prompts")
     if int(variant.get("steps", 2)) < 2:

@@ -17,7 +17,6 @@ VARIANT_DEFAULTS = {
     "num_prompts": 64,
     "learning_rate": 1e-5,
     "lora_alpha": 32,
-    "lora_dropout": 0.0,
     "seed": 0,
 }
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -86,7 +85,7 @@ def peft_config(cfg: RunConfig, variant: dict):
     return LoraConfig(
         r=cfg.lora_r,
         lora_alpha=variant["lora_alpha"],
-        lora_dropout=variant["lora_dropout"],
+        lora_dropout=cfg.lora_dropout,
         target_modules=targets,
         task_type="CAUSAL_LM",
     )

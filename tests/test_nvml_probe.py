@@ -79,3 +79,42 @@ def test_make_probe_on_this_machine_reports_or_explains():
     assert r["available"] in (True, False)
     if not r["available"]:
         assert r["reason"]
+
+
+def test_torch_cuda_probe_folds_peaks_at_phase_boundaries(monkeypatch):
+    """torch_cuda probe logic with torch.cuda's counters scripted (no GPU needed)."""
+    import torch
+
+    from sweeps.probes.torch_cuda import TorchCudaProbe
+
+    peaks = iter([(10, 20), (50, 64), (30, 64), (70, 96)])  # (allocated, reserved) at each boundary
+    current = {}
+    resets = []
+
+    def read(kind):
+        def f(device=None):
+            if not current:
+                current.update(zip(("a", "r"), next(peaks), strict=True))
+            return current[kind]
+
+        return f
+
+    def reset(device=None):
+        resets.append(device)
+        current.clear()
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", read("a"))
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", read("r"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset)
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda device=None: {"num_alloc_retries": 2})
+    probe = TorchCudaProbe().start()
+    probe.set_phase("generate")  # closes "other" with (10, 20)
+    probe.set_phase("train")  # closes generate with (50, 64)
+    probe.set_phase("generate")  # closes train with (30, 64)
+    probe.stop()  # closes generate with (70, 96)
+    r = probe.result()
+    assert r["phases"] == {"other": 10, "generate": 70, "train": 30}
+    assert (r["peak_allocated_bytes"], r["peak_reserved_bytes"]) == (70, 96)
+    assert r["reserved_phases"]["train"] == 64 and r["num_alloc_retries"] == 2
+    assert len(resets) == 5  # start + every boundary

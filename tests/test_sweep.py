@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize
 
-from sweeps import app, data, records, tiny
+from sweeps import app, data, grpo_setup, records, tiny
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_ARGS = [
@@ -112,6 +112,15 @@ def test_to_job_maps_config_and_variant(tmp_path):
     assert "inject_failure" not in job.variant
     assert job.results_path == tmp_path / "smoke.jsonl"
     assert job.source == "measured-cpu"
+    assert c.lora_dropout == 0.05  # TRL's ModelConfig default, an estimator field (not a variant)
+    assert grpo_setup.peft_config(c, job.variant).lora_dropout == 0.05
+
+
+def test_runs_the_runner_cannot_do_are_bad_input():
+    with pytest.raises(app.BadInput, match="trainer.sharding='zero3'"):
+        app.to_job(_compose("trainer.sharding=zero3"))
+    with pytest.raises(app.BadInput, match="run.bogus"):
+        app.to_job(_compose("+run.bogus=1"))
 
 
 def test_h100_preset_resolves_accumulation_for_16_generations():

@@ -1,0 +1,1 @@
+"""Hydra config tree of grpo-vram-sweep (a package so Hydra finds it from the console script)."""
