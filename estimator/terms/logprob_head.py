@@ -49,13 +49,19 @@ def tile_casts(cfg: RunConfig, arch: Arch, n: int) -> int:
     return out
 
 
-def cpu_fold_temporaries(cfg: RunConfig, arch: Arch, n: int) -> int:
-    """CPU fallback (_forward_tile/_backward_tile, _addmm_fp32): ~3 fp32 copies of a tile plus an fp32 weight chunk."""
+def cpu_fold_temporaries(cfg: RunConfig, arch: Arch, n: int, backward: bool) -> int:
+    """CPU fallback (CK:211-296), fp32 [rows, cols] tiles live at once: forward z, z − max, exp (3); backward y, z, log_p, p, grad, (target mask − p), its product (7; the float mask dies inside the expression) + the bool mask; +1 for tile.float() when the tile is 16-bit; or, if larger, _addmm_fp32's tile.float() + the fp32 weight chunk."""
     if cfg.device == "cuda":
         return 0
     rows = min(n, TOKEN_CHUNK)
     cols = min(arch.vocab_size, VOCAB_CHUNK)
-    return 3 * rows * cols * 4 + cols * arch.hidden_size * 4
+    tile = rows * cols
+    upcast = 1 if (4 if cfg.cast_lm_head_to_fp32 else compute_bytes(cfg)) != 4 else 0
+    if not backward:
+        return (3 + upcast) * tile * 4
+    fold = (7 + upcast) * tile * 4 + tile
+    addmm = tile * 4 + cols * arch.hidden_size * 4
+    return max(fold, addmm)
 
 
 def head_forward(cfg: RunConfig, arch: Arch, batch: int) -> int:
@@ -66,7 +72,7 @@ def head_forward(cfg: RunConfig, arch: Arch, batch: int) -> int:
         + STAT_VECTORS * n * 4
         + tile_bytes(cfg, arch, n)
         + tile_casts(cfg, arch, n)
-        + cpu_fold_temporaries(cfg, arch, n)
+        + cpu_fold_temporaries(cfg, arch, n, backward=False)
     )
 
 
@@ -85,7 +91,12 @@ def head_backward(cfg: RunConfig, arch: Arch, batch: int, lm_head_trainable: boo
     if lm_head_trainable:
         w = head_weight_bytes(cfg)
         out += v * h * 4 + (v * h * w if w != 4 else 0)
-    return out + tile_bytes(cfg, arch, n) + tile_casts(cfg, arch, n) + cpu_fold_temporaries(cfg, arch, n)
+    return (
+        out
+        + tile_bytes(cfg, arch, n)
+        + tile_casts(cfg, arch, n)
+        + cpu_fold_temporaries(cfg, arch, n, backward=True)
+    )
 
 
 def full_logits(cfg: RunConfig, arch: Arch, batch: int) -> int:
