@@ -56,7 +56,7 @@ def breakdown_figure(breakdown: pd.DataFrame, gpu: Card | None = None) -> Figure
         methods = list(dict.fromkeys(breakdown["method"]))
         comps = sorted(set(breakdown["component"]))
         colors = dict(zip(comps, plt.get_cmap("tab20")(np.linspace(0, 1, max(len(comps), 2))), strict=False))
-        fig, axes = _figure(3.0 * len(models) + 1.5, 4.8, 1, len(models))
+        fig, axes = _figure(3.0 * len(models), 5.4, 1, len(models))
         for ax, model in zip(axes[0], models, strict=True):
             sub = breakdown[breakdown["model"] == model]
             bottom = np.zeros(len(methods))
@@ -83,10 +83,18 @@ def breakdown_figure(breakdown: pd.DataFrame, gpu: Card | None = None) -> Figure
             for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
                 handles.setdefault(lab, h)
         labels = list(handles)
-        fig.legend([handles[k] for k in labels], labels, loc="center right", fontsize=8, title="component")
+        fig.legend(
+            [handles[k] for k in labels],
+            labels,
+            loc="lower center",
+            ncol=min(len(labels), 8),
+            fontsize=8,
+            title="component",
+            frameon=False,
+        )
         phases = ", ".join(sorted(set(breakdown["phase"])))
         fig.suptitle(f"Estimated memory by component at the peak phase ({phases}) — source: estimated")
-        fig.tight_layout(rect=(0, 0, 1 - 1.5 / (3.0 * len(models) + 1.5), 0.95))
+        fig.tight_layout(rect=(0, 0.14, 1, 0.95))
     return fig
 
 
@@ -147,9 +155,10 @@ def curve_figure(curves: pd.DataFrame, gpus: Iterable[Card], setting: str = "") 
         methods = list(dict.fromkeys(curves["method"]))
         models = list(dict.fromkeys(curves["model"]))
         colors = dict(zip(models, plt.get_cmap("viridis")(np.linspace(0, 0.85, len(models))), strict=True))
-        fig, axes = _figure(6.0 * len(methods), 5.0, 1, len(methods), sharey=True)
+        fig, axes = _figure(6.0 * len(methods), 5.8, 1, len(methods), sharey=True)
         est = curves[curves["source"] == "estimated"]
         top = est["peak_allocated_bytes"].max() / GIB
+        lo_y = est["peak_allocated_bytes"].min() / GIB / 1.5
         for ax, method in zip(axes[0], methods, strict=True):
             for model in models:
                 sub = est[(est["method"] == method) & (est["model"] == model)].sort_values("x")
@@ -168,14 +177,14 @@ def curve_figure(curves: pd.DataFrame, gpus: Iterable[Card], setting: str = "") 
                         & (curves["model"] == model)
                     ]
                     if not pts.empty:
-                        c, mk = SOURCE_STYLE.get(source, ("black", "x"))
+                        _, mk = SOURCE_STYLE.get(source, ("black", "x"))
                         ax.scatter(
                             pts["x"],
                             pts["peak_allocated_bytes"] / GIB,
                             marker=mk,
-                            s=50,
+                            s=60,
                             facecolor="none",
-                            edgecolor=c,
+                            edgecolor=colors[model],
                             lw=1.5,
                             zorder=4,
                             label=f"Qwen2.5-{model} ({source})",
@@ -184,17 +193,20 @@ def curve_figure(curves: pd.DataFrame, gpus: Iterable[Card], setting: str = "") 
                 y = g.bytes / GIB
                 if y <= top * 1.3:
                     ax.axhline(y, color="black", ls=":", lw=0.8)
-                    ax.text(est["x"].min(), y, f" {g.gb} GB", va="bottom", ha="left", fontsize=7)
+                    ax.text(est["x"].max(), y, f"{g.gb} GB ", va="bottom", ha="right", fontsize=7)
             ax.set_xscale("log", base=base)
             ax.set_yscale("log")
             ticks = sorted(set(curves["x"]))
             ax.set_xticks(ticks)
             ax.set_xticklabels([str(t) for t in ticks])
             ax.minorticks_off()
+            yt = [t for t in (1, 2, 5, 10, 20, 50, 100, 200, 500) if lo_y <= t <= top * 1.5]
+            ax.set_yticks(yt)
+            ax.set_yticklabels([str(t) for t in yt])
             ax.set_title(method)
             ax.set_xlabel(xlabel)
             ax.grid(True, lw=0.3, alpha=0.5)
-            ax.legend(loc="upper left", fontsize=7)
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=7, frameon=False)
         axes[0][0].set_ylabel("peak allocated memory (GiB, log scale)")
         fig.suptitle(
             f"Peak allocated memory vs {param} — lines estimated, hollow markers traced/measured\n"

@@ -19,6 +19,7 @@ from estimator.catalog import SHORTHANDS
 from estimator.config import RunConfig
 from estimator.estimate import Estimate, estimate
 from estimator.units import GIB
+from sweeps.predict import arch_for
 
 Predict = Callable[[RunConfig], Estimate]
 
@@ -204,6 +205,7 @@ def rows_frame(rows: Iterable[dict]) -> pd.DataFrame:
                 "method": method_of(config),
                 "config_id": config_id(config) if config else "",
                 "config": config,
+                "hf_config": (row.get("model") or {}).get("config"),  # config.json of models built in code
                 "observed_bytes": observed.get("peak_bytes"),
                 "observed_phase": observed.get("peak_phase"),
                 "max_allocated_bytes": alloc,
@@ -398,7 +400,11 @@ def local_accuracy_frame(frame: pd.DataFrame, predict: Predict = DEFAULT_PREDICT
         if r["status"] != "ok" or pd.isna(r["observed_bytes"]) or not r["config"]:
             continue
         try:
-            est = predict(RunConfig.from_dict(r["config"]))
+            cfg = RunConfig.from_dict(r["config"])
+            arch = arch_for(
+                cfg, r.get("hf_config") or None
+            )  # models built in code are sized from their config
+            est = predict(cfg) if arch is None else estimate(cfg, arch)
         except Exception:  # a row whose model or fields this estimator cannot size
             continue
         recs.append(
@@ -507,7 +513,11 @@ def _joined(values: pd.Series) -> str:
 def _device_text(g: pd.DataFrame) -> str:
     out = set()
     for _, r in g.iterrows():
-        name = r.get("device_name") or r.get("device_type") or "?"
+        name = next(
+            (v for v in (r.get("device_name"), r.get("device_type")) if isinstance(v, str) and v), "?"
+        )
+        if r.get("device_type") == "fake-cuda":
+            name = "FakeTensorMode on CPU, CUDA semantics"
         total = r.get("device_bytes")
         size = f" ({total / GIB:.1f} GiB)" if isinstance(total, (int, float)) and pd.notna(total) else ""
         out.add(f"{r.get('device_type') or '?'}: {name}{size}")
