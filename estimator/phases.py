@@ -101,7 +101,11 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
         instants["head_forward"]["autocast_weight_cache"] = cast_cache
         instants["head_backward"]["autocast_weight_cache"] = cast_cache
     grad_flow = 2 * tokens * arch.hidden_size * act.residual_bytes(cfg)
-    layer_bwd = tokens * act.layer_backward_transient_per_token(cfg, arch) + grad_flow
+    layer_bwd = (
+        tokens * act.layer_backward_transient_per_token(cfg, arch)
+        + grad_flow
+        + act.dequantized_weight_transient(cfg, arch)
+    )
     trainable_bytes = nbytes(weights.trainable_dtype(cfg))
     tied_waiting = (
         0  # tied lm_head/embedding: the head's [V, H] gradient waits in autograd's buffer for the embedding's

@@ -53,10 +53,15 @@ def linear_output_bytes(cfg: RunConfig) -> int:
     return residual_bytes(cfg) if cfg.load_in_4bit else compute_bytes(cfg)
 
 
+def mlp_saved_tensors(cfg: RunConfig) -> int:
+    """[T, I] tensors SwiGLU saves: gate, act(gate), up, and the product unless down_proj is frozen (PEFT): 4 or 3."""
+    return 3 if cfg.use_peft else 4
+
+
 def mlp_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     """SwiGLU: gate, act(gate), up (and the product when down_proj trains) in a bytes: 4·a·I full, 3·a·I frozen (MoE: per top-k expert)."""
     a = linear_output_bytes(cfg)
-    saved = 3 if cfg.use_peft else 4  # a frozen down_proj does not keep its input (the product)
+    saved = mlp_saved_tensors(cfg)
     if arch.is_moe:
         return arch.num_experts_per_tok * saved * a * arch.moe_intermediate_size + 4 * arch.num_experts
     return saved * a * arch.intermediate_size
@@ -101,9 +106,22 @@ def autocast_weight_cache(
 
 
 def layer_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """Inside a layer's backward, the MLP's incoming gradient and one partial product coexist with its saved tensors: 2·a·I."""
+    """Inside the MLP's backward six [T, I] tensors are live: those not saved are gradients in flight, (6 − saved)·a·I (2 full, 3 frozen)."""
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
-    return 2 * linear_output_bytes(cfg) * inter
+    out = (6 - mlp_saved_tensors(cfg)) * linear_output_bytes(cfg) * inter
+    if cfg.load_in_4bit and linear_output_bytes(cfg) != compute_bytes(cfg):
+        # one of those is autocast's a-byte copy of down_proj's r-byte input (seen in traces)
+        out += (compute_bytes(cfg) - linear_output_bytes(cfg)) * inter
+    return out
+
+
+def dequantized_weight_transient(cfg: RunConfig, arch: Arch) -> int:
+    """4-bit base: backward dequantizes the largest layer weight in the gradient dtype (r) plus autocast's a-byte cast (bnb MatMul4Bit.backward)."""
+    if not cfg.load_in_4bit:
+        return 0
+    largest = max(lin.in_features * lin.out_features for lin in arch.layer_linears if lin.is_nn_linear)
+    r, a = residual_bytes(cfg), compute_bytes(cfg)
+    return largest * (r + (a if a != r else 0))
 
 
 def checkpoint_inputs(cfg: RunConfig, arch: Arch, tokens: int) -> int:
