@@ -156,7 +156,18 @@ def build(cfg: RunConfig, conf, fake: bool = True):
         from sweeps.trace.optim8bit import Emulated8bitAdamW
 
         return trainer, Emulated8bitAdamW.for_model(policy)
-    return trainer, trainer.create_optimizer()
+    optimizer = trainer.create_optimizer()
+    if fake and cfg.device == "cuda":
+        use_cuda_optimizer_defaults(optimizer)
+    return trainer, optimizer
+
+
+def use_cuda_optimizer_defaults(optimizer: torch.optim.Optimizer) -> None:
+    """torch picks foreach for CUDA tensors when neither foreach nor fused is set (`_default_to_fused_or_foreach`),
+    the single-tensor loop for CPU ones: a fake-CUDA trace on CPU tensors must choose as CUDA would."""
+    for group in optimizer.param_groups:
+        if "foreach" in group and group.get("foreach") is None and not group.get("fused"):
+            group["foreach"] = True
 
 
 def _score(trainer, cfg: RunConfig, ids: torch.Tensor) -> dict:
