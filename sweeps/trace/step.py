@@ -24,10 +24,12 @@ import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from estimator.config import RunConfig
+from sweeps import tiny
 from sweeps.probes.tensors import LiveStorageMode
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -51,64 +53,20 @@ class TraceResult:
     variant: dict = field(default_factory=dict)
 
 
-def _tokenizer():
-    """A tiny offline WordLevel tokenizer (ids are never decoded: the trace builds token tensors directly)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {w: i for i, w in enumerate(["<pad>", "</s>", "<s>", "<unk>", "a", "b"])}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        eos_token="</s>",
-        bos_token="<s>",
-        unk_token="<unk>",
-        padding_side="left",
-    )
-
-
 def _reward(completions, **kwargs):
     return [0.0] * len(completions)
 
 
-def _grpo_args(cfg: RunConfig, out_dir: str):
-    from trl import GRPOConfig
+def _trainer_settings(cfg: RunConfig, out_dir: str):
+    """The sweep's GRPOConfig and LoraConfig for `cfg`, as a TRL user builds them, on (fake) CPU tensors.
 
-    return GRPOConfig(
-        output_dir=out_dir,
-        use_cpu=True,
-        bf16=cfg.bf16,
-        report_to="none",
-        per_device_train_batch_size=cfg.per_device_train_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        num_generations=cfg.num_generations,
-        max_completion_length=cfg.max_completion_length,
-        steps_per_generation=cfg.steps_per_generation,
-        generation_batch_size=cfg.generation_batch_size,
-        num_iterations=cfg.num_iterations,
-        beta=0.0,
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        optim=cfg.optim,
-        cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32,
-        save_strategy="no",
-        disable_tqdm=True,
-        max_steps=2,
-    )
+    beta is 0 here and set after __init__ (see the module docstring); lengths are fixed by the decode loop.
+    """
+    from sweeps import grpo_setup
 
-
-def _lora_config(cfg: RunConfig):
-    from peft import LoraConfig
-
-    targets = list(cfg.lora_target_modules) if cfg.lora_target_modules else None
-    return LoraConfig(
-        r=cfg.lora_r,
-        lora_alpha=2 * cfg.lora_r,
-        lora_dropout=cfg.lora_dropout,
-        target_modules=targets,
-        task_type="CAUSAL_LM",
-    )
+    variant = {**grpo_setup.VARIANT_DEFAULTS, "force_length": False, "lora_alpha": 2 * cfg.lora_r}
+    traced = cfg.with_(device="cpu", beta=0.0, use_vllm=False)
+    return grpo_setup.grpo_args(traced, variant, Path(out_dir)), grpo_setup.peft_config(cfg, variant)
 
 
 def build(cfg: RunConfig, conf, fake: bool = True):
@@ -125,14 +83,15 @@ def build(cfg: RunConfig, conf, fake: bool = True):
     if cfg.load_in_4bit:
         fake_model.emulate_4bit(model, dtype, nested=cfg.use_bnb_nested_quant)
     out_dir = tempfile.mkdtemp(prefix="grpo-vram-trace-")
+    args, lora = _trainer_settings(cfg, out_dir)
     ds = Dataset.from_dict({"prompt": ["a b"] * max(16, cfg.generation_sequences)})
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=_reward,
-        args=_grpo_args(cfg, out_dir),
+        args=args,
         train_dataset=ds,
-        processing_class=_tokenizer(),
-        peft_config=_lora_config(cfg) if cfg.use_peft else None,
+        processing_class=tiny.build_tokenizer(64),  # ids are never decoded: the trace builds token tensors
+        peft_config=lora,
     )
     trainer.current_gradient_accumulation_steps = cfg.gradient_accumulation_steps
     trainer.beta = cfg.beta
