@@ -57,12 +57,18 @@ def score_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     if not (cfg.runs_reference_pass or cfg.runs_old_logprob_pass):
         return {"rollout_buffers": rollout_buffers(cfg)}  # rewards and advantages only: nothing sizeable
     b, seq = cfg.per_device_train_batch_size, cfg.sequence_length
-    return {
-        "activations": act.nograd_forward_peak(cfg, arch, b, seq),
+    common = {
         "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
-        "logprob_head": head.head_forward(cfg, arch, b),
         "rollout_buffers": rollout_buffers(cfg),
     }
+    # the backbone's largest layer and the head run one after the other: the phase peak is the larger instant
+    layers = {"activations": act.nograd_forward_peak(cfg, arch, b, seq)}
+    at_head = {
+        "activations": b * seq * arch.hidden_size * act.residual_bytes(cfg),  # last_hidden_state
+        "logprob_head": head.head_forward(cfg, arch, b),
+    }
+    larger = max(layers, at_head, key=lambda d: sum(d.values()))
+    return common | larger
 
 
 def rollout_buffers(cfg: RunConfig) -> int:
