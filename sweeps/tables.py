@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -285,6 +286,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--traced", default=str(REPO / "results" / "traced"))
     ap.add_argument("--out", default=str(REPO / "results"))
     args = ap.parse_args(argv)
+    for name in ("raw", "traced"):
+        if not Path(getattr(args, name)).is_dir():
+            print(f"grpo-vram-tables: --{name} {getattr(args, name)!r} is not a directory", file=sys.stderr)
+            return 2
     rows = load_results(args.raw, args.traced)
     readme = build(rows, args.out)
     print(f"wrote {readme} and {len(FIGURES)} PNGs from {len(rows)} rows")

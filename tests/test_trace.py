@@ -83,3 +83,13 @@ def test_mid_config_trace_has_four_phases_in_plausible_order():
     assert s2["train"] >= 4 * w and s2["optimizer"] >= 4 * w  # + full gradients
     assert obs["peak_bytes"] == max(obs["phases"].values())
     assert obs["at_peak_by_label"]["param"] == w
+
+
+def test_bad_trace_input_is_one_line_and_exit_2(capsys):
+    from sweeps.trace.cli import main
+
+    assert main(["--model", "9B"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'9B'" in err[0]
+    assert main(["--gens", "3", "--batch-size", "4"]) == 2
+    assert "divisible by num_generations (3)" in capsys.readouterr().err

@@ -126,6 +126,18 @@ def _one_from_args(a) -> RunConfig:
     )
 
 
+def _invalid(cfg: RunConfig) -> str | None:
+    """One line naming the bad value (the estimator's own checks, as TRL makes them), or None."""
+    from estimator.catalog import UnknownModel, resolve_model
+    from estimator.validate import InvalidConfig, validate
+
+    try:
+        validate(cfg, resolve_model(cfg.model))
+    except (UnknownModel, InvalidConfig, ValueError) as exc:
+        return str(exc).splitlines()[0]
+    return None
+
+
 def run_grid(name: str, out: Path, timeout: float, limit: int | None = None) -> None:
     """Trace every config of grid `name` not already in `out`, each in a subprocess; rows appended as they finish."""
     cfgs = grid_configs(name)[:limit] if limit else grid_configs(name)
@@ -219,7 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         if a.out:
             records.append_row(a.out, row)
         return 0 if row["status"] == "ok" else ROW_WRITTEN_WITH_ERROR
-    row = make_row(_one_from_args(a), a.sweep)
+    cfg = _one_from_args(a)
+    problem = _invalid(cfg)
+    if problem:
+        print(f"grpo-vram-trace: {problem}", file=sys.stderr)
+        return 2
+    row = make_row(cfg, a.sweep)
     if a.out:
         records.append_row(a.out, row)
     print(json.dumps(row, indent=1) if a.json else "", end="")
