@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from estimator.units import GIB  # noqa: E402
 from sweeps.report_data import Card  # noqa: E402
@@ -102,38 +103,59 @@ def breakdown_figure(breakdown: pd.DataFrame, gpu: Card | None = None) -> Figure
 
 
 def accuracy_figure(acc: pd.DataFrame, band: float = 0.05) -> Figure:
-    """Predicted vs observed peak allocated GiB, log-log, coloured by source, with y = x and a ±band."""
+    """Left: predicted vs observed GiB (log-log, y = x, ±band); right: relative error vs observed, by source."""
     with plt.rc_context(RC):
-        fig, axes = _figure(6.4, 5.6)
-        ax = axes[0][0]
-        ax.set_title("Estimator accuracy: predicted vs observed peak allocated memory")
-        ax.set_xlabel("observed peak allocated (GiB; traced / measured)")
-        ax.set_ylabel("predicted peak allocated (GiB; estimated)")
+        fig, axes = _figure(12.0, 5.6, 1, 2)
+        ax, er = axes[0]
+        fig.suptitle(
+            "Estimator accuracy: predicted (estimated) vs observed (traced / measured) peak allocated memory"
+        )
+        ax.set_title("predicted vs observed")
+        ax.set_xlabel("observed peak allocated (GiB, log scale; traced / measured)")
+        ax.set_ylabel("predicted peak allocated (GiB, log scale; estimated)")
+        er.set_title("relative error = (predicted − observed) / observed")
+        er.set_xlabel("observed peak allocated (GiB, log scale)")
+        er.set_ylabel("relative error (%)")
         if acc.empty:
-            ax.text(
-                0.5, 0.5, "no traced or measured rows yet", ha="center", va="center", transform=ax.transAxes
-            )
-            lo, hi = 0.1, 100.0
+            for a in (ax, er):
+                a.text(
+                    0.5,
+                    0.5,
+                    "no traced or measured rows yet",
+                    ha="center",
+                    va="center",
+                    transform=a.transAxes,
+                )
+            lo, hi, emax = 0.1, 100.0, 2 * band * 100
         else:
             obs = acc["observed_bytes"].to_numpy(float) / GIB
             pred = acc["predicted_bytes"].to_numpy(float) / GIB
+            rel = 100 * acc["rel_error"].to_numpy(float)
             lo = float(min(obs.min(), pred.min())) / 1.5
             hi = float(max(obs.max(), pred.max())) * 1.5
+            emax = max(float(np.abs(rel).max()) * 1.15, 2 * band * 100)
             for source in sorted(set(acc["source"])):
                 m = (acc["source"] == source).to_numpy()
                 color, marker = SOURCE_STYLE.get(source, ("black", "x"))
-                ax.scatter(
-                    obs[m], pred[m], c=color, marker=marker, s=22, label=f"{source} ({m.sum()})", zorder=3
-                )
+                label = f"{source} ({m.sum()} rows)"
+                ax.scatter(obs[m], pred[m], c=color, marker=marker, s=22, label=label, zorder=3)
+                er.scatter(obs[m], rel[m], c=color, marker=marker, s=22, label=label, zorder=3)
         xs = np.geomspace(lo, hi, 50)
         ax.plot(xs, xs, color="black", lw=0.8, label="y = x")
         ax.fill_between(xs, xs * (1 - band), xs * (1 + band), color="gold", alpha=0.35, label=f"±{band:.0%}")
-        ax.set_xscale("log")
+        er.axhline(0, color="black", lw=0.8, label="exact")
+        er.axhspan(-100 * band, 100 * band, color="gold", alpha=0.35, label=f"±{band:.0%}")
+        for a in (ax, er):
+            a.set_xscale("log")
+            a.set_xlim(lo, hi)
+            a.grid(True, which="both", lw=0.3, alpha=0.5)
+            a.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_yscale("log")
-        ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
-        ax.grid(True, which="both", lw=0.3, alpha=0.5)
-        ax.legend(loc="upper left", title="source (rows)")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        er.set_ylim(-emax, emax)
+        ax.legend(loc="upper left", title="source")
+        er.legend(loc="upper right", title="source")
         fig.tight_layout()
     return fig
 
@@ -189,11 +211,9 @@ def curve_figure(curves: pd.DataFrame, gpus: Iterable[Card], setting: str = "") 
                             zorder=4,
                             label=f"Qwen2.5-{model} ({source})",
                         )
-            for g in gpus:
-                y = g.bytes / GIB
-                if y <= top * 1.3:
-                    ax.axhline(y, color="black", ls=":", lw=0.8)
-                    ax.text(est["x"].max(), y, f"{g.gb} GB ", va="bottom", ha="right", fontsize=7)
+            shown = [g for g in gpus if lo_y <= g.bytes / GIB <= top * 1.5]
+            for g in shown:
+                ax.axhline(g.bytes / GIB, color="black", ls=":", lw=0.8)
             ax.set_xscale("log", base=base)
             ax.set_yscale("log")
             ticks = sorted(set(curves["x"]))
@@ -207,6 +227,13 @@ def curve_figure(curves: pd.DataFrame, gpus: Iterable[Card], setting: str = "") 
             ax.set_xlabel(xlabel)
             ax.grid(True, lw=0.3, alpha=0.5)
             ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=7, frameon=False)
+            ax.set_ylim(lo_y, top * 1.5)
+            gpu_axis = ax.twinx()
+            gpu_axis.set_yscale("log")
+            gpu_axis.set_ylim(ax.get_ylim())
+            gpu_axis.set_yticks([g.bytes / GIB for g in shown])
+            gpu_axis.set_yticklabels([f"{g.gb} GB" for g in shown], fontsize=7)
+            gpu_axis.minorticks_off()
         axes[0][0].set_ylabel("peak allocated memory (GiB, log scale)")
         fig.suptitle(
             f"Peak allocated memory vs {param} — lines estimated, hollow markers traced/measured\n"

@@ -37,7 +37,10 @@ def md_table(df: pd.DataFrame) -> str:
     if df.empty:
         return "_(no rows)_"
     cols = [str(c) for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines = [
+        "| " + " | ".join(c.replace("|", "\\|") for c in cols) + " |",
+        "|" + "|".join("---" for _ in cols) + "|",
+    ]
     for row in df.itertuples(index=False):
         lines.append("| " + " | ".join(_cell(v).replace("|", "\\|") for v in row) + " |")
     return "\n".join(lines)
@@ -73,12 +76,15 @@ def setting_text(base: RunConfig) -> str:
 
 
 def headline_markdown(head: pd.DataFrame, gpu: rd.Card) -> str:
-    """model × method table of 'GiB (source)' or 'OOM on 80 GB (source)'."""
+    """model × method table of 'GiB (source)', with '— OOM on 80 GB (verdict source)' where it does not fit."""
 
     def text(r) -> str:
-        if r["oom"]:
-            return f"OOM on {gpu.gb} GB ({r['verdict_source']})"
-        return f"{gib_text(r['peak_allocated_bytes'])} ({r['source']})"
+        oom = f"OOM on {gpu.gb} GB ({r['verdict_source']})"
+        alloc = r["peak_allocated_bytes"]
+        if alloc is None or pd.isna(alloc):
+            return oom
+        value = f"{gib_text(alloc)} ({r['source']})"
+        return f"{value} — **{oom}**" if r["oom"] else value
 
     head = head.assign(cell=head.apply(text, axis=1))
     table = head.pivot(index="model", columns="method", values="cell")
@@ -194,7 +200,7 @@ def build(
     plots.save(plots.breakdown_figure(breakdown, gpu80), out / FIGURES["breakdown"])
     plots.save(plots.accuracy_figure(acc), out / FIGURES["accuracy"])
     for p, c in curves.items():
-        plots.save(plots.curve_figure(c, gpus, short_setting(base)), out / FIGURES[p])
+        plots.save(plots.curve_figure(c, gpus, short_setting(base, p)), out / FIGURES[p])
 
     text = render(frame, head, fits, curves, acc, env, gpus, gpu80, base)
     readme = out / "README.md"
@@ -202,11 +208,19 @@ def build(
     return readme
 
 
-def short_setting(base: RunConfig) -> str:
-    return (
-        f"weights {base.dtype}, prompt {base.max_prompt_length} + completion {base.max_completion_length} tokens, "
-        f"batch {base.per_device_train_batch_size}, {base.num_generations} generations"
-    )
+def short_setting(base: RunConfig, swept: str = "") -> str:
+    """The default setting in a few words, leaving out what a curve sweeps."""
+    parts = {
+        "dtype": f"weights {base.dtype}",
+        "max_prompt_length": f"prompt {base.max_prompt_length} tokens",
+        "max_completion_length": f"completion {base.max_completion_length} tokens",
+        "per_device_train_batch_size": f"batch {base.per_device_train_batch_size}",
+        "num_generations": f"{base.num_generations} generations",
+    }
+    if swept == "num_generations":
+        parts.pop("per_device_train_batch_size")
+    parts.pop(swept, None)
+    return ", ".join(parts.values())
 
 
 def render(frame, head, fits, curves, acc, env, gpus, gpu80, base) -> str:

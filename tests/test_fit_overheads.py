@@ -1,10 +1,10 @@
 """fit-overheads recovers known constants from synthetic measured-gpu rows."""
 
 import pytest
+from synthetic_rows import row
 
 from estimator.config import RunConfig
 from sweeps import fit_overheads as fo
-from tests.synthetic_rows import row
 
 MIB = 2**20
 

@@ -2,9 +2,10 @@
 
 import hashlib
 
+from synthetic_rows import row, toy_estimate
+
 from estimator.config import RunConfig
 from sweeps import tables
-from tests.synthetic_rows import row, toy_estimate
 
 
 def _rows() -> list[dict]:

@@ -33,8 +33,10 @@ def kv_heads_in_attention(cfg: RunConfig, arch: Arch) -> int:
 def rmsnorm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     """RMSNorm saves its fp32 input (4H), the normalized value and output (r·H each) + autocast's a-byte cast (r ≠ a); frozen (PEFT): (4 + a)·H."""
     r, a = residual_bytes(cfg), compute_bytes(cfg)
-    if cfg.use_peft:  # frozen norm weight: the fp32 input and the a-byte value the linears read
-        return (4 + a) * arch.hidden_size
+    if (
+        cfg.use_peft
+    ):  # frozen weight: the fp32 input, + the a-byte output LoRA's A keeps when no dropout sits between
+        return (4 + (a if cfg.lora_dropout == 0 else 0)) * arch.hidden_size
     return (4 + 2 * r + (a if r != a else 0)) * arch.hidden_size
 
 
@@ -68,13 +70,15 @@ def mlp_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
 
 
 def lora_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """Per wrapped linear: A's r-wide output (a bytes), + dropout's output (a·in) and mask (1·in) when lora_dropout > 0."""
+    """Per wrapped linear: A's r-wide output (a bytes), + dropout's output (a·in) and mask (1·in on CUDA, a·in on CPU) when lora_dropout > 0."""
     if not cfg.use_peft:
         return 0
     a = compute_bytes(cfg)
     per = 0
     for lin in lora_targets(cfg, arch):
-        per += a * cfg.lora_r + ((a + 1) * lin.in_features if cfg.lora_dropout > 0 else 0)
+        if cfg.lora_dropout > 0:  # CUDA's native_dropout keeps a bool mask; CPU keeps an a-byte noise tensor
+            per += (a + (1 if cfg.device == "cuda" else a)) * lin.in_features
+        per += a * cfg.lora_r
     return per
 
 

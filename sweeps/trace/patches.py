@@ -67,6 +67,19 @@ def _ignore_mask_fake_as_ones(orig):
     return wrapper
 
 
+def _fused_dropout(orig):
+    """CUDA runs training dropout as `native_dropout` (saves a bool mask); CPU tensors take `input * noise` (saves a
+    noise tensor in the input dtype). Traces of CUDA runs use the fused op on their CPU tensors."""
+
+    @functools.wraps(orig)
+    def dropout(input, p=0.5, training=True, inplace=False):
+        if training and 0 < p < 1 and not inplace:
+            return torch.native_dropout(input, p, True)[0]
+        return orig(input, p, training, inplace)
+
+    return dropout
+
+
 def _noop(*args, **kwargs) -> None:
     return None
 
@@ -88,6 +101,7 @@ def install() -> None:
     from trl.kernels import chunked_logprob as ck
 
     torch.nn.Module._apply = _apply
+    torch.nn.functional.dropout = _fused_dropout(torch.nn.functional.dropout)
     mu._ignore_causal_mask_sdpa = _ignore_mask_fake_as_ones(mu._ignore_causal_mask_sdpa)
     gt.nanmin = lambda t: t.min()
     gt.nanmax = lambda t: t.max()
