@@ -92,6 +92,15 @@ GRIDS: dict[str, Grid] = {
         spot=_SPOT
         + ({"model": "7B", "method": "full", "gc": False}, {"model": "7B", "method": "lora", "gc": False}),
     ),
+    # the published headline's 8-bit AdamW columns (bf16 weights, 8 generations), with and without checkpointing
+    "headline": Grid(
+        models=(),
+        spot=tuple(
+            {"model": m, "method": "full", "optim": "adamw_bnb_8bit", "gc": gc}
+            for m in ("0.5B", "1.5B", "3B", "7B", "14B")
+            for gc in (False, True)
+        ),
+    ),
     "smoke": Grid(
         models=(),
         spot=(
