@@ -47,6 +47,7 @@ sweep-smoke: install
 # Real-size GRPO steps under FakeTensorMode (no GPU needed).
 trace: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-trace --grid default
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-trace --grid headline
 
 accuracy: install
 	.venv/bin/grpo-vram-accuracy
