@@ -19,6 +19,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from estimator import validate
 from estimator.config import DEVICES, DTYPES, OPTIMIZERS, RunConfig
 from sweeps import records, tiny
 from sweeps.predict import predict
@@ -98,11 +99,11 @@ def to_job(cfg: DictConfig) -> Job:
         config = RunConfig.from_dict(settings)
     except (TypeError, ValueError) as exc:
         raise BadInput(f"run config: {exc}") from None
-    if config.generation_sequences * config.num_gpus % config.num_generations:
-        raise BadInput(
-            f"per_device_train_batch_size x steps_per_generation = {config.generation_sequences} "
-            f"is not divisible by num_generations={config.num_generations}"
-        )
+    try:  # the estimator's checks, as TRL makes them (positive sizes, groups divide the generation batch)
+        validate.check_values(config)
+        validate.check_geometry(config)
+    except validate.InvalidConfig as exc:
+        raise BadInput(str(exc)) from None
     run = c.get("run") or {}
     unknown = sorted(set(run) - set(RUN_KEYS) - {"inject_failure"})
     if unknown:

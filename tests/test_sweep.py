@@ -133,7 +133,7 @@ def test_h100_preset_resolves_accumulation_for_16_generations():
 
 
 def test_indivisible_generation_batch_is_bad_input():
-    with pytest.raises(app.BadInput, match="not divisible by num_generations=3"):
+    with pytest.raises(app.BadInput, match=r"must be divisible by num_generations \(3\)"):
         app.to_job(_compose("trainer.num_generations=3"))
 
 
@@ -156,3 +156,22 @@ def test_synthetic_prompts_have_exact_token_length():
 def test_gsm8k_is_shipped():
     rows = data.gsm8k("train", 3)
     assert rows[0]["answer"] == "72" and rows[0]["prompt"].startswith("Natalia")
+
+
+def test_sizes_trl_rejects_are_one_line_and_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    for override, expected in (
+        ("trainer.num_generations=0", "got 0"),
+        ("trainer.num_generations=3", "divisible by num_generations (3)"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "sweeps.app", override, f"hydra.run.dir={tmp_path}"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+        assert proc.returncode == 2
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0]
