@@ -16,7 +16,9 @@ from pathlib import Path
 SCHEMA = 1
 VERSION_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes")
 # Versions that must match for a finished row to count as done when a sweep is rerun.
-KEY_VERSIONS = ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes")
+KEY_VERSIONS = VERSION_PACKAGES
+# Every field of a row's `versions` that describes the environment (environment_info adds CUDA and the driver).
+VERSION_FIELDS = ("python", *VERSION_PACKAGES, "cuda", "driver")
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -19,6 +19,7 @@ from estimator.catalog import SHORTHANDS
 from estimator.config import RunConfig
 from estimator.estimate import Estimate, estimate
 from estimator.units import GIB
+from sweeps import records
 from sweeps.predict import arch_for
 
 Predict = Callable[[RunConfig], Estimate]
@@ -478,19 +479,6 @@ def accuracy_summary(acc: pd.DataFrame, by: str) -> pd.DataFrame:
     return pd.DataFrame.from_records(recs, columns=cols)
 
 
-VERSION_FIELDS = (
-    "python",
-    "torch",
-    "transformers",
-    "trl",
-    "peft",
-    "accelerate",
-    "bitsandbytes",
-    "cuda",
-    "driver",
-)
-
-
 def environment_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """Per source and sweep: row count, device, the package versions and commits the rows were made with."""
     if frame.empty:
@@ -498,7 +486,7 @@ def environment_frame(frame: pd.DataFrame) -> pd.DataFrame:
     recs = []
     for (source, sweep), g in frame.groupby(["source", "sweep"], sort=True, dropna=False):
         rec = {"source": source, "sweep": sweep, "rows": len(g), "device": _device_text(g)}
-        for v in VERSION_FIELDS:
+        for v in records.VERSION_FIELDS:
             rec[v] = _joined(g["versions"].map(lambda d, v=v: d.get(v)))
         rec["git_commit"] = _joined(g["git_commit"].map(lambda c: c[:12] if isinstance(c, str) else c))
         recs.append(rec)

@@ -60,7 +60,8 @@ def test_latest_row_per_key_wins():
     assert len(accuracy.accuracy_frame(rows, predictor=fake_predictor)) == 0
 
 
-def test_real_predictor_sizes_tiny_models_from_stored_config():
+def _tiny_row() -> dict:
+    """A measured-cpu row of the in-code tiny-2M model (bs 4, 4 generations)."""
     row = _row("t", "measured-cpu", 30 * MIB, model="tiny-2M")
     row["config"] = {
         "model": "tiny-2M",
@@ -68,6 +69,11 @@ def test_real_predictor_sizes_tiny_models_from_stored_config():
         "per_device_train_batch_size": 4,
         "num_generations": 4,
     }
+    return row
+
+
+def test_real_predictor_sizes_tiny_models_from_stored_config():
+    row = _tiny_row()
     row["model"]["config"] = hf_config("tiny-2M")
     df = accuracy.accuracy_frame([row])
     assert df.loc[0, "prediction_error"] is None
@@ -75,13 +81,7 @@ def test_real_predictor_sizes_tiny_models_from_stored_config():
 
 
 def test_main_prints_table_and_summary(tmp_path, capsys):
-    row = _row("t", "measured-cpu", 30 * MIB, model="tiny-2M")
-    row["config"] = {
-        "model": "tiny-2M",
-        "device": "cpu",
-        "per_device_train_batch_size": 4,
-        "num_generations": 4,
-    }
+    row = _tiny_row()
     (tmp_path / "s.jsonl").write_text(json.dumps(row) + "\n")
     assert accuracy.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -56,18 +56,24 @@ def _device(cfg: RunConfig) -> dict:
     }
 
 
-def make_row(cfg: RunConfig, sweep: str, k: int = DECODE_K) -> dict:
-    """Trace `cfg` and build its result row (status error with the message if the trace raises)."""
-    var = variant(cfg, k)
+def _row_header(cfg: RunConfig, sweep: str, var: dict, **status) -> dict:
+    """A traced row's identity and environment: key, config, variant, versions, device, commit."""
     row = records.base_row(
         key=records.make_key(cfg.to_dict(), var),
         source="traced",
         sweep=sweep,
         config=cfg.to_dict(),
         variant=var,
+        **status,
     )
-    env = records.environment_info("cpu")
-    row["versions"], row["device"], row["git_commit"] = env["versions"], _device(cfg), records.git_commit()
+    row["versions"] = records.environment_info("cpu")["versions"]
+    row["device"], row["git_commit"] = _device(cfg), records.git_commit()
+    return row
+
+
+def make_row(cfg: RunConfig, sweep: str, k: int = DECODE_K) -> dict:
+    """Trace `cfg` and build its result row (status error with the message if the trace raises)."""
+    row = _row_header(cfg, sweep, variant(cfg, k))
     row["prediction"] = _prediction(cfg)
     try:
         from sweeps.trace import step
@@ -171,18 +177,7 @@ def run_grid(name: str, out: Path, timeout: float, limit: int | None = None) -> 
         except subprocess.TimeoutExpired:
             err = f"timeout after {timeout:.0f} s"
         if err is not None:
-            var = variant(cfg)
-            row = records.base_row(
-                key=records.make_key(cfg.to_dict(), var),
-                source="traced",
-                sweep=name,
-                config=cfg.to_dict(),
-                variant=var,
-                status="error",
-                error=f"subprocess: {err}"[:500],
-            )
-            row["versions"] = records.environment_info("cpu")["versions"]
-            row["device"], row["git_commit"] = _device(cfg), records.git_commit()
+            row = _row_header(cfg, name, variant(cfg), status="error", error=f"subprocess: {err}"[:500])
             records.append_row(out, row)
         dt = time.perf_counter() - t0
         status = "ok" if err is None else f"error ({err[:120]})"
