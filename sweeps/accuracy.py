@@ -132,9 +132,9 @@ def format_table(df: pd.DataFrame) -> str:
         {
             "source": df["source"],
             "config": df["config"],
-            "pred MiB": (df["predicted_bytes"].astype(float) / MIB).round(1),
-            "obs MiB": (df["observed_bytes"].astype(float) / MIB).round(1),
-            "abs MiB": (df["abs_error_bytes"].astype(float) / MIB).round(1),
+            "estimated MiB": (df["predicted_bytes"].astype(float) / MIB).round(1),
+            "observed MiB (source)": (df["observed_bytes"].astype(float) / MIB).round(1),
+            "error MiB": (df["abs_error_bytes"].astype(float) / MIB).round(1),
             "rel %": (df["rel_error"].astype(float) * 100).round(1),
             "peak phase (pred/obs)": df["predicted_phase"].fillna("-")
             + "/"
