@@ -16,7 +16,6 @@ from estimator.terms import logprob_head as head
 from estimator.terms import optimizer as opt
 from estimator.terms import overhead, weights
 from estimator.terms.sharding import deepspeed_dtype_config, gathered_weights, shard
-from estimator.units import nbytes
 
 
 def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
@@ -55,44 +54,37 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
 def score_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     """One no-grad chunk of per_device_train_batch_size sequences through the backbone and the head (buffers only if no pass runs)."""
     if not (cfg.runs_reference_pass or cfg.runs_old_logprob_pass):
-        return {"rollout_buffers": rollout_buffers(cfg)}  # rewards and advantages only: nothing sizeable
+        return {"rollout_buffers": gen.rollout_buffers(cfg)}  # rewards and advantages only: nothing sizeable
     b, seq = cfg.per_device_train_batch_size, cfg.sequence_length
     common = {
         "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
-        "rollout_buffers": rollout_buffers(cfg),
+        "rollout_buffers": gen.rollout_buffers(cfg),
     }
     # the backbone's largest layer and the head run one after the other: the phase peak is the larger instant
     layers = {"activations": act.nograd_forward_peak(cfg, arch, b, seq)}
     at_head = {
-        "activations": b * seq * arch.hidden_size * act.residual_bytes(cfg),  # last_hidden_state
+        "activations": act.hidden_states(cfg, arch, b * seq),  # last_hidden_state
         "logprob_head": head.head_forward(cfg, arch, b),
     }
     larger = max(layers, at_head, key=lambda d: sum(d.values()))
     return common | larger
 
 
-def rollout_buffers(cfg: RunConfig) -> int:
-    """Buffered generation batch: int64 ids + masks [G, L] and fp32 per-token log-probs/advantages [G, C]."""
-    g = cfg.generation_sequences
-    return g * cfg.sequence_length * (8 + 8) + g * cfg.max_completion_length * 4 * 3
-
-
 def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
     """Candidate peak instants of forward + backward; the phase peak is the largest."""
     b, seq = cfg.per_device_train_batch_size, cfg.sequence_length
     tokens = b * seq
-    full_ft = not cfg.use_peft
     grads = shard(cfg, "gradients", opt.gradients(cfg, arch))
     saved = act.saved_activations(cfg, arch, b, seq)
     norm_saved = tokens * act.rmsnorm_saved_per_token(cfg, arch)
-    buffers = rollout_buffers(cfg)
+    buffers = gen.rollout_buffers(cfg)
     if cfg.logprob_head == "full":
         fwd_head = bwd_head = head.full_logits(cfg, arch, b)
         saved_head = 0
     else:
         fwd_head = head.head_forward(cfg, arch, b)
         saved_head = head.head_saved(cfg, arch, b)
-        bwd_head = head.head_backward(cfg, arch, b, lm_head_trainable=full_ft)
+        bwd_head = head.head_backward(cfg, arch, b, lm_head_trainable=not cfg.use_peft)
     cast_cache = act.autocast_weight_cache(cfg, arch, include_lm_head=False)
     instants = {
         "head_forward": {
@@ -106,47 +98,32 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
         cast_cache = act.autocast_weight_cache(cfg, arch, include_lm_head=False, saved_for_backward=True)
         instants["head_forward"]["autocast_weight_cache"] = cast_cache
         instants["head_backward"]["autocast_weight_cache"] = cast_cache
-    grad_flow = 2 * tokens * arch.hidden_size * act.residual_bytes(cfg)
+    grad_flow = act.residual_gradients(cfg, arch, tokens)
     layer_bwd = (
         tokens * act.layer_backward_transient_per_token(cfg, arch)
         + grad_flow
         + act.dequantized_weight_transient(cfg, arch)
     )
-    trainable_bytes = nbytes(weights.trainable_dtype(cfg))
-    tied_waiting = (
-        0  # tied lm_head/embedding: the head's [V, H] gradient waits in autograd's buffer for the embedding's
-    )
-    head_grads = 0  # gradients that exist once the head's backward is done
-    if full_ft:
-        tied_waiting = arch.embedding_params * trainable_bytes if arch.tie_word_embeddings else 0
-        head_grads = (arch.lm_head_params + arch.final_norm_params) * trainable_bytes
-    head_grads = shard(cfg, "gradients", head_grads + tied_waiting)
+    after_head = shard(cfg, "gradients", opt.gradients_after_head(cfg, arch))
     if cfg.gradient_checkpointing:
         recompute = act.recompute_layer(cfg, arch, b, seq)
-        layer_in = act.checkpoint_inputs(cfg, arch, tokens) // arch.num_layers
-        early_layers = 0
-        if full_ft:
-            early_layers = (arch.embedding_params + arch.layer_params) * trainable_bytes
         instants["last_layer_backward"] = {
             "activations": saved + recompute + layer_bwd,
-            "gradients": head_grads,
+            "gradients": after_head,
         }
         instants["first_layer_backward"] = {
-            "activations": layer_in + recompute + layer_bwd,
-            "gradients": max(grads - shard(cfg, "gradients", early_layers), 0)
-            + shard(cfg, "gradients", tied_waiting),
+            "activations": act.hidden_states(cfg, arch, tokens) + recompute + layer_bwd,
+            "gradients": shard(cfg, "gradients", opt.gradients_before_first_layer(cfg, arch)),
         }
     else:
         instants["last_layer_backward"] = {
             "activations": saved + norm_saved + layer_bwd,
-            "gradients": head_grads,
+            "gradients": after_head,
+            "autocast_weight_cache": cast_cache,
         }
-        instants["last_layer_backward"]["autocast_weight_cache"] = cast_cache
-    tied_extra = 2 * tied_waiting
-    instants["backward_end"] = {
-        "activations": grad_flow,
-        "gradients": grads + shard(cfg, "gradients", tied_extra),
-    }
+    # the tied buffer and the embedding's own [V, H] gradient meet before they are summed into .grad
+    tied = 2 * opt.tied_gradient_buffer(cfg, arch)
+    instants["backward_end"] = {"activations": grad_flow, "gradients": grads + shard(cfg, "gradients", tied)}
     for comps in instants.values():
         comps["rollout_buffers"] = buffers
     return instants
@@ -164,7 +141,7 @@ def optimizer_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     return {
         "gradients": shard(cfg, "gradients", opt.gradients(cfg, arch)),
         "optimizer_temporaries": shard(cfg, "optimizer_temporaries", opt.optimizer_temporaries(cfg, arch)),
-        "rollout_buffers": rollout_buffers(cfg),
+        "rollout_buffers": gen.rollout_buffers(cfg),
     }
 
 

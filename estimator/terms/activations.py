@@ -128,9 +128,19 @@ def dequantized_weight_transient(cfg: RunConfig, arch: Arch) -> int:
     return largest * (r + (a if a != r else 0))
 
 
+def hidden_states(cfg: RunConfig, arch: Arch, tokens: int) -> int:
+    """One residual-stream tensor [tokens, H] in the residual dtype: tokens·H·r."""
+    return tokens * arch.hidden_size * residual_bytes(cfg)
+
+
+def residual_gradients(cfg: RunConfig, arch: Arch, tokens: int) -> int:
+    """Backward carries the residual's gradient and one partial sum of it: 2·tokens·H·r."""
+    return 2 * hidden_states(cfg, arch, tokens)
+
+
 def checkpoint_inputs(cfg: RunConfig, arch: Arch, tokens: int) -> int:
     """With gradient checkpointing: each layer keeps only its input, layers × tokens × H × r."""
-    return arch.num_layers * tokens * arch.hidden_size * residual_bytes(cfg)
+    return arch.num_layers * hidden_states(cfg, arch, tokens)
 
 
 def saved_activations(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:

@@ -36,3 +36,9 @@ def vllm_reservation(cfg: RunConfig) -> int:
         return 0
     total = (cfg.gpu_memory_gib or DEFAULT_GPU_GIB) * GIB
     return int(cfg.vllm_gpu_memory_utilization * total)
+
+
+def rollout_buffers(cfg: RunConfig) -> int:
+    """Buffered generation batch: int64 ids + masks [G, L] and fp32 per-token log-probs/advantages [G, C] × 3 (GT:2898-2936)."""
+    g = cfg.generation_sequences
+    return g * cfg.sequence_length * (8 + 8) + g * cfg.max_completion_length * 4 * 3

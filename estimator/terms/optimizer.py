@@ -16,6 +16,29 @@ def gradients(cfg: RunConfig, arch: Arch) -> int:
     return trainable_params(cfg, arch) * nbytes(trainable_dtype(cfg))
 
 
+def tied_gradient_buffer(cfg: RunConfig, arch: Arch) -> int:
+    """Full FT with tied lm_head/embedding: the head's [V, H] gradient waits in autograd's input buffer for the embedding's, V·H·w."""
+    if cfg.use_peft or not arch.tie_word_embeddings:
+        return 0
+    return arch.embedding_params * nbytes(trainable_dtype(cfg))
+
+
+def gradients_after_head(cfg: RunConfig, arch: Arch) -> int:
+    """Gradients that exist once the head's backward is done: (untied lm_head + final norm)·w + the tied buffer (full FT)."""
+    if cfg.use_peft:
+        return 0
+    own = (arch.lm_head_params + arch.final_norm_params) * nbytes(trainable_dtype(cfg))
+    return own + tied_gradient_buffer(cfg, arch)
+
+
+def gradients_before_first_layer(cfg: RunConfig, arch: Arch) -> int:
+    """Gradients during the first layer's backward: all but the embedding's and that layer's (+ the tied buffer)."""
+    if cfg.use_peft:
+        return gradients(cfg, arch)
+    early = (arch.embedding_params + arch.layer_params) * nbytes(trainable_dtype(cfg))
+    return max(gradients(cfg, arch) - early, 0) + tied_gradient_buffer(cfg, arch)
+
+
 def _trainable_tensors(cfg: RunConfig, arch: Arch) -> list[int]:
     """numel of every trainable tensor (for per-tensor optimizer rules)."""
     if cfg.use_peft:
