@@ -38,13 +38,16 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     if cfg.use_vllm:
         woken = gen.vllm_reservation(cfg) if cfg.vllm_enable_sleep_mode else 0
         return {"vllm": woken}
-    prefill = act.nograd_forward_peak(cfg, arch, cfg.generation_sequences, cfg.max_prompt_length)
-    prefill += gen.kv_cache(cfg, arch, cfg.max_prompt_length)
-    decode = gen.kv_cache(cfg, arch) + gen.kv_concat_transient(cfg, arch) + gen.generation_logits(cfg, arch)
+    prefill = {
+        "kv_cache": gen.kv_cache(cfg, arch, cfg.max_prompt_length),
+        "activations": act.nograd_forward_peak(cfg, arch, cfg.generation_sequences, cfg.max_prompt_length),
+    }
+    decode = {  # the last step: full cache, one layer's K/V briefly held twice, the step's logits
+        "kv_cache": gen.kv_cache(cfg, arch) + gen.kv_concat_transient(cfg, arch),
+        "generation_logits": gen.generation_logits(cfg, arch),
+    }
+    out = dict(max(prefill, decode, key=lambda d: sum(d.values())))
     gathered = gathered_weights(cfg, weights.policy_weights(cfg, arch))
-    out = {"kv_cache": gen.kv_cache(cfg, arch)} if decode >= prefill else {"kv_cache": prefill}
-    if decode >= prefill:
-        out["generation_logits"] = decode - gen.kv_cache(cfg, arch)
     out["autocast_weight_cache"] = act.autocast_weight_cache(cfg, arch, include_lm_head=True)
     if gathered:
         out["gathered_weights"] = gathered
