@@ -2,8 +2,9 @@
 
 import json
 
-from sweeps import accuracy, records
-from sweeps.tiny import hf_config
+from sweeps import records
+from sweeps.report import accuracy
+from sweeps.runner.tiny import hf_config
 
 MIB = 2**20
 

@@ -4,7 +4,7 @@ import pytest
 from synthetic_rows import row
 
 from estimator.config import RunConfig
-from sweeps import fit_overheads as fo
+from sweeps.report import fit_overheads as fo
 
 MIB = 2**20
 

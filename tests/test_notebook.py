@@ -6,7 +6,7 @@ import nbformat
 from nbclient import NotebookClient
 from synthetic_rows import row, write_jsonl
 
-from sweeps import report_data as rd
+from sweeps.report import frames as rd
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize
 
-from sweeps import app, data, grpo_setup, records, tiny
+from sweeps import records
+from sweeps.runner import app, data, grpo_setup, tiny
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_ARGS = [
@@ -27,7 +28,7 @@ def _sweep(tmp_path, *overrides):
     cmd = [
         sys.executable,
         "-m",
-        "sweeps.app",
+        "sweeps.runner.app",
         "--multirun",
         *TINY_ARGS,
         f"sweep.results_dir={tmp_path / 'res'}",
@@ -38,7 +39,7 @@ def _sweep(tmp_path, *overrides):
 
 
 def _compose(*overrides):
-    with initialize(config_path="../sweeps/conf", version_base="1.3"):
+    with initialize(config_path="../sweeps/runner/conf", version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))
 
 
@@ -95,7 +96,7 @@ def test_timeout_kills_child_and_is_an_error(tmp_path):
 
 def test_bad_input_is_one_line_on_stderr(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "sweeps.app", "trainer.dtype=fp8", f"sweep.results_dir={tmp_path}"]
+    cmd = [sys.executable, "-m", "sweeps.runner.app", "trainer.dtype=fp8", f"sweep.results_dir={tmp_path}"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -167,7 +168,7 @@ def test_sizes_trl_rejects_are_one_line_and_exit_2(tmp_path):
         ("trainer.num_generations=3", "divisible by num_generations (3)"),
     ):
         proc = subprocess.run(
-            [sys.executable, "-m", "sweeps.app", override, f"hydra.run.dir={tmp_path}"],
+            [sys.executable, "-m", "sweeps.runner.app", override, f"hydra.run.dir={tmp_path}"],
             capture_output=True,
             text=True,
             env={**os.environ, "HF_HUB_OFFLINE": "1"},

@@ -5,7 +5,7 @@ import hashlib
 from synthetic_rows import row, toy_estimate
 
 from estimator.config import RunConfig
-from sweeps import tables
+from sweeps.report import tables
 
 
 def _rows() -> list[dict]:

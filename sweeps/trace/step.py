@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 
 from estimator.config import RunConfig
-from sweeps import tiny
 from sweeps.probes.tensors import LiveStorageMode
+from sweeps.runner import tiny
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -62,7 +62,7 @@ def _trainer_settings(cfg: RunConfig, out_dir: str):
 
     beta is 0 here and set after __init__ (see the module docstring); lengths are fixed by the decode loop.
     """
-    from sweeps import grpo_setup
+    from sweeps.runner import grpo_setup
 
     variant = {**grpo_setup.VARIANT_DEFAULTS, "force_length": False, "lora_alpha": 2 * cfg.lora_r}
     traced = cfg.with_(device="cpu", beta=0.0, use_vllm=False)

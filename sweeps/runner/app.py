@@ -21,11 +21,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from estimator import validate
 from estimator.config import DEVICES, DTYPES, OPTIMIZERS, RunConfig
-from sweeps import records, tiny
-from sweeps.predict import predict
+from sweeps import records
+from sweeps.runner import tiny
+from sweeps.runner.predict import predict
 
 log = logging.getLogger(__name__)
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 RUN_KEYS = (
     "steps",
     "prompts",
@@ -183,7 +184,7 @@ def _output_dir() -> Path | None:
 
 
 def run_child(spec: dict, timeout_s: float, log_path: Path, gpu: int | None = None) -> dict:
-    """Run `python -m sweeps.run_one` on `spec`; the child's result, or an error dict for a crash/kill/timeout."""
+    """Run `python -m sweeps.runner.run_one` on `spec`; the child's result, or an error dict for a crash/kill/timeout."""
     workdir = Path(spec["workdir"])
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / "spec.json"
@@ -196,7 +197,7 @@ def run_child(spec: dict, timeout_s: float, log_path: Path, gpu: int | None = No
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sweeps.run_one", str(spec_path)],
+            [sys.executable, "-m", "sweeps.runner.run_one", str(spec_path)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

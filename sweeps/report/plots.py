@@ -16,7 +16,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from estimator.units import GIB  # noqa: E402
-from sweeps.report_data import Card  # noqa: E402
+from sweeps.report.frames import Card  # noqa: E402
 
 DPI = 100
 SOURCE_STYLE = {  # colour and marker per source, the same in every figure

@@ -10,7 +10,7 @@ def arch_for(cfg: RunConfig, hf_config: dict | None = None):
     """Arch from the stored config.json dict (tiny models), else the estimator's own model resolution."""
     if hf_config:
         return from_config(hf_config, name=cfg.model)
-    from sweeps import tiny
+    from sweeps.runner import tiny
 
     if tiny.is_tiny(cfg.model):
         return from_config(tiny.hf_config(cfg.model), name=cfg.model)

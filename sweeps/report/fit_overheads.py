@@ -20,10 +20,10 @@ from estimator.config import RunConfig
 from estimator.terms import overhead
 from estimator.units import MIB
 from sweeps import records
-from sweeps.predict import arch_for
-from sweeps.report_data import nvml_peak, torch_cuda_peaks
+from sweeps.report.frames import nvml_peak, torch_cuda_peaks
+from sweeps.runner.predict import arch_for
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""One GRPO run in its own process: `python -m sweeps.run_one <spec.json>` writes a result JSON.
+"""One GRPO run in its own process: `python -m sweeps.runner.run_one <spec.json>` writes a result JSON.
 
 The spec is {"config": RunConfig dict, "variant": {...}, "probes": [...], "result_path": str, "workdir": str,
 "inject_failure": null|"raise"|"oom"|"kill"|"hang"}. The result holds status/error, model, observed,
@@ -131,9 +131,9 @@ def execute(spec: dict) -> dict:
     """Build the trainer, run the steps under the probes, return the result dict (raises on failure)."""
     _inject(spec.get("inject_failure"))
     from estimator.config import RunConfig
-    from sweeps import grpo_setup
     from sweeps.probes import phases as phase_hooks
     from sweeps.records import environment_info
+    from sweeps.runner import grpo_setup
 
     cfg = RunConfig.from_dict(spec["config"])
     variant = {**grpo_setup.VARIANT_DEFAULTS, **spec.get("variant", {})}
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the spec given as a path (or inline JSON); write the result; exit 0 when a result was written."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m sweeps.run_one <spec.json>", file=sys.stderr)
+        print("usage: python -m sweeps.runner.run_one <spec.json>", file=sys.stderr)
         return 2
     arg = argv[0]
     spec = json.loads(arg) if arg.lstrip().startswith("{") else json.loads(Path(arg).read_text())

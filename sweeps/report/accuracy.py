@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from sweeps import records
-from sweeps.predict import predict
+from sweeps.runner.predict import predict
 
 SOURCES = ("traced", "measured-cpu", "measured-gpu")
 DEFAULT_DIRS = ("results/raw", "results/traced")

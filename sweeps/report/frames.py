@@ -20,7 +20,7 @@ from estimator.config import RunConfig
 from estimator.estimate import Estimate, estimate
 from estimator.units import GIB
 from sweeps import records
-from sweeps.predict import arch_for
+from sweeps.runner.predict import arch_for
 
 Predict = Callable[[RunConfig], Estimate]
 

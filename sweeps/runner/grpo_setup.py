@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from estimator.config import RunConfig
-from sweeps import data, tiny
+from sweeps.runner import data, tiny
 
 # Run settings that are not estimator fields (the run's `variant`), with their defaults.
 VARIANT_DEFAULTS = {

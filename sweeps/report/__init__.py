@@ -1,0 +1,1 @@
+"""Rows to frames, accuracy, tables, plots and overhead fits."""
