@@ -9,7 +9,7 @@ TORCH_CPU := torch==2.13.0
 EXTRAS ?= sweep,dev
 SWEEP_ARGS ?=
 
-.PHONY: install estimate test lint format sweep sweep-smoke trace accuracy tables fit-overheads bench clean
+.PHONY: install estimate test lint format sweep sweep-smoke trace trace-multigpu accuracy tables fit-overheads bench clean
 
 install: $(STAMP)
 
@@ -48,6 +48,10 @@ sweep-smoke: install
 trace: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-trace --grid default
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-trace --grid headline
+
+# Rank 0 of 2/4/8 FSDP2 ranks on a fake process group (results/traced/multigpu.jsonl; resumes).
+trace-multigpu: install
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -m sweeps.trace.multigpu
 
 accuracy: install
 	.venv/bin/grpo-vram-accuracy
