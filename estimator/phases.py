@@ -7,6 +7,8 @@ micro-batch; its peak is the largest of a few instants) → `optimizer` (step wi
 
 from __future__ import annotations
 
+import sys
+
 from estimator.architecture import Arch
 from estimator.config import RunConfig
 from estimator.estimate import Estimate
@@ -15,7 +17,7 @@ from estimator.terms import generation as gen
 from estimator.terms import logprob_head as head
 from estimator.terms import optimizer as opt
 from estimator.terms import overhead, weights
-from estimator.terms.sharding import deepspeed_dtype_config, gathered_weights, shard
+from estimator.terms.sharding import deepspeed_dtype_config, gathered_weights, is_fsdp, shard
 
 
 def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
@@ -152,13 +154,20 @@ def build_phases(cfg: RunConfig, arch: Arch) -> Estimate:
     """Per-phase component bytes (resident + phase-specific), overheads on top of the peak."""
     given = cfg
     cfg = deepspeed_dtype_config(cfg)
-    held = resident(cfg, arch)
     phases: dict[str, dict[str, int]] = {}
     notes: list[str] = []
-    specific = {"generate": generate_phase(cfg, arch), "score": score_phase(cfg, arch)}
-    train, instant = train_phase(cfg, arch)
-    specific["train"] = train
-    specific["optimizer"] = optimizer_phase(cfg, arch)
+    if is_fsdp(given):  # rank 0 of N FSDP2 ranks: assembled in estimator/phases_fsdp.py from these terms
+        from estimator import phases_fsdp
+
+        phases = phases_fsdp.build(given, arch, sys.modules[__name__])
+        instant = next(iter(phases.pop("_train_instant")))
+        specific = {}
+    else:
+        held = resident(cfg, arch)
+        specific = {"generate": generate_phase(cfg, arch), "score": score_phase(cfg, arch)}
+        train, instant = train_phase(cfg, arch)
+        specific["train"] = train
+        specific["optimizer"] = optimizer_phase(cfg, arch)
     for phase, comps in specific.items():
         if comps is None:
             continue

@@ -1,0 +1,138 @@
+"""The phases of one GRPO step on rank 0 of N FSDP2 ranks (accelerate fsdp_version 2, FULL_SHARD or SHARD_GRAD_OP).
+
+Held to rank-0 traces (`results/traced/multigpu.jsonl`, `sweeps/trace/distributed.py`). What differs from one GPU:
+
+* resident: fp32 parameter shards (accelerate upcasts trainable parameters under mixed precision) and fp32 AdamW
+  shards, Σ ceil(dim0/N)·rest elements (`sharding.fsdp_sharded_params`);
+* compute runs on bf16 all-gathered parameters (MixedPrecisionPolicy.param_dtype): activations, the KV cache and
+  the log-prob head are the single-GPU terms of a bf16 model (no autocast weight cache);
+* the tail group (final norm + lm_head, + the tied embedding) stays gathered from the first forward of the step
+  to its post-backward (`sharding.fsdp_tail_unsharded`);
+* a forward holds the current group's all-gather output and unsharded parameters, and FSDP2 keeps the previous
+  group's all-gather output alive until the next copy-out (`FSDPParamGroup.wait_for_unshard`); backward holds the
+  current layer's unsharded parameters and gradients, the prefetched next layer's all-gather and the previous
+  layer's reduce-scatter input (`FSDPCommContext.reduce_scatter_state`);
+* gradients leave backward as fp32 shards (reduce-scatter in bf16, then cast to the shard's dtype).
+"""
+
+from __future__ import annotations
+
+from estimator.architecture import Arch
+from estimator.config import RunConfig
+from estimator.terms import generation as gen
+from estimator.terms import optimizer as opt
+from estimator.terms import sharding as sh
+
+
+def compute_config(cfg: RunConfig) -> RunConfig:
+    """The config the activation / head / KV terms see: a bf16 model on one GPU (the gathered parameters' dtype)."""
+    dtype = "bfloat16" if cfg.bf16 else cfg.dtype
+    return cfg.with_(dtype=dtype, sharding="none")
+
+
+def _shard_fraction(cfg: RunConfig, arch: Arch) -> float:
+    return sh.fsdp_shard_numel(arch, cfg.num_gpus) / arch.total_params
+
+
+def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
+    """fp32 parameter shards + the optimizer's state for them (AdamW: 2 fp32 per element)."""
+    full32 = cfg.with_(dtype="float32" if sh.fsdp_shard_dtype_bytes(cfg) == 4 else cfg.dtype, sharding="none")
+    return {
+        "weights": sh.fsdp_sharded_params(cfg, arch),
+        "optimizer_state": int(opt.optimizer_state(full32, arch) * _shard_fraction(cfg, arch)),
+    }
+
+
+def gradient_shards(cfg: RunConfig, arch: Arch, numel: int) -> int:
+    """Reduce-scattered gradients of `numel` parameters as rank 0's fp32 shards."""
+    return -(-numel // cfg.num_gpus) * sh.fsdp_shard_dtype_bytes(cfg)
+
+
+def forward_gathers(cfg: RunConfig, arch: Arch) -> dict[str, int]:
+    """Gather instants in a forward: the first group's (tied: a layer; untied: the embedding) all-gather output and
+    unsharded parameters beside the tail's unsharded parameters and the all-gather output FSDP2 still holds."""
+    tail, layer = sh.fsdp_tail_unsharded(cfg, arch), sh.fsdp_layer_unsharded(cfg, arch)
+    first = layer if arch.tie_word_embeddings else arch.embedding_params * sh.fsdp_gather_bytes(cfg)
+    return {"start": 2 * tail + 2 * first, "steady": tail + 2 * layer}
+
+
+def build(cfg: RunConfig, arch: Arch, single) -> dict[str, dict[str, int]]:
+    """Per-phase components on rank 0; `single` is `estimator.phases` (its single-GPU terms, on a bf16 model)."""
+    c = compute_config(cfg)
+    held = resident(cfg, arch)
+    tail, layer = sh.fsdp_tail_unsharded(cfg, arch), sh.fsdp_layer_unsharded(cfg, arch)
+    fwd = forward_gathers(cfg, arch)
+    out: dict[str, dict[str, int]] = {}
+
+    g = dict(single.generate_phase(c, arch))
+    g.pop("gathered_weights", None)
+    gen_start = {"gathered_weights": fwd["start"]}
+    gen_steady = {**g, "gathered_weights": fwd["steady"]}
+    out["generate"] = max(gen_start, gen_steady, key=lambda d: sum(d.values()))
+
+    if cfg.runs_reference_pass or cfg.runs_old_logprob_pass:
+        s = dict(single.score_phase(c, arch))
+        s["gathered_weights"] = fwd["steady"]
+    else:
+        s = {"rollout_buffers": gen.rollout_buffers(cfg), "gathered_weights": tail}
+    out["score"] = s
+
+    instants = single.train_instants(c, arch)
+    grads_layers_done = gradient_shards(cfg, arch, (arch.num_layers - 1) * arch.layer_params)
+    tied_grad = opt.tied_gradient_buffer(
+        c, arch
+    )  # the tied [V, H] grad waits unsharded until the embedding's
+    head_grad_shard = 0 if arch.tie_word_embeddings else gradient_shards(cfg, arch, arch.lm_head_params)
+    backward_gathers = (
+        4 * layer
+    )  # unsharded params + grads of this layer, prefetched all-gather, held RS input
+    tail_in_bwd = tail if arch.tie_word_embeddings else 0
+    fsdp_instants = {
+        "head_forward": {**instants["head_forward"], "gathered_weights": tail + layer},
+        "head_backward": {**instants["head_backward"], "gathered_weights": tail + layer},
+    }
+    if "first_layer_backward" in instants:
+        fsdp_instants["last_layer_backward"] = {
+            "activations": instants["last_layer_backward"]["activations"],
+            "gathered_weights": tail_in_bwd + backward_gathers,
+            "gradients": (tied_grad if arch.tie_word_embeddings else 0) + head_grad_shard,
+        }
+        fsdp_instants["first_layer_backward"] = {
+            "activations": instants["first_layer_backward"]["activations"],
+            "gathered_weights": tail_in_bwd + backward_gathers,
+            "gradients": grads_layers_done + tied_grad + head_grad_shard,
+        }
+    else:
+        fsdp_instants["last_layer_backward"] = {
+            "activations": instants["last_layer_backward"]["activations"],
+            "gathered_weights": tail_in_bwd + backward_gathers,
+            "gradients": (tied_grad if arch.tie_word_embeddings else 0) + head_grad_shard,
+        }
+    emb = arch.embedding_params * sh.fsdp_gather_bytes(cfg)
+    fsdp_instants["backward_end"] = {
+        "activations": instants["backward_end"]["activations"],
+        "gathered_weights": tail_in_bwd + (0 if arch.tie_word_embeddings else emb),
+        "gradients": grads_layers_done
+        + gradient_shards(cfg, arch, arch.layer_params)
+        + head_grad_shard
+        + 2 * emb,
+    }
+    for comps in fsdp_instants.values():
+        comps["rollout_buffers"] = gen.rollout_buffers(cfg)
+    name = max(fsdp_instants, key=lambda k: sum(fsdp_instants[k].values()))
+    out["train"] = fsdp_instants[name]
+    out["optimizer"] = {
+        "gradients": gradient_shards(cfg, arch, arch.total_params),
+        "optimizer_temporaries": int(
+            opt.optimizer_temporaries(c.with_(dtype="float32"), arch) * _shard_fraction(cfg, arch)
+        ),
+        "rollout_buffers": gen.rollout_buffers(cfg),
+    }
+    phases = {}
+    for phase, comps in out.items():
+        merged = dict(held)
+        for k, v in comps.items():
+            merged[k] = merged.get(k, 0) + v
+        phases[phase] = {k: v for k, v in merged.items() if v}
+    phases["_train_instant"] = {name: 0}
+    return phases
