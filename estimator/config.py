@@ -30,7 +30,8 @@ SHARDINGS = (
     "zero2",
     "zero3",
     "fsdp",
-)  # ours: DeepSpeed ZeRO-2/3 or FSDP (full shard) over `num_gpus`
+    "fsdp_shard_grad_op",
+)  # ours: DeepSpeed ZeRO-2/3, or FSDP2 FULL_SHARD / SHARD_GRAD_OP (accelerate's names) over `num_gpus`
 
 
 @dataclass(frozen=True)

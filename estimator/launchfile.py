@@ -147,7 +147,8 @@ def translate_accelerate(data: dict, where: str, base: Path | None = None) -> La
         if not isinstance(ds, dict):
             raise LaunchFileError(f"{where}: deepspeed_config must be a mapping, got {ds!r}")
         if ds.get("deepspeed_config_file"):
-            inner = read_launch_file(str((base or Path(".")) / ds["deepspeed_config_file"]))
+            given = Path(ds["deepspeed_config_file"])  # accelerate opens it from the working directory
+            inner = read_launch_file(str(given if given.exists() else (base or Path(".")) / given))
             out.values.update(
                 {k: v for k, v in inner.values.items() if k != "bf16" or "bf16" not in out.values}
             )
