@@ -52,8 +52,12 @@ def forward_gathers(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     """Gather instants in a forward: the first group's (tied: a layer; untied: the embedding) all-gather output and
     unsharded parameters beside the tail's unsharded parameters and the all-gather output FSDP2 still holds."""
     tail, layer = sh.fsdp_tail_unsharded(cfg, arch), sh.fsdp_layer_unsharded(cfg, arch)
-    first = layer if arch.tie_word_embeddings else arch.embedding_params * sh.fsdp_gather_bytes(cfg)
-    return {"start": 2 * tail + 2 * first, "steady": tail + 2 * layer}
+    if arch.tie_word_embeddings:  # the tail (with the embedding) is the first group gathered
+        return {"start": 2 * tail + 2 * layer, "steady": tail + 2 * layer}
+    # untied: the embedding group's all-gather output and parameters open the forward; after the first forward
+    # the embedding and the tail stay gathered and one V·H all-gather output is still held (traced, 7B/14B)
+    emb = arch.embedding_params * sh.fsdp_gather_bytes(cfg)
+    return {"start": 2 * emb, "steady": emb + 2 * tail}
 
 
 def build(cfg: RunConfig, arch: Arch, single) -> dict[str, dict[str, int]]:
@@ -108,14 +112,12 @@ def build(cfg: RunConfig, arch: Arch, single) -> dict[str, dict[str, int]]:
             "gathered_weights": tail_in_bwd + backward_gathers,
             "gradients": (tied_grad if arch.tie_word_embeddings else 0) + head_grad_shard,
         }
+    # the embedding's backward: its bf16 gradient, the reduce-scatter input and output beside every other shard
     emb = arch.embedding_params * sh.fsdp_gather_bytes(cfg)
     fsdp_instants["backward_end"] = {
         "activations": instants["backward_end"]["activations"],
         "gathered_weights": tail_in_bwd + (0 if arch.tie_word_embeddings else emb),
-        "gradients": grads_layers_done
-        + gradient_shards(cfg, arch, arch.layer_params)
-        + head_grad_shard
-        + 2 * emb,
+        "gradients": gradient_shards(cfg, arch, arch.total_params) + 2 * emb + -(-emb // cfg.num_gpus),
     }
     for comps in fsdp_instants.values():
         comps["rollout_buffers"] = gen.rollout_buffers(cfg)

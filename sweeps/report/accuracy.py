@@ -13,6 +13,7 @@ from sweeps import records
 from sweeps.runner.predict import predict
 
 SOURCES = ("traced", "measured-cpu", "measured-gpu")
+SETS = {"multi-gpu": ("traced", "multigpu")}  # set name -> (source, sweep): rank 0 of N FSDP2 ranks
 DEFAULT_DIRS = ("results/raw", "results/traced")
 MIB = 2**20
 
@@ -35,6 +36,7 @@ def _summary(cfg: dict) -> str:
     method = "qlora" if cfg.get("load_in_4bit") else "lora" if cfg.get("use_peft") else "full"
     parts = [
         str(cfg.get("model")),
+        *([f"{cfg['num_gpus']}x{cfg.get('sharding')}"] if (cfg.get("num_gpus") or 1) > 1 else []),
         method,
         str(cfg.get("dtype")),
         f"bs{cfg.get('per_device_train_batch_size')}",
@@ -121,6 +123,17 @@ def summary_lines(df: pd.DataFrame) -> list[str]:
         lines.append(
             f"accuracy[{source}]: {len(sub)} configs, median {err.median():.1f}%, worst {err.max():.1f}%"
         )
+    for name, (source, sweep) in SETS.items():
+        sub = (
+            df[(df["source"] == source) & (df["sweep"] == sweep) & df["rel_error"].notna()] if len(df) else df
+        )
+        if len(sub):
+            err = sub["rel_error"].astype(float).abs() * 100
+            low = (sub["rel_error"].astype(float) < 0).sum()
+            lines.append(
+                f"accuracy[{source}, {name}]: {len(sub)} configs, median {err.median():.1f}%, "
+                f"worst {err.max():.1f}%, {low} estimated low"
+            )
     return lines
 
 
