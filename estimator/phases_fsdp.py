@@ -112,13 +112,22 @@ def build(cfg: RunConfig, arch: Arch, single) -> dict[str, dict[str, int]]:
             "gathered_weights": tail_in_bwd + backward_gathers,
             "gradients": (tied_grad if arch.tie_word_embeddings else 0) + head_grad_shard,
         }
-    # the embedding's backward: its bf16 gradient, the reduce-scatter input and output beside every other shard
     emb = arch.embedding_params * sh.fsdp_gather_bytes(cfg)
-    fsdp_instants["backward_end"] = {
-        "activations": instants["backward_end"]["activations"],
-        "gathered_weights": tail_in_bwd + (0 if arch.tie_word_embeddings else emb),
-        "gradients": gradient_shards(cfg, arch, arch.total_params) + 2 * emb + -(-emb // cfg.num_gpus),
-    }
+    if arch.tie_word_embeddings:
+        # the embedding's backward inside the still-gathered tail: the head's bf16 [V, H] gradient, the embedding's,
+        # and their sum, beside every layer's fp32 shard and the last layer's held reduce-scatter input
+        ends = {
+            "gathered_weights": tail,
+            "gradients": gradient_shards(cfg, arch, arch.num_layers * arch.layer_params) + 3 * emb + layer,
+        }
+    else:
+        # the embedding's own group: its bf16 gradient, reduce-scatter input and output, one V·H all-gather output
+        # still held, beside every other shard
+        ends = {
+            "gathered_weights": emb,
+            "gradients": gradient_shards(cfg, arch, arch.total_params) + 2 * emb + -(-emb // cfg.num_gpus),
+        }
+    fsdp_instants["backward_end"] = {"activations": instants["backward_end"]["activations"], **ends}
     for comps in fsdp_instants.values():
         comps["rollout_buffers"] = gen.rollout_buffers(cfg)
     name = max(fsdp_instants, key=lambda k: sum(fsdp_instants[k].values()))
