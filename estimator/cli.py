@@ -92,15 +92,19 @@ def parse(argv: list[str]) -> Request:
     return Request(cfg, arch, gpu, ns.json, ns.advice, solve, ns.trace, notes)
 
 
+TRACER_GROUP = "grpo_vram.tracers"  # entry points: callables (RunConfig, sweep=str) -> result row
+
+
 def run_trace(cfg: RunConfig) -> dict:
-    """Trace real GRPO steps under fake tensors with the sweep extra (`sweeps.trace.cli.make_row`), lazily."""
-    import importlib.util
+    """Trace real GRPO steps under fake tensors with a tracer found by entry point (the sweep extra's)."""
+    from importlib.metadata import entry_points
 
     need = "--trace needs the sweep extra (torch, transformers, trl): pip install 'grpo-vram[sweep]'"
-    if any(importlib.util.find_spec(m) is None for m in ("torch", "transformers", "trl")):
+    found = list(entry_points(group=TRACER_GROUP))
+    if not found:
         raise UsageError(need)
     try:
-        from sweeps.trace.cli import make_row
+        make_row = found[0].load()
     except ImportError:
         raise UsageError(need) from None
     row = make_row(cfg, sweep="vram-estimate")
