@@ -19,9 +19,11 @@ FakeTensors its state is emulated by `sweeps.trace.optim8bit`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,13 +34,26 @@ from estimator.config import RunConfig
 from sweeps.probes.tensors import LiveStorageMode
 from sweeps.runner import tiny
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 BNB_8BIT = ("adamw_bnb_8bit", "paged_adamw_8bit")
 CUDA_BLOCK = 512  # caching-allocator minimum block: storages are rounded up to it for device=cuda traces
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TRANSFORMERS_VERBOSITY": "error"}
+
+
+@contextlib.contextmanager
+def offline_env() -> Iterator[None]:
+    """OFFLINE_ENV for the variables the caller left unset, for the duration of the block (a trace needs no hub).
+
+    huggingface_hub and transformers read them when first imported, so they act where `run` is the first to import
+    them (the `--one` subprocess of a grid); an entry point that wants them in any case sets them itself first.
+    """
+    added = [k for k in OFFLINE_ENV if k not in os.environ]
+    os.environ.update({k: OFFLINE_ENV[k] for k in added})
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
 
 
 @dataclass
@@ -177,6 +192,7 @@ def _micro_batches(inputs: dict, n: int) -> list[dict]:
     return split_tensor_dict(shuffle_sequence_dict(inputs), n)
 
 
+@offline_env()
 def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) -> TraceResult:
     """Trace (or, with fake=False, really run on CPU) `steps` GRPO steps of `cfg`; returns the probe result."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -185,12 +201,11 @@ def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) ->
 
     from sweeps.trace import fake_model, generate, patches
 
-    patches.install()
     conf = fake_model.hf_config(cfg.model, cfg.attn_implementation)
     t0 = time.perf_counter()
     mode = FakeTensorMode(shape_env=ShapeEnv()) if fake else nullcontext()
     step_seconds: list[float] = []
-    with mode:
+    with patches.patched(), mode:
         trainer, opt = build(cfg, conf, fake)
         policy = trainer.model
         probe = LiveStorageMode(round_to=CUDA_BLOCK if cfg.device == "cuda" else 1)
