@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -65,7 +65,6 @@ class TraceResult:
     setup_seconds: float
     params: int
     trainable_params: int
-    variant: dict = field(default_factory=dict)
 
 
 def _reward(completions, **kwargs):
@@ -257,6 +256,4 @@ def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) ->
         observed["phase_at_peak_by_label"].pop("(between steps)", None)
         params = sum(p.numel() for p in policy.parameters())
         trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    variant = {"decode": "fast-forward", "k": decode_k} if decode_k < cfg.max_completion_length else {}
-    variant.update({"head": "fused-gpu", "steps": steps, "tensors": "fake" if fake else "real-cpu"})
-    return TraceResult(observed, step_seconds, setup, params, trainable, variant)
+    return TraceResult(observed, step_seconds, setup, params, trainable)
