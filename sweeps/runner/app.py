@@ -23,6 +23,7 @@ from estimator import validate
 from estimator.architecture import ConfigError
 from estimator.catalog import UnknownModel, resolve_model
 from estimator.config import DEVICES, DTYPES, OPTIMIZERS, RunConfig
+from estimator.units import MIB
 from sweeps import records
 from sweeps.runner import schema, tiny
 from sweeps.runner.predict import arch_for, predict
@@ -303,7 +304,7 @@ def run_job(job: Job) -> dict | None:
     row["wall_seconds"] = round(time.perf_counter() - t0, 2)
     records.append_row(job.results_path, row)
     peak = (row.get("observed") or {}).get("peak_bytes")
-    peak_txt = f"{peak / 2**20:.1f} MiB" if peak else "-"
+    peak_txt = f"{peak / MIB:.1f} MiB" if peak else "-"
     msg = f"{row['status']} {job.key} {job.config.model} peak={peak_txt} ({row['wall_seconds']} s)"
     print(msg + (f": {row['error']}" if row["error"] else ""), flush=True)
     return row
