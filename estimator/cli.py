@@ -20,6 +20,7 @@ from estimator.config import (
     VLLM_MODES,
     RunConfig,
 )
+from estimator.solve import SOLVABLE
 
 PROG = "vram-estimate"
 DTYPE_CHOICES = ("float32", "bfloat16", "float16", "auto")
@@ -145,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--advice", action="store_true", default=False, help="show what to change even if it fits")
     o.add_argument(
         "--solve",
-        choices=("num_generations", "max_completion_length", "per_device_train_batch_size"),
+        choices=SOLVABLE,
         help="largest value of this setting that fits on --gpu",
     )
     o.add_argument(
@@ -248,6 +249,8 @@ def parse(argv: list[str]) -> Request:
     solve = getattr(ns, "solve", None)
     if solve and gpu is None:
         raise UsageError("--solve needs --gpu NAME (the memory to fit in)")
+    if solve == "vllm_gpu_memory_utilization" and not (cfg.use_vllm and cfg.vllm_mode == "colocate"):
+        raise UsageError("--solve vllm_gpu_memory_utilization needs --use-vllm with --vllm-mode colocate")
     if gpu is not None and cfg.device == "cpu":
         raise UsageError("--gpu checks a GPU; drop it with --device cpu")
     return Request(cfg, arch, gpu, ns.json, ns.advice, solve, ns.trace, notes)

@@ -34,6 +34,7 @@ class Role:
     model: str
     placement: str = "policy"  # "policy" = on the training GPUs; "own" = on `gpus` GPUs of its own
     gpus: int = 1
+    group: str = ""  # roles placed "own" with the same group share their GPUs (e.g. a sampling process)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ class VllmSettings:
     share_base: bool = False  # vLLM loads only the LoRA weights and shares the base (Unsloth fast_inference)
     server_gpus: int = 1  # server mode: GPUs running `trl vllm-serve` (data parallel × tensor parallel)
     server_utilization: float = vt.TRL_SERVE_UTILIZATION  # `trl vllm-serve --gpu_memory_utilization`
+    starts_first: bool = (
+        False  # colocate: vLLM reserves its share before the trainer loads (OpenRLHF/ORZ Ray order)
+    )
 
 
 @dataclass(frozen=True)
@@ -251,12 +255,17 @@ def plan(
             "training", cfg.num_gpus, (policy_row, *on_policy), training_peak(est, on_policy), total_bytes
         )
     ]
-    for r in roles:
-        if r.placement != "own":
-            continue
-        rb = _role_bytes(cfg, r, arch_of(r.model), r.gpus)
-        peak = _device(cfg, rb.resident + rb.working)
-        groups.append(GpuGroup(f"{r.kind} ({r.model})", r.gpus, (rb,), peak, total_bytes))
+    own: dict[str, list[Role]] = {}
+    for i, r in enumerate(roles):
+        if r.placement == "own":
+            own.setdefault(r.group or f"#{i}", []).append(r)
+    for name, members in own.items():
+        gpus = max(r.gpus for r in members)
+        rows = tuple(_role_bytes(cfg, r, arch_of(r.model), gpus) for r in members)
+        held = sum(b.resident for b in rows)
+        peak = _device(cfg, held + max(b.working for b in rows))
+        label = name if not name.startswith("#") else f"{members[0].kind} ({members[0].model})"
+        groups.append(GpuGroup(label, gpus, rows, peak, total_bytes))
     check = None
     notes: list[str] = []
     if cfg.use_vllm:
@@ -286,8 +295,15 @@ def plan(
                 )
             )
         else:
-            free = total_bytes - init_resident(cfg, arch, on_policy)
-            if not vt.starts(free, total_bytes, util):
+            loaded = init_resident(cfg, arch, on_policy)
+            free = total_bytes - (overhead.cuda_context(cfg) if settings.starts_first else loaded)
+            if settings.starts_first and requested + loaded > total_bytes:
+                failure = (
+                    f"loading the models after vLLM took {util} × {total_bytes / 2**30:.2f} GiB = "
+                    f"{requested / 2**30:.2f} GiB: they need {(loaded - overhead.cuda_context(cfg)) / 2**30:.2f} GiB, "
+                    f"{(total_bytes - requested - overhead.cuda_context(cfg)) / 2**30:.2f} GiB is left"
+                )
+            elif not vt.starts(free, total_bytes, util):
                 failure = (
                     f"vLLM start-up: it asks {util} × {total_bytes / 2**30:.2f} GiB = {requested / 2**30:.2f} GiB, "
                     f"only {free / 2**30:.2f} GiB is free after the trainer loaded"
@@ -295,7 +311,8 @@ def plan(
             failure = failure or _kv_failure(kv, one, length)
             if failure is None and not groups[0].fits:
                 failure = f"training step (step 1, {est.peak_phase} phase): the trainer and vLLM's share exceed the card"
-            largest = _largest_safe(est, roles, settings, arch_of, total_bytes, free, estimate_fn)
+            start_cap = total_bytes - loaded if settings.starts_first else free
+            largest = _largest_safe(est, roles, settings, arch_of, total_bytes, start_cap, estimate_fn)
         check = VllmCheck(
             "server" if server else "colocate",
             util,
@@ -348,3 +365,36 @@ def _largest_safe(
         else:
             hi = mid - 1
     return best
+
+
+def with_roles(
+    estimate_fn: Callable[[RunConfig, Arch], Estimate], roles: list[Role], arch_of: ArchFn
+) -> Callable[[RunConfig, Arch], Estimate]:
+    """An estimate function whose training-GPU phases also hold the roles placed on the policy's GPUs: every
+    role's resident bytes in every phase, the reward/reference passes in `score`, the critic's step in `optimizer`
+    (so advice and --solve see the whole card)."""
+    placed = [r for r in roles if r.placement == "policy"]
+
+    def fn(cfg: RunConfig, arch: Arch) -> Estimate:
+        est = estimate_fn(cfg, arch)
+        if not placed:
+            return est
+        rows = [(r.kind, _role_bytes(cfg, r, arch_of(r.model), cfg.num_gpus)) for r in placed]
+        held = sum(b.resident for _, b in rows)
+        nograd = max((b.working for k, b in rows if k != "value"), default=0)
+        critic = max((b.working for k, b in rows if k == "value"), default=0)
+        phases = {p: dict(c) for p, c in est.phases.items()}
+        for p, comps in phases.items():
+            comps["roles"] = held + (nograd if p == "score" else 0) + (critic if p == "optimizer" else 0)
+        allocated = max(sum(c.values()) for c in phases.values())
+        return Estimate(
+            config=est.config,
+            arch=est.arch,
+            phases=phases,
+            cuda_context_bytes=est.cuda_context_bytes,
+            allocator_overhead_bytes=overhead.allocator_overhead(cfg, allocated),
+            notes=list(est.notes) + [f"roles on the training GPUs: {', '.join(b.role for _, b in rows)}"],
+            trainable_params=est.trainable_params,
+        )
+
+    return fn

@@ -33,7 +33,7 @@ def render(layout: Layout) -> str:
             f"  one max_model_len={v.max_model_len} request needs {_g(v.one_sequence)} GiB of KV cache"
         )
         if v.free_at_start is not None and v.mode == "colocate":
-            out.append(f"  free when vLLM starts (after the trainer loaded): {_g(v.free_at_start)} GiB")
+            out.append(f"  free when vLLM starts: {_g(v.free_at_start)} GiB")
         if v.smallest_utilization is not None or v.largest_safe_utilization is not None:
             lo = v.smallest_utilization if v.smallest_utilization is not None else "none"
             hi = v.largest_safe_utilization if v.largest_safe_utilization is not None else "none"
@@ -43,4 +43,25 @@ def render(layout: Layout) -> str:
         out.append(f"  verdict: {'runs' if v.failure is None else 'fails at ' + v.failure}")
     for n in layout.notes:
         out.append(f"  note: {n}")
+    return "\n".join(out)
+
+
+def render_advice(advice) -> str:
+    """Single changes ranked by GiB saved, each with its cost, then the smallest set that fits (report.render_advice
+    plus the trade-off column; the lead may fold it into report.py)."""
+    out = ["what to change (each re-estimated at this configuration; GiB saved, estimated):"]
+    for o in advice.singles:
+        mark = "" if o.fits is None else ("✓ fits " if o.fits else "✗      ")
+        out.append(f"  {mark}saves {_g(o.saved_bytes):>6} GiB -> {_g(o.peak_device_bytes):>6} GiB  {o.label}")
+        if o.tradeoff:
+            out.append(f"  {'':>7}cost: {o.tradeoff}")
+    if not advice.singles:
+        out.append("  no single change saves memory at this configuration")
+    if advice.budget_bytes is not None and advice.baseline_bytes > advice.budget_bytes:
+        p = advice.plan
+        if p is not None:
+            head = "smallest set that fits" if p.fits else "nothing tried fits; closest"
+            out.append(f"{head}: {p.label} -> {_g(p.peak_device_bytes)} GiB, saves {_g(p.saved_bytes)} GiB")
+        else:
+            out.append("nothing tried fits")
     return "\n".join(out)

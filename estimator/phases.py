@@ -16,6 +16,7 @@ from estimator.terms import logprob_head as head
 from estimator.terms import optimizer as opt
 from estimator.terms import overhead, vllm, weights
 from estimator.terms.sharding import deepspeed_dtype_config, gathered_weights, shard
+from estimator.units import nbytes
 
 
 def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
@@ -39,7 +40,9 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         woken = (
             vllm.colocate_footprint(cfg) - vllm.colocate_sleeping(cfg) if cfg.vllm_enable_sleep_mode else 0
         )
-        return {"vllm": woken}
+        largest = max(arch.embedding_params, arch.lm_head_params) * nbytes(cfg.dtype)
+        sync = vllm.weight_sync_gather(cfg, weights.policy_weights(cfg, arch), largest)
+        return {"vllm": woken, "gathered_weights": sync}
     prefill = {
         "kv_cache": gen.kv_cache(cfg, arch, cfg.max_prompt_length),
         "activations": act.nograd_forward_peak(cfg, arch, cfg.generation_sequences, cfg.max_prompt_length),

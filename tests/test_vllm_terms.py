@@ -64,3 +64,11 @@ def test_colocate_footprint_and_sleeping():
 def test_lora_buffers():
     # r = 16 on q (3584 -> 3584) and v (3584 -> 512): 16 × (7168 + 4096) × 28 layers × 2 B
     assert vllm.lora_buffer_bytes(Q7, 16, [(3584, 3584), (3584, 512)]) == 16 * 11264 * 28 * 2
+
+
+def test_weight_sync_gather_under_zero3():
+    cfg = RunConfig(use_vllm=True, num_gpus=4, sharding="zero3", use_peft=True)
+    assert vllm.weight_sync_gather(cfg, 1000, 10) == 750  # PEFT: the whole model gathered to merge adapters
+    assert vllm.weight_sync_gather(cfg.with_(use_peft=False), 1000, 10) == 7  # one parameter at a time
+    assert vllm.weight_sync_gather(cfg.with_(sharding="zero2"), 1000, 10) == 0
+    assert vllm.weight_sync_gather(cfg.with_(use_vllm=False), 1000, 10) == 0

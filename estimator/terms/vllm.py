@@ -150,3 +150,15 @@ def colocate_sleeping(cfg) -> int:
     if not cfg.use_vllm or cfg.vllm_mode != "colocate" or not cfg.vllm_enable_sleep_mode:
         return 0
     return sleep_residue(getattr(cfg, "vllm_sleep_level", 2), getattr(cfg, "vllm_tensor_parallel_size", 1))
+
+
+def weight_sync_gather(cfg, full_weights: int, largest_param: int) -> int:
+    """Bytes ZeRO-3 gathers on each rank to push weights to vLLM (TRL 1.16 `vllm_generation.py:435-475`
+    `_iter_named_params`): with PEFT the whole model at once to merge the adapters (full − own shard); without,
+    one parameter at a time (the largest, less its shard). 0 without vLLM, ZeRO-3 or more than one GPU."""
+    if not cfg.use_vllm or cfg.sharding != "zero3" or cfg.num_gpus <= 1:
+        return 0
+    n = cfg.num_gpus
+    if cfg.use_peft:
+        return full_weights - -(-full_weights // n)
+    return largest_param - -(-largest_param // n)
