@@ -453,7 +453,7 @@ def layout_fixes(layout, cfg: RunConfig) -> list[str]:
         if v.largest_safe_utilization is not None:
             lines.append(
                 f"lower vllm_gpu_memory_utilization to {v.largest_safe_utilization} (the largest that starts and "
-                f"leaves the step room); saves {(v.utilization - v.largest_safe_utilization) * v.requested / max(v.utilization, 1e-9) / GIB:.2f} GiB"
+                f"leaves the step room); frees {(v.utilization - v.largest_safe_utilization) * v.requested / max(v.utilization, 1e-9) / GIB:.2f} GiB of vLLM's share"
             )
         else:
             lines.append(
