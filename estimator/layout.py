@@ -100,6 +100,8 @@ class VllmCheck:
     failure: str | None
     largest_safe_utilization: float | None = None
     smallest_utilization: float | None = None
+    sleep_residue: int = 0  # colocate with sleep mode: what stays on the GPU while vLLM sleeps
+    host_bytes: int = 0  # sleep level 1: vLLM's weights parked in pinned host RAM
 
 
 @dataclass(frozen=True)
@@ -329,6 +331,7 @@ def plan(
             failure,
             largest,
             smallest_utilization(cfg, arch, settings, total_bytes, server),
+            *_sleep(cfg, settings, weights, server),
         )
         if check.kv_tokens and check.kv_tokens < cfg.generation_sequences * cfg.sequence_length:
             notes.append(
@@ -336,6 +339,14 @@ def plan(
                 f"{cfg.generation_sequences} × {cfg.sequence_length}: it generates in waves (slower, not OOM)"
             )
     return Layout(tuple(groups), check, tuple(notes))
+
+
+def _sleep(cfg: RunConfig, settings: VllmSettings, weights: int, server: bool) -> tuple[int, int]:
+    """(GPU residue, pinned host bytes) of a sleeping colocated vLLM; (0, 0) when it never sleeps."""
+    if server or not cfg.vllm_enable_sleep_mode:
+        return 0, 0
+    level = settings.sleep_level
+    return vt.sleep_residue(level, settings.tensor_parallel_size), vt.sleep_host_bytes(level, weights)
 
 
 def _largest_safe(

@@ -32,6 +32,15 @@ def render(layout: Layout) -> str:
         out.append(
             f"  one max_model_len={v.max_model_len} request needs {_g(v.one_sequence)} GiB of KV cache"
         )
+        if v.sleep_residue:
+            out.append(
+                f"  asleep between generations: {_g(v.sleep_residue)} GiB stays on the GPU (CUDA graphs, NCCL)"
+                + (
+                    f", {_g(v.host_bytes)} GiB of weights in pinned host RAM (level 1)"
+                    if v.host_bytes
+                    else ""
+                )
+            )
         if v.free_at_start is not None and v.mode == "colocate":
             out.append(f"  free when vLLM starts: {_g(v.free_at_start)} GiB")
         if v.smallest_utilization is not None or v.largest_safe_utilization is not None:

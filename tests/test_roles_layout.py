@@ -111,3 +111,42 @@ def test_colocate_start_up_needs_its_request_free():
         80 * GIB,
     )
     assert lay2.vllm.failure.startswith("vLLM start-up: it asks 0.95")
+
+
+def test_server_mode_reports_the_vllm_cards_with_tensor_parallelism():
+    cfg = RunConfig(
+        model="7B",
+        dtype="bfloat16",
+        use_peft=True,
+        use_vllm=True,
+        vllm_mode="server",
+        per_device_train_batch_size=2,
+        num_generations=2,
+        gpu_memory_gib=80.0,
+    )
+    settings = VllmSettings(
+        tensor_parallel_size=2, server_gpus=2, server_utilization=0.9, max_model_length=4096
+    )
+    lay = plan(estimate(cfg), [], settings, resolve_model, A100_80)
+    assert lay.total_gpus == 3  # 1 training + 2 vLLM
+    assert lay.vllm.mode == "server" and lay.vllm.failure is None
+    assert lay.vllm.weights == -(-2 * 7_615_616_512 // 2)  # each TP rank holds half the bf16 weights
+    assert lay.vllm.requested == -(-A100_80 * 9 // 10)
+    assert lay.vllm.non_torch == int(1.79 * GIB)  # TP communicators (PR #10511)
+
+
+def test_sleep_level_1_parks_weights_in_host_ram():
+    cfg = RunConfig(
+        model="1.5B",
+        dtype="bfloat16",
+        use_vllm=True,
+        vllm_enable_sleep_mode=True,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        gpu_memory_gib=80.0,
+    )
+    lay1 = plan(estimate(cfg), [], VllmSettings(sleep_level=1, max_model_length=1024), resolve_model, A100_80)
+    assert lay1.vllm.sleep_residue == 1_140_000_000
+    assert lay1.vllm.host_bytes == 2 * P15  # the bf16 checkpoint vLLM loaded
+    lay2 = plan(estimate(cfg), [], VllmSettings(sleep_level=2, max_model_length=1024), resolve_model, A100_80)
+    assert lay2.vllm.host_bytes == 0
