@@ -176,6 +176,23 @@ def _vllm_share(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     ]
 
 
+def _offload_optimizer(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """DeepSpeed ZeRO-Offload of the optimizer state, once RunConfig carries `offload_optimizer` (issue 11)."""
+    if "offload_optimizer" not in RunConfig.field_names() or cfg.sharding not in ("zero2", "zero3"):
+        return []
+    if getattr(cfg, "offload_optimizer", False):
+        return []
+    return [
+        Change(
+            "offload",
+            "--offload-optimizer (DeepSpeed offload_optimizer: cpu)",
+            3,
+            cfg.with_(offload_optimizer=True),
+            "AdamW state and step on the CPU: slower optimizer steps, needs host RAM for the fp32 state",
+        )
+    ]
+
+
 def _vllm_server(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     """Move vLLM to a GPU of its own (`trl vllm-serve`): the training GPUs keep none of its share."""
     if not (cfg.use_vllm and cfg.vllm_mode == "colocate"):
@@ -340,6 +357,7 @@ GENERATORS = (
     _vllm_sleep,
     _vllm_share,
     _vllm_server,
+    _offload_optimizer,
     _adam8bit,
     _lora,
     _qlora,
@@ -460,3 +478,17 @@ def layout_fixes(layout, cfg: RunConfig) -> list[str]:
                 "no vllm_gpu_memory_utilization leaves the step room: move vLLM to its own GPU (server mode)"
             )
     return lines
+
+
+def role_moves(layout) -> list[str]:
+    """When the training GPUs do not fit: each role beside the policy moved to a GPU of its own, with the bytes it
+    frees on every training GPU (its resident bytes, at least) and the GPU it costs; largest first."""
+    training = layout.groups[0]
+    if training.fits:
+        return []
+    rows = sorted(training.roles[1:], key=lambda r: -r.resident)
+    return [
+        f"move {r.role} to a GPU of its own (MODEL@own): frees at least {r.resident / GIB:.2f} GiB on each "
+        "training GPU, costs one more GPU"
+        for r in rows
+    ]

@@ -153,9 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         report.render(est, [], report.check_fit(est, req.gpu) if req.gpu else None),
         layout_report.render(lay),
     ]
-    fixes = adv.layout_fixes(lay, req.cfg)
+    fixes = adv.layout_fixes(lay, req.cfg) + adv.role_moves(lay)
     if fixes:
-        parts.append("what fixes vLLM's failure (estimated):\n" + "\n".join(f"  - {f}" for f in fixes))
+        parts.append("what fixes the cause (estimated):\n" + "\n".join(f"  - {f}" for f in fixes))
     if req.advice or not lay.fits:
         starts = lay.vllm is None or lay.vllm.failure is None or "start-up" not in lay.vllm.failure
         budget = total if (req.gpu is not None or not lay.fits) and starts else None

@@ -150,3 +150,17 @@ def test_sleep_level_1_parks_weights_in_host_ram():
     assert lay1.vllm.host_bytes == 2 * P15  # the bf16 checkpoint vLLM loaded
     lay2 = plan(estimate(cfg), [], VllmSettings(sleep_level=2, max_model_length=1024), resolve_model, A100_80)
     assert lay2.vllm.host_bytes == 0
+
+
+def test_role_moves_when_training_gpus_do_not_fit():
+    from estimator.advice import role_moves
+
+    cfg = RunConfig(
+        model="7B", dtype="bfloat16", per_device_train_batch_size=2, num_generations=2, gpu_memory_gib=40.0
+    )
+    roles = [Role("reference", "7B"), Role("reward", "1.5B")]
+    lay = plan(estimate(cfg), roles, VllmSettings(), resolve_model, 40 * GIB)
+    assert not lay.fits
+    moves = role_moves(lay)
+    assert moves[0].startswith("move reference 7B") and "14.19 GiB" in moves[0]  # 2 × 7.62 B params
+    assert moves[1].startswith("move reward 1.5B")
