@@ -61,3 +61,15 @@ def test_gptq_7b_policy_weights_are_packed_linears_plus_16_bit_rest():
 def test_unquantized_arch_is_unchanged():
     assert dataclasses.replace(Q7).extra["config"].get("quantization_config") is None
     assert w.policy_weights(RunConfig(model="7B", dtype="bfloat16"), Q7) == 2 * Q7.total_params
+
+
+def test_gptq_estimate_uses_the_packed_base_and_a_dequantized_transient():
+    from estimator.estimate import estimate
+    from estimator.terms.activations import dequantized_weight_transient
+
+    arch = from_config(Q7.extra["config"] | {"quantization_config": GPTQ4})
+    cfg = RunConfig(model="7B", dtype="float16", use_peft=True, bf16=False)
+    est = estimate(cfg, arch)
+    assert est.phases["train"]["weights"] == w.policy_weights(cfg, arch)
+    assert dequantized_weight_transient(cfg, arch) == 2 * 3584 * 18944  # gate/up/down: the largest, in fp16
+    assert dequantized_weight_transient(cfg, Q7) == 0  # an unquantized base dequantizes nothing
