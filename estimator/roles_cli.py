@@ -149,6 +149,20 @@ def main(argv: list[str] | None = None) -> int:
         total,
         lambda c, a: estimate(c, a),
     )
+    if req.as_json:
+        import dataclasses
+        import json
+
+        d = report.to_json(est, [], report.check_fit(est, req.gpu) if req.gpu else None)
+        d["layout"] = {
+            "source": "estimated",
+            "total_gpus": lay.total_gpus,
+            "fits": lay.fits,
+            **dataclasses.asdict(lay),
+        }
+        d["layout"]["fixes"] = adv.layout_fixes(lay, req.cfg) + adv.role_moves(lay)
+        print(json.dumps(d, indent=2))
+        return 0 if lay.fits else 1
     parts = [
         report.render(est, [], report.check_fit(est, req.gpu) if req.gpu else None),
         layout_report.render(lay),
