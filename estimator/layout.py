@@ -404,7 +404,7 @@ def with_roles(
             phases=phases,
             cuda_context_bytes=est.cuda_context_bytes,
             allocator_overhead_bytes=overhead.allocator_overhead(cfg, allocated),
-            notes=list(est.notes) + [f"roles on the training GPUs: {', '.join(b.role for _, b in rows)}"],
+            notes=(*est.notes, f"roles on the training GPUs: {', '.join(b.role for _, b in rows)}"),
             trainable_params=est.trainable_params,
         )
 
