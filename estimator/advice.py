@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
@@ -140,14 +140,14 @@ def _qlora(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
 
 
 def _vllm_sleep(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
-    if not (cfg.use_vllm and cfg.vllm_mode == "colocate") or cfg.vllm_enable_sleep_mode:
+    if not (cfg.use_vllm and cfg.vllm_mode == "colocate") or cfg.vllm_sleeps:
         return []
     return [
         Change(
             "sleep",
             "--vllm-enable-sleep-mode",
             1,
-            cfg.with_(vllm_enable_sleep_mode=True),
+            cfg.with_(vllm_enable_sleep_mode=True, vllm_sleep_level=None),
             "vLLM frees its weights and KV cache while training (level 2): every step re-pushes the weights",
         )
     ]
@@ -347,7 +347,8 @@ def vllm_floor(cfg: RunConfig) -> float:
     except (UnknownModel, ValueError):
         return 0.01
     total = int((cfg.gpu_memory_gib or 80.0) * GIB)
-    u = smallest_utilization(cfg, arch, VllmSettings(max_model_length=cfg.sequence_length), total, False)
+    settings = replace(VllmSettings.of(cfg), max_model_length=cfg.sequence_length)
+    u = smallest_utilization(cfg, arch, settings, total, False)
     return u if u is not None else cfg.vllm_gpu_memory_utilization
 
 
@@ -457,7 +458,8 @@ def layout_fixes(layout, cfg: RunConfig) -> list[str]:
     if "one max_model_len" in v.failure:
         need = cfg.sequence_length
         lines.append(
-            f"set vllm_max_model_length {need} (TRL; ms-swift vllm_max_model_len) = prompt + completion: vLLM sizes "
+            f"--vllm-max-model-length {need} (TRL vllm_max_model_length, ms-swift vllm_max_model_len) = prompt + "
+            f"completion: vLLM sizes "
             f"its start-up check for one request of max_model_len={v.max_model_len} tokens "
             f"({v.one_sequence / GIB:.2f} GiB of KV), the run never needs more than {need}"
         )

@@ -15,31 +15,17 @@ from dataclasses import dataclass, field
 from estimator.architecture import Arch
 from estimator.config import RunConfig
 from estimator.estimate import Estimate
+from estimator.role_spec import PLACEMENTS, ROLE_KINDS, Role, config_roles  # noqa: F401 (re-exported)
 from estimator.terms import overhead
 from estimator.terms import roles as rt
 from estimator.terms import vllm as vt
 from estimator.terms import weights as wt
 from estimator.terms.sharding import deepspeed_dtype_config, shard
 
-ROLE_KINDS = ("reward", "reference", "value")
-PLACEMENTS = ("policy", "own")
-SLEEP_LEVELS = (0, 1, 2)
-
-
-@dataclass(frozen=True)
-class Role:
-    """A model beside the policy: its kind, its model (catalog name, HF id or config.json) and where it lives."""
-
-    kind: str
-    model: str
-    placement: str = "policy"  # "policy" = on the training GPUs; "own" = on `gpus` GPUs of its own
-    gpus: int = 1
-    group: str = ""  # roles placed "own" with the same group share their GPUs (e.g. a sampling process)
-
 
 @dataclass(frozen=True)
 class VllmSettings:
-    """vLLM settings RunConfig does not carry yet (TRL 1.16 / ms-swift names in the field comments)."""
+    """vLLM's settings as the layout reads them (`VllmSettings.of(cfg)`: RunConfig's vllm_* fields)."""
 
     max_model_length: int | None = (
         None  # TRL vllm_max_model_length / ms-swift vllm_max_model_len; None = model's
@@ -54,6 +40,19 @@ class VllmSettings:
     starts_first: bool = (
         False  # colocate: vLLM reserves its share before the trainer loads (OpenRLHF/ORZ Ray order)
     )
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> VllmSettings:
+        """The vLLM settings a RunConfig carries (its vllm_* fields)."""
+        return cls(
+            max_model_length=cfg.vllm_max_model_length,
+            tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+            sleep_level=cfg.resolved_vllm_sleep_level or 2,
+            share_base=cfg.vllm_share_base,
+            server_gpus=cfg.vllm_server_gpus,
+            server_utilization=cfg.vllm_server_utilization,
+            starts_first=cfg.vllm_starts_first,
+        )
 
 
 @dataclass(frozen=True)
@@ -343,7 +342,7 @@ def plan(
 
 def _sleep(cfg: RunConfig, settings: VllmSettings, weights: int, server: bool) -> tuple[int, int]:
     """(GPU residue, pinned host bytes) of a sleeping colocated vLLM; (0, 0) when it never sleeps."""
-    if server or not cfg.vllm_enable_sleep_mode:
+    if server or not cfg.vllm_sleeps:
         return 0, 0
     level = settings.sleep_level
     return vt.sleep_residue(level, settings.tensor_parallel_size), vt.sleep_host_bytes(level, weights)

@@ -30,16 +30,14 @@ def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     }
     held = {k: shard(cfg, k, v) for k, v in held.items()}
     # vLLM colocate: its whole budget, or what stays while it sleeps (terms/vllm.py)
-    held["vllm"] = vllm.colocate_sleeping(cfg) if cfg.vllm_enable_sleep_mode else vllm.colocate_footprint(cfg)
+    held["vllm"] = vllm.colocate_sleeping(cfg) if cfg.vllm_sleeps else vllm.colocate_footprint(cfg)
     return held
 
 
 def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     """KV cache at full length + the larger of the prefill transient and the decode-step transient."""
     if cfg.use_vllm:
-        woken = (
-            vllm.colocate_footprint(cfg) - vllm.colocate_sleeping(cfg) if cfg.vllm_enable_sleep_mode else 0
-        )
+        woken = vllm.colocate_footprint(cfg) - vllm.colocate_sleeping(cfg) if cfg.vllm_sleeps else 0
         largest = max(arch.embedding_params, arch.lm_head_params) * nbytes(cfg.dtype)
         sync = vllm.weight_sync_gather(cfg, weights.policy_weights(cfg, arch), largest)
         return {"vllm": woken, "gathered_weights": sync}

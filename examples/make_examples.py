@@ -1,7 +1,7 @@
 """Regenerate (or check) what `vram-estimate` says for each worked example: `make examples` / `--check`.
 
 Each case folder holds the config files its user had and `runs.txt` (one `NAME | flags` line per run); the output
-of `python -m estimator.roles_cli FLAGS` (the policy report, the per-GPU layout, vLLM's own accounting, advice)
+of `vram-estimate FLAGS` (the policy report, the per-GPU layout, vLLM's own accounting, advice)
 goes to `NAME.txt` beside them, with the exit code. `--check` exits 1 when a stored output is stale.
 """
 
@@ -32,12 +32,12 @@ def runs(case: Path) -> list[tuple[str, list[str]]]:
 
 def render(argv: list[str]) -> str:
     """The command, what it prints (stdout, then stderr notes) and its exit code, run from the repo root."""
-    from estimator import roles_cli
+    from estimator import cli
 
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        code = roles_cli.main(argv)
-    cmd = "python -m estimator.roles_cli " + " ".join(shlex.quote(a) for a in argv)
+        code = cli.main(argv)
+    cmd = "vram-estimate " + " ".join(shlex.quote(a) for a in argv)
     return f"$ {cmd}\n{stdout.getvalue()}{stderr.getvalue()}exit code: {code}\n"
 
 

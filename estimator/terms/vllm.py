@@ -147,9 +147,9 @@ def colocate_footprint(cfg) -> int:
 
 def colocate_sleeping(cfg) -> int:
     """vLLM colocate's bytes while it sleeps between generations (TRL 1.16 uses level 2), 0 otherwise."""
-    if not cfg.use_vllm or cfg.vllm_mode != "colocate" or not cfg.vllm_enable_sleep_mode:
+    if not cfg.use_vllm or cfg.vllm_mode != "colocate" or not cfg.vllm_sleeps:
         return 0
-    return sleep_residue(getattr(cfg, "vllm_sleep_level", 2), getattr(cfg, "vllm_tensor_parallel_size", 1))
+    return sleep_residue(cfg.resolved_vllm_sleep_level, cfg.vllm_tensor_parallel_size)
 
 
 def weight_sync_gather(cfg, full_weights: int, largest_param: int) -> int:
