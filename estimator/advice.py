@@ -125,8 +125,19 @@ def _lora(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     ]
 
 
+def _prequantized(cfg: RunConfig) -> bool:
+    """The model is a GPTQ / AWQ checkpoint (already packed: bitsandbytes 4-bit does not apply to it)."""
+    from estimator.catalog import UnknownModel, resolve_model
+    from estimator.terms.quantized import arch_quant_spec
+
+    try:
+        return arch_quant_spec(resolve_model(cfg.model)) is not None
+    except (UnknownModel, ValueError):
+        return False
+
+
 def _qlora(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
-    if cfg.load_in_4bit or cfg.device != "cuda":
+    if cfg.load_in_4bit or cfg.device != "cuda" or _prequantized(cfg):
         return []
     return [
         Change(

@@ -8,6 +8,7 @@ and checks vLLM's start-up the way vLLM does. Exit codes: 0 fits (or no --gpu gi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass
@@ -149,14 +150,31 @@ def execute(req: Request) -> tuple[str, int]:
     roles = config_roles(cfg)
     est_fn = with_roles(policy_fn, roles, catalog.resolve_model) if roles else policy_fn
     est = est_fn(cfg, req.arch)
-    fits = [] if cfg.device == "cpu" else [report.check_fit(est, g) for g in gpus.GPUS]
-    target = report.check_fit(est, req.gpu) if req.gpu is not None else None
+
+    def layout_on(c: RunConfig, total: int):
+        return plan(estimate(c, req.arch), roles, VllmSettings.of(c), catalog.resolve_model, total, policy_fn)
+
+    def fit_on(g):
+        """The step on card `g` (a colocated vLLM takes its share of that card), blocked if the layout fails."""
+        c, e = cfg, est
+        if cfg.use_vllm and cfg.vllm_mode == "colocate" and cfg.gpu_memory_gib != g.memory_gib:
+            c = cfg.with_(gpu_memory_gib=g.memory_gib)
+            e = est_fn(c, req.arch)
+        fit = report.check_fit(e, g)
+        if roles or cfg.use_vllm:  # the training GPU's bytes are the step's own, already in free_bytes
+            why = [
+                b for b in layout_on(c, g.memory_bytes).blockers if b != "training GPU" or fit.free_bytes >= 0
+            ]
+            fit = dataclasses.replace(fit, blocked=", ".join(why))
+        return fit
+
+    fits = [] if cfg.device == "cpu" else [fit_on(g) for g in gpus.GPUS]
+    target = fit_on(req.gpu) if req.gpu is not None else None
     budget = req.gpu.memory_bytes if req.gpu is not None else None
     layout, fixes, starts = None, [], True
     if roles or cfg.use_vllm:
         total = budget if budget is not None else int((cfg.gpu_memory_gib or 80.0) * GIB)
-        policy = estimate(cfg, req.arch)
-        layout = plan(policy, roles, VllmSettings.of(cfg), catalog.resolve_model, total, policy_fn)
+        layout = layout_on(cfg, total)
         fixes = adv.layout_fixes(layout, cfg) + adv.role_moves(layout)
         starts = layout.vllm is None or layout.vllm.failure is None or "start-up" not in layout.vllm.failure
         if not layout.fits:

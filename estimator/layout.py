@@ -117,6 +117,18 @@ class Layout:
     def fits(self) -> bool:
         return all(g.fits for g in self.groups) and (self.vllm is None or self.vllm.failure is None)
 
+    @property
+    def blockers(self) -> tuple[str, ...]:
+        """What fails, in a few words each: vLLM's start-up or the models loading after it, or a GPU group."""
+        out = []
+        failure = self.vllm.failure if self.vllm is not None else None
+        if failure and "start-up" in failure:
+            out.append("vLLM start-up")
+        elif failure and failure.startswith("loading"):
+            out.append("loading the models after vLLM's share")
+        out += [f"{g.name} GPU" for g in self.groups if not g.fits]
+        return tuple(out)
+
 
 ArchFn = Callable[[str], Arch]
 

@@ -20,10 +20,11 @@ class Fit:
 
     gpu: GPU
     free_bytes: int
+    blocked: str = ""  # what fails whatever the bytes say: vLLM's start-up, a GPU of the layout (layout.py)
 
     @property
     def fits(self) -> bool:
-        return self.free_bytes >= 0
+        return self.free_bytes >= 0 and not self.blocked
 
 
 def check_fit(est: Estimate, gpu: GPU) -> Fit:
@@ -101,10 +102,14 @@ def summary_lines(est: Estimate) -> list[str]:
 
 def fits_line(fits: list[Fit]) -> str:
     """'fits on: ✓ A100 80GB (+12.3 GiB free) ✗ T4 (-3.1 GiB missing)'."""
-    cells = [
-        f"✓ {f.gpu.name} (+{_g(f.free_bytes)})" if f.fits else f"✗ {f.gpu.name} (-{_g(-f.free_bytes)})"
-        for f in sorted(fits, key=lambda f: f.gpu.memory_bytes)
-    ]
+
+    def cell(f: Fit) -> str:
+        if f.fits:
+            return f"✓ {f.gpu.name} (+{_g(f.free_bytes)})"
+        why = ([f"-{_g(-f.free_bytes)}"] if f.free_bytes < 0 else []) + ([f.blocked] if f.blocked else [])
+        return f"✗ {f.gpu.name} ({', '.join(why)})"
+
+    cells = [cell(f) for f in sorted(fits, key=lambda f: f.gpu.memory_bytes)]
     return "fits on (GiB free/missing per GPU, estimated): " + "  ".join(cells)
 
 
@@ -128,7 +133,10 @@ def render(est: Estimate, fits: list[Fit], target: Fit | None = None) -> str:
         out.append(fits_line(fits))
     if target is not None:
         verdict = "fits" if target.fits else "does NOT fit"
-        amount = f"{_g(abs(target.free_bytes))} GiB {'free' if target.fits else 'missing'}"
+        amount = f"{_g(abs(target.free_bytes))} GiB {'free' if target.free_bytes >= 0 else 'missing'}"
+        if target.blocked:
+            step = "leaves " + amount if target.free_bytes >= 0 else "is " + amount
+            amount = f"fails at {target.blocked} (see the layout); the step itself {step}"
         out.append(f"{target.gpu.name} ({target.gpu.memory_gib:.2f} GiB): {verdict}, {amount} (estimated)")
     return "\n".join(out)
 
@@ -255,6 +263,7 @@ def to_json(
             "gpu_memory_source": f.gpu.source,
             "fits": f.fits,
             "free_bytes": f.free_bytes,
+            "blocked": f.blocked or None,
         }
 
     d["fits"] = [fit_dict(f) for f in fits]

@@ -107,6 +107,8 @@ def test_vllm_start_up_failure_exits_1_and_names_the_fix(capsys):
     assert "fails at vLLM start-up: no memory left for the KV cache" in out
     assert "raise vllm_gpu_memory_utilization" in out
     assert "(vLLM fails before the first step" in out
+    # the GPU line agrees with the layout: the step alone would leave room, vLLM does not start
+    assert "A100 40GB (40.00 GiB): does NOT fit, fails at vLLM start-up" in out
     # the same run without --gpu: no fit question asked, exit 0 (the layout still shows the failure on 80 GiB)
     assert cli.main(argv[:-2]) == 0
 
@@ -175,3 +177,27 @@ def test_with_roles_adds_resident_roles_to_every_phase():
     assert both.phases["train"]["roles"] == rm
     assert both.phases["score"]["roles"] > rm  # its scoring pass happens with the no-grad passes
     assert both.peak_allocated_bytes >= plain.peak_allocated_bytes + rm
+
+
+def test_fits_line_gives_vllm_its_share_of_each_card(capsys):
+    """vLLM colocate at 0.5 takes half of each card: a bf16 0.5B step (~1 GiB of weights, small batches) fits in the
+    other half of a 16 GiB T4, though half of the 80 GiB card named by --gpu would not fit on it."""
+    argv = ["--model", "0.5B", "--dtype", "bfloat16", "--gens", "2", "--per-device-train-batch-size", "2"]
+    argv += ["--use-vllm", "--vllm-gpu-memory-utilization", "0.5", "--vllm-max-model-length", "1024"]
+    assert cli.main([*argv, "--gpu", "A100-80", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    t4 = next(f for f in d["fits"] if f["gpu"].startswith("T4"))
+    assert t4["fits"] and t4["free_bytes"] < t4["gpu_memory_bytes"] // 2
+    assert d["target"]["fits"] and d["target"]["free_bytes"] < d["target"]["gpu_memory_bytes"] // 2
+
+
+def test_no_qlora_advice_for_a_gptq_base(capsys):
+    argv = [
+        "--config",
+        "examples/case1_gptq_qlora_vllm_colocate/grpo_config.yaml",
+        "--model",
+        GPTQ,
+        "--advice",
+    ]
+    assert cli.main(argv) == 0
+    assert "--qlora" not in capsys.readouterr().out
