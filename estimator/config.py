@@ -234,12 +234,12 @@ class RunConfig:
     reward_models: tuple[str, ...] | None = setting(
         None,
         "reward model(s) scoring every completion (sequence classification), as MODEL[@own[=GROUP][:N]]: "
-        "@own puts it on N GPUs of its own, =GROUP shares them with other roles (default: the policy's GPUs)",
+        "@own puts it on N GPUs of its own, =GROUP shares them with other roles (default: the policy's GPUs); repeatable",
         group="model",
         flag="--reward-model",
         aliases=("--reward-models",),
         file_keys=("reward_model",),
-        metavar="MODEL[@own[=GROUP][:N]]",
+        metavar="ROLE",
         since="0.2.0",
     )
     reference_models: tuple[str, ...] | None = setting(
@@ -250,14 +250,14 @@ class RunConfig:
         flag="--reference-model",
         aliases=("--reference-models",),
         file_keys=("ref_model",),
-        metavar="MODEL[@own[=GROUP][:N]]",
+        metavar="ROLE",
         since="0.2.0",
     )
     value_model: str | None = setting(
         None,
         "a PPO value model (critic) trained beside the policy, as MODEL[@own[=GROUP][:N]]",
         group="model",
-        metavar="MODEL[@own[=GROUP][:N]]",
+        metavar="ROLE",
         since="0.2.0",
     )
     # ours
