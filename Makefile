@@ -9,7 +9,7 @@ TORCH_CPU := torch==2.13.0
 EXTRAS ?= sweep,dev
 SWEEP_ARGS ?=
 
-.PHONY: install estimate test lint format sweep sweep-smoke trace trace-multigpu accuracy tables fit-overheads bench clean
+.PHONY: install estimate test lint format sweep sweep-smoke trace trace-multigpu accuracy tables fit-overheads bench examples clean
 
 install: $(STAMP)
 
@@ -61,6 +61,10 @@ tables: install
 
 fit-overheads: install
 	.venv/bin/grpo-vram-fit-overheads
+
+# The worked examples (issue 12's four cases): what vram-estimate says, regenerated from their config files.
+examples: install
+	$(PY) examples/make_examples.py
 
 bench: install
 	$(PY) benchmarks/bench_cli.py

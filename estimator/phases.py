@@ -11,13 +11,14 @@ import sys
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
-from estimator.estimate import Estimate
+from estimator.phase_names import GENERATE, OPTIMIZER, SCORE, TRAIN
 from estimator.terms import activations as act
 from estimator.terms import generation as gen
 from estimator.terms import logprob_head as head
 from estimator.terms import optimizer as opt
-from estimator.terms import overhead, weights
+from estimator.terms import vllm, weights
 from estimator.terms.sharding import deepspeed_dtype_config, gathered_weights, is_fsdp, shard
+from estimator.units import nbytes
 
 
 def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
@@ -30,16 +31,18 @@ def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         "master_weights": opt.master_weights(cfg, arch),
     }
     held = {k: shard(cfg, k, v) for k, v in held.items()}
-    if not cfg.vllm_enable_sleep_mode:
-        held["vllm"] = gen.vllm_reservation(cfg)
+    # vLLM colocate: its whole budget, or what stays while it sleeps (terms/vllm.py)
+    held["vllm"] = vllm.colocate_sleeping(cfg) if cfg.vllm_sleeps else vllm.colocate_footprint(cfg)
     return held
 
 
 def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     """KV cache at full length + the larger of the prefill transient and the decode-step transient."""
     if cfg.use_vllm:
-        woken = gen.vllm_reservation(cfg) if cfg.vllm_enable_sleep_mode else 0
-        return {"vllm": woken}
+        woken = vllm.colocate_footprint(cfg) - vllm.colocate_sleeping(cfg) if cfg.vllm_sleeps else 0
+        largest = max(arch.embedding_params, arch.lm_head_params) * nbytes(cfg.dtype)
+        sync = vllm.weight_sync_gather(cfg, weights.policy_weights(cfg, arch), largest)
+        return {"vllm": woken, "gathered_weights": sync}
     prefill = {
         "kv_cache": gen.kv_cache(cfg, arch, cfg.max_prompt_length),
         "activations": act.nograd_forward_peak(cfg, arch, cfg.generation_sequences, cfg.max_prompt_length),
@@ -150,8 +153,12 @@ def optimizer_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     }
 
 
-def build_phases(cfg: RunConfig, arch: Arch) -> Estimate:
-    """Per-phase component bytes (resident + phase-specific), overheads on top of the peak."""
+def build_phases(cfg: RunConfig, arch: Arch) -> tuple[dict[str, dict[str, int]], list[str], RunConfig]:
+    """Per-phase component bytes (resident + phase-specific), notes, and the config the terms saw.
+
+    The config the terms see differs from the one given under ZeRO (DeepSpeed's bf16 cast); `estimate()` builds
+    the frozen Estimate from these.
+    """
     given = cfg
     cfg = deepspeed_dtype_config(cfg)
     phases: dict[str, dict[str, int]] = {}
@@ -164,13 +171,11 @@ def build_phases(cfg: RunConfig, arch: Arch) -> Estimate:
         specific = {}
     else:
         held = resident(cfg, arch)
-        specific = {"generate": generate_phase(cfg, arch), "score": score_phase(cfg, arch)}
+        specific = {GENERATE: generate_phase(cfg, arch), SCORE: score_phase(cfg, arch)}
         train, instant = train_phase(cfg, arch)
-        specific["train"] = train
-        specific["optimizer"] = optimizer_phase(cfg, arch)
+        specific[TRAIN] = train
+        specific[OPTIMIZER] = optimizer_phase(cfg, arch)
     for phase, comps in specific.items():
-        if comps is None:
-            continue
         merged = dict(held)
         for k, v in comps.items():
             merged[k] = merged.get(k, 0) + v
@@ -185,14 +190,4 @@ def build_phases(cfg: RunConfig, arch: Arch) -> Estimate:
         notes.append(
             "DeepSpeed casts the model to bf16 under ZeRO; fp32 master weights and AdamW state are sharded"
         )
-    est = Estimate(
-        config=given,
-        arch=arch,
-        phases=phases,
-        cuda_context_bytes=overhead.cuda_context(cfg),
-        allocator_overhead_bytes=0,
-        notes=notes,
-        trainable_params=weights.trainable_params(cfg, arch),
-    )
-    est.allocator_overhead_bytes = overhead.allocator_overhead(cfg, est.peak_allocated_bytes)
-    return est
+    return phases, notes, cfg

@@ -83,7 +83,6 @@ def test_gathers_are_seen_and_params_counted_whole(traced):
         traced.params
         == 2 * 8000 * 256 + 2 * (256 * 256 * 2 + 2 * 128 * 256 + 256 + 2 * 128 + 3 * 704 * 256 + 512) + 256
     )
-    assert traced.variant["world_size"] == 2 and traced.variant["fsdp_sharding_strategy"] == "FULL_SHARD"
 
 
 def test_layout_rejects_bad_values():

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from estimator.units import MIB
 from sweeps import records
 from sweeps.runner.predict import predict
 
 SOURCES = ("traced", "measured-cpu", "measured-gpu")
 SETS = {"multi-gpu": ("traced", "multigpu")}  # set name -> (source, sweep): rank 0 of N FSDP2 ranks
 DEFAULT_DIRS = ("results/raw", "results/traced")
-MIB = 2**20
 
 Predictor = Callable[[dict, dict | None], tuple[dict | None, str | None]]
 

@@ -130,6 +130,8 @@ def grpo_args(cfg: RunConfig, variant: dict, output_dir: Path):
             vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
             vllm_enable_sleep_mode=cfg.vllm_enable_sleep_mode,
             vllm_importance_sampling_correction=cfg.vllm_importance_sampling_correction,
+            vllm_max_model_length=cfg.vllm_max_model_length,
+            vllm_tensor_parallel_size=cfg.vllm_tensor_parallel_size,
         )
     return GRPOConfig(**kwargs)
 

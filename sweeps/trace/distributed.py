@@ -169,10 +169,14 @@ def run(cfg: RunConfig, layout: Layout, steps: int = 2, decode_k: int = 2) -> si
     if layout.cpu_offload:
         # on a cpu mesh FSDP2's host<->device copies are no-ops, so the GPU side of offload cannot be observed
         raise NotImplementedError("CPU offload is not traceable on a cpu device mesh")
-    patches.install()
     conf = fake_model.hf_config(cfg.model, cfg.attn_implementation)
     t0 = time.perf_counter()
-    with fake_process_group(layout.world_size) as mesh, FakeTensorMode(shape_env=ShapeEnv()):
+    with (
+        single.offline_env(),
+        patches.patched(),
+        fake_process_group(layout.world_size) as mesh,
+        FakeTensorMode(shape_env=ShapeEnv()),
+    ):
         trainer, _ = single.build(cfg, conf, fake=True)
         policy = prepare_fsdp2(trainer.model, mesh, layout, "bf16" if cfg.bf16 else None)
         trainer.model = trainer.model_wrapped = policy
@@ -191,6 +195,4 @@ def run(cfg: RunConfig, layout: Layout, steps: int = 2, decode_k: int = 2) -> si
         observed["phase_at_peak_by_label"].pop("(between steps)", None)
         params = sum(p.numel() for p in policy.parameters())  # DTensor numel is the global size
         trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    variant = {"decode": "fast-forward", "k": decode_k} if decode_k < cfg.max_completion_length else {}
-    variant.update({"head": "fused-gpu", "steps": steps, "tensors": "fake", **layout.variant()})
-    return single.TraceResult(observed, step_seconds, setup, params, trainable, variant)
+    return single.TraceResult(observed, step_seconds, setup, params, trainable)
