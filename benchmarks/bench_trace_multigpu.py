@@ -25,8 +25,9 @@ def main() -> None:
     from sweeps.trace.grid import _config
 
     imports = time.perf_counter() - t_import
-    sharding = "fsdp" if a.strategy == "FULL_SHARD" else "fsdp_shard_grad_op"
-    cfg = _config(model=a.model, dtype="bfloat16").with_(num_gpus=a.gpus, sharding=sharding)
+    cfg = _config(model=a.model, dtype="bfloat16").with_(
+        num_gpus=a.gpus, sharding="fsdp", fsdp_sharding_strategy=a.strategy
+    )
     t0 = time.perf_counter()
     res = distributed.run(cfg, distributed.Layout(a.gpus, a.strategy), steps=a.steps)
     total = time.perf_counter() - t0

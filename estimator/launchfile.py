@@ -13,9 +13,10 @@ DeepSpeed JSON (docs "DeepSpeed Configuration JSON"): `zero_optimization.stage`,
 `zero_optimization.offload_optimizer.device` / `offload_param.device` ("cpu" | "nvme" | "none"),
 `bf16.enabled`, `fp16.enabled`, `train_micro_batch_size_per_gpu`, `gradient_accumulation_steps` ("auto" = TRL's).
 
-Settings RunConfig has no field for yet (offload, the FSDP strategy) come back in `extra`, under the names the
-schema should give them (`offload_optimizer`, `offload_param`, `fsdp_sharding_strategy`, `fsdp_version`).
-Every problem is one `LaunchFileError` line naming the key, the value and what is accepted.
+Offload and the FSDP strategy land in RunConfig's `offload_optimizer`, `offload_param`, `fsdp_sharding_strategy`;
+what the estimate does not use (`fsdp_version`) comes back in `extra`. HYBRID_SHARD is refused (its shard group
+is a node, which RunConfig does not describe). Every problem is one `LaunchFileError` line naming the key, the
+value and what is accepted. `vram-estimate --config FILE` reads these files too (`estimator/configfile.py`).
 """
 
 from __future__ import annotations
@@ -107,8 +108,8 @@ def translate_deepspeed(data: dict, where: str) -> LaunchSettings:
             continue
         if not isinstance(section, dict):
             raise LaunchFileError(f"{where}: zero_optimization.{part} must be a mapping, got {section!r}")
-        out.extra[part] = _offload(where, f"zero_optimization.{part}.device", section.get("device", "none"))
-    if out.extra.get("offload_param") and out.values["sharding"] != "zero3":
+        out.values[part] = _offload(where, f"zero_optimization.{part}.device", section.get("device", "none"))
+    if out.values.get("offload_param") and out.values["sharding"] != "zero3":
         raise LaunchFileError(
             f"{where}: zero_optimization.offload_param needs stage 3, got stage {zero.get('stage')}"
         )
@@ -152,7 +153,6 @@ def translate_accelerate(data: dict, where: str, base: Path | None = None) -> La
             out.values.update(
                 {k: v for k, v in inner.values.items() if k != "bf16" or "bf16" not in out.values}
             )
-            out.extra.update(inner.extra)
             out.notes += inner.notes
         else:
             out.values["sharding"] = _sharding_for_stage(
@@ -163,7 +163,7 @@ def translate_accelerate(data: dict, where: str, base: Path | None = None) -> La
                 ("offload_param_device", "offload_param"),
             ):
                 if key in ds:
-                    out.extra[name] = _offload(where, f"deepspeed_config.{key}", ds[key])
+                    out.values[name] = _offload(where, f"deepspeed_config.{key}", ds[key])
             if "gradient_accumulation_steps" in ds:
                 ga = ds["gradient_accumulation_steps"]
                 out.values["gradient_accumulation_steps"] = _int(
@@ -189,12 +189,17 @@ def translate_accelerate(data: dict, where: str, base: Path | None = None) -> La
         if isinstance(strategy, int) and not isinstance(strategy, bool):
             strategy = FSDP_STRATEGY_NUMBERS.get(strategy, strategy)
         strategy = "FULL_SHARD" if strategy is None else str(strategy).upper()
-        out.extra["fsdp_sharding_strategy"] = _choice(
-            where, "fsdp_config.fsdp_sharding_strategy", strategy, FSDP_STRATEGIES
-        )
+        _choice(where, "fsdp_config.fsdp_sharding_strategy", strategy, FSDP_STRATEGIES)
+        if strategy == "HYBRID_SHARD":
+            raise LaunchFileError(
+                f"{where}: fsdp_config.fsdp_sharding_strategy HYBRID_SHARD is not modelled; "
+                "accepted: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD"
+            )
         out.values["sharding"] = "none" if strategy == "NO_SHARD" else "fsdp"
+        if strategy != "NO_SHARD":
+            out.values["fsdp_sharding_strategy"] = strategy
         if "fsdp_offload_params" in fs:
-            out.extra["offload_param"] = _bool(
+            out.values["offload_param"] = _bool(
                 where, "fsdp_config.fsdp_offload_params", fs["fsdp_offload_params"]
             )
     if out.values.get("sharding", "none") != "none" and procs < 2:
@@ -221,10 +226,15 @@ def read_launch_file(path: str) -> LaunchSettings:
         raise LaunchFileError(f"{path}: not valid YAML/JSON ({first})") from None
     if not isinstance(data, dict):
         raise LaunchFileError(f"{path}: expected a mapping, got {type(data).__name__}")
+    return translate_file(data, p)
+
+
+def translate_file(data: dict, p: Path) -> LaunchSettings:
+    """A parsed accelerate config or DeepSpeed JSON -> LaunchSettings (LaunchFileError when it is neither)."""
     if is_deepspeed_config(data):
         return translate_deepspeed(data, p.name)
     if is_accelerate_config(data):
         return translate_accelerate(data, p.name, p.parent)
     raise LaunchFileError(
-        f"{path}: neither an accelerate config (distributed_type) nor a DeepSpeed JSON (zero_optimization)"
+        f"{p}: neither an accelerate config (distributed_type) nor a DeepSpeed JSON (zero_optimization)"
     )

@@ -25,13 +25,6 @@ SHARDED = {
         "optimizer_temporaries",
     },
     "fsdp": {"weights", "reference_weights", "gradients", "optimizer_state", "optimizer_temporaries"},
-    "fsdp_shard_grad_op": {
-        "weights",
-        "reference_weights",
-        "gradients",
-        "optimizer_state",
-        "optimizer_temporaries",
-    },
 }
 
 
@@ -73,7 +66,7 @@ def gathered_weights(cfg: RunConfig, full_weights: int) -> int:
 
 def is_fsdp(cfg: RunConfig) -> bool:
     """FSDP (accelerate fsdp_version 2) over more than one GPU."""
-    return cfg.sharding in ("fsdp", "fsdp_shard_grad_op") and cfg.num_gpus > 1
+    return cfg.sharding == "fsdp" and cfg.num_gpus > 1
 
 
 def fsdp_shard_dtype_bytes(cfg: RunConfig) -> int:

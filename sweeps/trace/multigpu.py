@@ -40,7 +40,9 @@ def grid() -> list[tuple[RunConfig, dict]]:
         for m in MODELS
     ]
     for m, n in STRATEGY_SPOTS:
-        cfg = _config(model=m, dtype="bfloat16").with_(num_gpus=n, sharding="fsdp_shard_grad_op")
+        cfg = _config(model=m, dtype="bfloat16").with_(
+            num_gpus=n, sharding="fsdp", fsdp_sharding_strategy="SHARD_GRAD_OP"
+        )
         out.append((cfg, {"world_size": n, "strategy": "SHARD_GRAD_OP"}))
     return out
 
@@ -129,8 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.gpus < 2:
             print(f"--gpus: {a.gpus} is not a multi-GPU run; accepted: 2 or more", file=sys.stderr)
             return 2
-        sharding = "fsdp" if a.fsdp_sharding_strategy == "FULL_SHARD" else "fsdp_shard_grad_op"
-        cfg = _config(model=a.model, dtype="bfloat16").with_(num_gpus=a.gpus, sharding=sharding)
+        cfg = _config(model=a.model, dtype="bfloat16").with_(
+            num_gpus=a.gpus, sharding="fsdp", fsdp_sharding_strategy=a.fsdp_sharding_strategy
+        )
         row = make_row(cfg, {"world_size": a.gpus, "strategy": a.fsdp_sharding_strategy})
         if a.out:
             records.append_row(a.out, row)
