@@ -181,6 +181,12 @@ def build_phases(cfg: RunConfig, arch: Arch) -> tuple[dict[str, dict[str, int]],
             merged[k] = merged.get(k, 0) + v
         phases[phase] = {k: v for k, v in merged.items() if v}
     notes.append(f"train peak instant: {instant}")
+    if given.offload_optimizer or given.offload_param or given.host_ram_gib:  # estimator/offload_phases.py
+        from estimator import offload_phases
+
+        phases, offload_notes = offload_phases.apply(given, arch, phases)
+        notes += offload_notes
+        notes.append(offload_phases.host_ram_line(given, arch))
     if cfg.dtype == "float32" and not cfg.load_in_4bit:
         notes.append(
             "weights load in float32 (TRL's default for a model given by name); "

@@ -68,6 +68,13 @@ def build(cfg: RunConfig, arch: Arch, single) -> dict[str, dict[str, int]]:
     fwd = forward_gathers(cfg, arch)
     out: dict[str, dict[str, int]] = {}
 
+    sgo = cfg.fsdp_sharding_strategy == "SHARD_GRAD_OP"
+    if sgo:  # nothing is resharded after forward: after the first forward every group stays gathered
+        every = sh.fsdp_all_unsharded(cfg, arch)
+        held_flat = (
+            layer if arch.tie_word_embeddings else max(layer, tail)
+        )  # the last group's all-gather output
+        fwd = {"start": every + held_flat, "steady": every + held_flat}
     g = dict(single.generate_phase(c, arch))
     g.pop("gathered_weights", None)
     gen_start = {"gathered_weights": fwd["start"]}
@@ -78,18 +85,14 @@ def build(cfg: RunConfig, arch: Arch, single) -> dict[str, dict[str, int]]:
         s = dict(single.score_phase(c, arch))
         s["gathered_weights"] = fwd["steady"]
     else:
-        s = {"rollout_buffers": gen.rollout_buffers(cfg), "gathered_weights": tail}
+        s = {"rollout_buffers": gen.rollout_buffers(cfg), "gathered_weights": every if sgo else tail}
     out["score"] = s
 
     instants = single.train_instants(c, arch)
     grads_layers_done = gradient_shards(cfg, arch, (arch.num_layers - 1) * arch.layer_params)
-    tied_grad = opt.tied_gradient_buffer(
-        c, arch
-    )  # the tied [V, H] grad waits unsharded until the embedding's
+    tied_grad = opt.tied_gradient_buffer(c, arch)  # the tied [V, H] grad waits unsharded for the embedding's
     head_grad_shard = 0 if arch.tie_word_embeddings else gradient_shards(cfg, arch, arch.lm_head_params)
-    backward_gathers = (
-        4 * layer
-    )  # unsharded params + grads of this layer, prefetched all-gather, held RS input
+    backward_gathers = 4 * layer  # this layer's params + grads, the prefetched all-gather, the held RS input
     tail_in_bwd = tail if arch.tie_word_embeddings else 0
     fsdp_instants = {
         "head_forward": {**instants["head_forward"], "gathered_weights": tail + layer},
@@ -99,33 +102,42 @@ def build(cfg: RunConfig, arch: Arch, single) -> dict[str, dict[str, int]]:
         fsdp_instants["last_layer_backward"] = {
             "activations": instants["last_layer_backward"]["activations"],
             "gathered_weights": tail_in_bwd + backward_gathers,
-            "gradients": (tied_grad if arch.tie_word_embeddings else 0) + head_grad_shard,
+            "gradient_buffers": tied_grad if arch.tie_word_embeddings else 0,
+            "gradients": head_grad_shard,
         }
         fsdp_instants["first_layer_backward"] = {
             "activations": instants["first_layer_backward"]["activations"],
             "gathered_weights": tail_in_bwd + backward_gathers,
-            "gradients": grads_layers_done + tied_grad + head_grad_shard,
+            "gradient_buffers": tied_grad,
+            "gradients": grads_layers_done + head_grad_shard,
         }
     else:
         fsdp_instants["last_layer_backward"] = {
             "activations": instants["last_layer_backward"]["activations"],
             "gathered_weights": tail_in_bwd + backward_gathers,
-            "gradients": (tied_grad if arch.tie_word_embeddings else 0) + head_grad_shard,
+            "gradient_buffers": tied_grad if arch.tie_word_embeddings else 0,
+            "gradients": head_grad_shard,
         }
+    if sgo:  # forward left every group gathered; backward reshards each layer after its reduce-scatter
+        for name in ("head_forward", "head_backward"):
+            fsdp_instants[name]["gathered_weights"] = every
+        fsdp_instants["last_layer_backward"]["gathered_weights"] = every + 2 * layer  # + grads, held RS input
     emb = arch.embedding_params * sh.fsdp_gather_bytes(cfg)
     if arch.tie_word_embeddings:
         # the embedding's backward inside the still-gathered tail: the head's bf16 [V, H] gradient, the embedding's,
         # and their sum, beside every layer's fp32 shard and the last layer's held reduce-scatter input
         ends = {
             "gathered_weights": tail,
-            "gradients": gradient_shards(cfg, arch, arch.num_layers * arch.layer_params) + 3 * emb + layer,
+            "gradients": gradient_shards(cfg, arch, arch.num_layers * arch.layer_params),
+            "gradient_buffers": 3 * emb + layer,
         }
     else:
         # the embedding's own group: its bf16 gradient, reduce-scatter input and output, one V·H all-gather output
         # still held, beside every other shard
         ends = {
             "gathered_weights": emb,
-            "gradients": gradient_shards(cfg, arch, arch.total_params) + 2 * emb + -(-emb // cfg.num_gpus),
+            "gradients": gradient_shards(cfg, arch, arch.total_params),
+            "gradient_buffers": 2 * emb + -(-emb // cfg.num_gpus),
         }
     fsdp_instants["backward_end"] = {"activations": instants["backward_end"]["activations"], **ends}
     for comps in fsdp_instants.values():

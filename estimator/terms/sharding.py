@@ -134,3 +134,11 @@ def fsdp_tail_unsharded(cfg: RunConfig, arch) -> int:
 def fsdp_layer_unsharded(cfg: RunConfig, arch) -> int:
     """One decoder layer's all-gather output (or its unsharded parameters), in param_dtype."""
     return fsdp_group_unsharded_numel(arch, "layer", cfg.num_gpus) * fsdp_gather_bytes(cfg)
+
+
+def fsdp_all_unsharded(cfg: RunConfig, arch) -> int:
+    """Every group gathered at once (SHARD_GRAD_OP after a forward): Σ groups' all-gather outputs, in param_dtype."""
+    n = cfg.num_gpus
+    return sum(
+        count * fsdp_group_unsharded_numel(arch, name, n) for name, (count, _) in fsdp_groups(arch).items()
+    ) * fsdp_gather_bytes(cfg)
