@@ -3,9 +3,10 @@
 Rajbhandari et al. 2020 (ZeRO), Fig. 1: with mixed precision every parameter costs 2 (bf16 weights) + 2
 (bf16 grads) + K = 12 (fp32 master, m, v) bytes. ZeRO-2 shards gradients and optimizer state
 (2Ψ + (2 + K)Ψ/N); ZeRO-3 also shards the parameters ((2 + 2 + K)Ψ/N). DeepSpeed casts the module to bf16
-when `bf16=True`, so TRL's fp32 default load does not apply under ZeRO. FSDP FULL_SHARD shards weights,
-gradients and optimizer state in the parameter dtype. Activations are never sharded: each rank runs its own
-micro-batch.
+when `bf16=True`, so TRL's fp32 default load does not apply under ZeRO. FSDP (accelerate's FSDP2) is assembled
+in `estimator/phases_fsdp.py` from the FSDP2 terms below and held to rank-0 traces: accelerate upcasts trainable
+parameters to fp32 under mixed precision, so the shards are fp32 whatever the load dtype. Activations are never
+sharded: each rank runs its own micro-batch.
 
 Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: estimator/terms/SOURCES.md.
 """
@@ -49,7 +50,8 @@ def shard(cfg: RunConfig, component: str, nbytes: int) -> int:
 
 
 def gathered_weights(cfg: RunConfig, full_weights: int) -> int:
-    """ZeRO-3 / FSDP gather the full policy for generate (ds3_gather_for_generation=True, MU:141-150): full − own shard."""
+    """ZeRO-3 gathers the full policy for generate (ds3_gather_for_generation=True, MU:141-150): full − own shard.
+    (FSDP2 does not: TRL's summon_full_params is a no-op for it, trl/distributed.py:74-91; see phases_fsdp.)"""
     if cfg.sharding in ("zero3", "fsdp") and cfg.num_gpus > 1:
         return full_weights - shard(cfg, "weights", full_weights)
     return 0

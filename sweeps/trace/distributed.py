@@ -21,6 +21,13 @@ How (the approach of torchtitan's `scripts/estimate/estimation.py` and torch's `
   `free_storage`, `_fsdp_param.py`), which no dispatch mode sees: `track_fsdp_storage` reports those resizes to
   the probe. `ShardedStorageMode` counts a DTensor by its local shard (the wrapper has no storage of its own).
 
+DeepSpeed ZeRO-2/3 cannot be traced this way (tried with deepspeed 0.19.8, DS_BUILD_OPS=0, in a throwaway target
+dir): with no CUDA device DeepSpeed selects its CPU accelerator, whose communication layer JIT-compiles a C++
+shared-memory op at `deepspeed.initialize` (`deepspeed/comm/torch.py:51,207`, `build_shm_op`), so the traced code
+would not be the CUDA code path being estimated; and ZeRO's step reads data-dependent scalars that FakeTensorMode
+refuses (`overflow_gpu[0].item()`, stage_1_and_2.py:3248 and stage3.py:3042; the grad-norm `.item()`,
+stage_1_and_2.py:1929,1949). FSDP2's FULL_SHARD and SHARD_GRAD_OP are traced as the ZeRO-3 / ZeRO-2 analogues.
+
 What the trace holds is rank 0's live tensor bytes, phase by phase: its shards, the all-gather outputs of the
 blocks in flight (FSDP2 keeps the previous block's all-gather result alive until the next copy-out in forward,
 `FSDPParamGroup.wait_for_unshard`), the reduce-scatter input and output (`foreach_reduce`), the activations of
