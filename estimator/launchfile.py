@@ -175,6 +175,11 @@ def translate_accelerate(data: dict, where: str, base: Path | None = None) -> La
             raise LaunchFileError(f"{where}: fsdp_config must be a mapping, got {fs!r}")
         version = fs.get("fsdp_version", 1)
         out.extra["fsdp_version"] = _choice(where, "fsdp_config.fsdp_version", version, (1, 2))
+        if version == 1:
+            out.notes.append(
+                f"{where}: fsdp_version 1 is estimated as FSDP2 (the traced path); FSDP1's flat parameters "
+                "and its summon_full_params for generation differ"
+            )
         strategy = fs.get("fsdp_sharding_strategy")
         if "fsdp_reshard_after_forward" in fs:  # FSDP2 name; accelerate also accepts a strategy string here
             raf = fs["fsdp_reshard_after_forward"]
