@@ -42,3 +42,38 @@ def test_host_ram_check_says_how_short():
     assert off.check_host_ram(10 * GIB, 16) is None
     msg = off.check_host_ram(20 * GIB, 16)
     assert msg is not None and "4.0 GiB short" in msg and "\n" not in msg
+
+
+def test_zero2_optimizer_offload_leaves_the_gpu_and_lands_on_the_host():
+    from estimator.catalog import resolve_model
+    from estimator.config import RunConfig
+    from estimator.estimate import estimate
+    from estimator.offload_phases import host_ram
+
+    cfg = RunConfig(model="1.5B", dtype="bfloat16", num_gpus=4, sharding="zero2")
+    on_gpu = estimate(cfg)
+    off_gpu = estimate(cfg.with_(offload_optimizer=True))
+    arch = resolve_model("1.5B")
+    arch = arch[0] if isinstance(arch, tuple) else arch
+    vh = (
+        151936 * 1536
+    )  # Qwen2.5-1.5B's embedding, its largest parameter (config.json: vocab_size, hidden_size)
+    for phase, comps in off_gpu.phases.items():
+        assert not {"optimizer_state", "master_weights", "gradients"} & set(comps), phase
+        assert comps["offload_staging"] == 2 * vh  # one bf16 staging buffer of the largest parameter
+    assert off_gpu.peak_allocated_bytes < on_gpu.peak_allocated_bytes
+    t = arch.total_params  # all trainable (full fine-tuning)
+    per_rank = 16 * -(-t // 4) + 2 * -(-t // 4) + 2 * 2 * vh  # fp32 master+grads+m+v, bf16 copy, staging twin
+    assert host_ram(cfg.with_(offload_optimizer=True), arch)["training"] == 4 * (per_rank - 2 * vh)
+
+
+def test_offload_flag_combinations_refused_in_one_line():
+    from estimator.config import RunConfig
+    from estimator.offload_phases import offload_problem
+
+    assert "--zero 2|3 or --fsdp" in offload_problem(RunConfig(offload_optimizer=True))
+    assert "ZeRO-3" in offload_problem(RunConfig(num_gpus=2, sharding="zero2", offload_param=True))
+    assert "--offload-param" in offload_problem(
+        RunConfig(num_gpus=2, sharding="fsdp", offload_optimizer=True)
+    )
+    assert offload_problem(RunConfig(num_gpus=2, sharding="zero3", offload_param=True)) is None
