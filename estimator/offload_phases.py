@@ -41,7 +41,7 @@ def apply(cfg: RunConfig, arch: Arch, phases: dict[str, dict[str, int]]) -> tupl
     o = settings(cfg)
     if not (o.optimizer or o.param):
         return phases, []
-    if sh.is_fsdp(cfg):
+    if cfg.sharding == "fsdp":
         moved = off.fsdp_gpu_moved()
         layer_shard = sh.chunk_rows(arch.layer_params, cfg.num_gpus)
         staging = off.fsdp_h2d_shard_copy(layer_shard, sh.fsdp_shard_dtype_bytes(cfg))
@@ -69,7 +69,7 @@ def host_ram(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     loading = off.model_load_host(arch.total_params, load_bytes, n, efficient_loading=cfg.sharding == "zero3")
     if not (o.optimizer or o.param):
         return {"training": 0, "loading": loading}
-    if sh.is_fsdp(cfg):
+    if cfg.sharding == "fsdp":
         per_rank = off.fsdp_host_per_rank(sh.fsdp_shard_numel(arch, n), sh.fsdp_shard_dtype_bytes(cfg))
     else:
         stage = 3 if cfg.sharding == "zero3" else 2
