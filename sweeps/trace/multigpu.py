@@ -44,6 +44,15 @@ def grid() -> list[tuple[RunConfig, dict]]:
             num_gpus=n, sharding="fsdp", fsdp_sharding_strategy="SHARD_GRAD_OP"
         )
         out.append((cfg, {"world_size": n, "strategy": "SHARD_GRAD_OP"}))
+    # recorded as skipped with the tracer's reason: DeepSpeed ZeRO, LoRA under FSDP, CPU offload
+    for extra, lay in (
+        ({"sharding": "zero2"}, {}),
+        ({"sharding": "zero3"}, {}),
+        ({"sharding": "fsdp", "use_peft": True}, {}),
+        ({"sharding": "fsdp", "offload_param": True}, {"cpu_offload": True}),
+    ):
+        cfg = _config(model="7B", dtype="bfloat16").with_(num_gpus=4, **extra)
+        out.append((cfg, {"world_size": 4, **lay}))
     return out
 
 
@@ -53,12 +62,12 @@ def _variant(cfg: RunConfig, layout: dict) -> dict:
     return {**single_cli.variant(cfg), **Layout(**layout).variant()}
 
 
-def make_row(cfg: RunConfig, layout: dict) -> dict:
+def make_row(cfg: RunConfig, layout: dict, sweep: str = SWEEP) -> dict:
     """Trace `cfg` as rank 0 of `layout` and build its row (error / skipped rows carry the reason)."""
     from sweeps.trace import distributed
 
     var = _variant(cfg, layout)
-    row = single_cli._row_header(cfg, SWEEP, var)
+    row = single_cli._row_header(cfg, sweep, var)
     try:
         res = distributed.run(cfg, distributed.Layout(**layout), single_cli.STEPS, single_cli.DECODE_K)
     except NotImplementedError as e:
