@@ -55,3 +55,29 @@ def test_rank0_parameter_shards_match_the_trace(row):
     arch = arch[0] if isinstance(arch, tuple) else arch
     traced = row["observed"]["probes"]["tensors"]["phase_at_peak_by_label"]["optimizer"]["param"]
     assert fsdp_sharded_params(cfg, arch) == pytest.approx(traced, rel=0.005)
+
+
+def test_rank0_shard_elements_by_hand_on_a_tiny_qwen2():
+    """Σ ceil(dim0 / n) · rest written out for a 2-layer Qwen2 (the tracer test's model) against the estimator."""
+    from estimator.architecture import from_config
+    from estimator.terms.sharding import fsdp_shard_numel
+
+    tiny = {
+        "model_type": "qwen2",
+        "vocab_size": 8000,
+        "hidden_size": 256,
+        "intermediate_size": 704,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "tie_word_embeddings": False,
+    }
+    arch = from_config(tiny, "tiny")
+    for n in (2, 3, 8):
+
+        def c(rows: int, n: int = n) -> int:
+            return -(-rows // n)
+
+        layer = c(256) * 256 + c(256) + 2 * (c(128) * 256 + c(128)) + c(256) * 256 + 2 * c(704) * 256
+        layer += c(256) * 704 + c(2 * 256)  # down_proj; the two 1-D norms, chunked as one by the estimator
+        assert fsdp_shard_numel(arch, n) == 2 * c(8000) * 256 + 2 * layer + c(256), n
