@@ -2,16 +2,16 @@
 
 Sources, at the versions read:
 * DeepSpeed 0.19.8 `deepspeed/runtime/zero/stage_1_and_2.py` (ZeRO-1/2, `offload_optimizer.device: cpu`):
-  the fp32 master partition is cloned to the host and pinned when `pin_memory` (559-565), beside a 16-bit host copy
-  of the same partition (566-574); `initialize_optimizer_states` gives it an fp32 host gradient partition, pinned
-  (934-941); `DeepSpeedCPUAdam` keeps exp_avg / exp_avg_sq in fp32 beside the partition on the host; gradients
-  leave the GPU per parameter through `temp_grad_buffer_for_gpu_offload` and its pinned host twin, each
-  `largest_param_numel` elements of the 16-bit dtype (646-662).
+  `DeepSpeedZeroOptimizer.__init__` clones the fp32 master partition to the host and pins it when `pin_memory`
+  (`weights_partition`), beside a 16-bit host copy of it (`param_buffer_of_bit16_for_cpu_offload_groups`);
+  `initialize_optimizer_states` gives it an fp32 host gradient partition, pinned; `DeepSpeedCPUAdam` keeps exp_avg / exp_avg_sq in fp32 beside the partition on the host; gradients
+  leave the GPU per parameter through `temp_grad_buffer_for_gpu_offload` and its pinned host twin
+  `temp_grad_buffer_for_cpu_offload`, each `largest_param_numel` elements of the 16-bit dtype.
 * DeepSpeed 0.19.8 `stage3.py` / `partition_parameters.py` (ZeRO-3, `offload_param.device: cpu`): each rank's
-  16-bit parameter partition lives on the host, pinned (partition_parameters.py:1843); the fp32 partitions and
-  optimizer state as for ZeRO-2 (`_create_fp32_partitions`, stage3.py:1081).
-* torch 2.13 FSDP2 `CPUOffloadPolicy(pin_memory=True)` (`_fully_shard/_fsdp_param.py:312-315`,
-  `_fsdp_collectives.py:705-745`): the sharded parameters (fp32 under accelerate's mixed precision) and the reduce-scattered gradient
+  16-bit parameter partition lives on the host, pinned (`Init._partition_param`); the fp32 partitions and
+  optimizer state as for ZeRO-2 (`DeepSpeedZeroOptimizer_Stage3._create_fp32_partitions`).
+* torch 2.13 FSDP2 `CPUOffloadPolicy(pin_memory=True)` (`FSDPParam._init_sharded_param` pins the
+  padded shard, `foreach_reduce` copies each reduced gradient shard to the host): the sharded parameters (fp32 under accelerate's mixed precision) and the reduce-scattered gradient
   shards live on the host, pinned; the optimizer steps on the host parameters, so its state is on the host.
 * Loading (transformers `from_pretrained` without `cpu_ram_efficient_loading` / `zero3_init_flag`): every process
   of a node holds the whole model in host memory before it is sharded, in the load dtype.
@@ -44,12 +44,12 @@ def partition(numel: int, n: int) -> int:
 
 
 def ds_host_master_weights(trainable: int, n: int) -> int:
-    """fp32 master partition on the host: 4 · ceil(T / n) (stage_1_and_2.py:559-565)."""
+    """fp32 master partition on the host: 4 · ceil(T / n) (`weights_partition`)."""
     return 4 * partition(trainable, n)
 
 
 def ds_host_gradients(trainable: int, n: int) -> int:
-    """fp32 gradient partition on the host: 4 · ceil(T / n) (stage_1_and_2.py:934-941)."""
+    """fp32 gradient partition on the host: 4 · ceil(T / n) (`initialize_optimizer_states`)."""
     return 4 * partition(trainable, n)
 
 
@@ -59,17 +59,17 @@ def ds_host_optimizer_state(trainable: int, n: int) -> int:
 
 
 def ds_host_bit16_partition(trainable: int, n: int, stage: int) -> int:
-    """ZeRO-1/2 keep a 16-bit host copy of the partition to copy back from: 2 · ceil(T / n) (566-574); ZeRO-3: 0."""
+    """ZeRO-1/2 keep a 16-bit host copy of the partition to copy back from: 2 · ceil(T / n) (`param_buffer_of_bit16_for_cpu_offload_groups`); ZeRO-3: 0."""
     return 2 * partition(trainable, n) if stage in (1, 2) else 0
 
 
 def ds_host_params(params: int, n: int) -> int:
-    """ZeRO-3 offload_param: the 16-bit parameter partition on the host, 2 · ceil(P / n) (partition_parameters.py:1843)."""
+    """ZeRO-3 offload_param: the 16-bit parameter partition on the host, 2 · ceil(P / n) (`Init._partition_param`)."""
     return 2 * partition(params, n)
 
 
 def ds_grad_staging(largest_param_numel: int) -> int:
-    """One 16-bit staging buffer of the largest parameter, on the GPU and again pinned on the host (646-662): 2 · numel."""
+    """One 16-bit staging buffer of the largest parameter, on the GPU and again pinned on the host (`temp_grad_buffer_for_gpu_offload` / `_for_cpu_offload`): 2 · numel."""
     return 2 * largest_param_numel
 
 

@@ -51,17 +51,17 @@ def shard(cfg: RunConfig, component: str, nbytes: int) -> int:
 
 def gathered_weights(cfg: RunConfig, full_weights: int) -> int:
     """ZeRO-3 gathers the full policy for generate (ds3_gather_for_generation=True, MU:141-150): full − own shard.
-    (FSDP2 does not: TRL's summon_full_params is a no-op for it, trl/distributed.py:74-91; see phases_fsdp.)"""
+    (FSDP2 does not: TRL's summon_full_params is a no-op for it, trl/distributed.py `DistributedBackend.summon_full_params`; see phases_fsdp.)"""
     if cfg.sharding in ("zero3", "fsdp") and cfg.num_gpus > 1:
         return full_weights - shard(cfg, "weights", full_weights)
     return 0
 
 
 # ---- FSDP2 as accelerate 1.15 applies it under TRL (traced: sweeps/trace/distributed.py) -----------------------
-# accelerate `fsdp2_prepare_model` (utils/fsdp_utils.py:751-918): trainable parameters upcast to fp32 when
-# mixed_precision != "no" (815-825); `fully_shard` on every decoder layer (transformer_based_wrap); the untied input
+# accelerate `fsdp2_prepare_model` (accelerate/utils/fsdp_utils.py): trainable parameters upcast to fp32 when
+# mixed_precision != "no"; `fully_shard` on every decoder layer (transformer_based_wrap); the untied input
 # embedding gets its own group; final norm + lm_head (+ the tied embedding) form the tail group with
-# reshard_after_forward=False (866-880); then the root. MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16).
+# reshard_after_forward=False; then the root. MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16).
 # torch 2.13 FSDP2 (`_fully_shard/_fsdp_param.py`): each parameter is chunked on dim 0, rank 0 holds
 # ceil(dim0 / N) rows, so padding falls on the last ranks; rank 0 holds the full chunk.
 

@@ -7,7 +7,7 @@ How (the approach of torchtitan's `scripts/estimate/estimation.py` and torch's `
   FakeTensorMode is entered (`init_device_mesh` reads its rank tensor with `.tolist()`).
 * The policy is wrapped by accelerate 1.15's own `fsdp2_prepare_model` (what `accelerate launch` with
   `fsdp_version: 2` runs under TRL), given a stand-in accelerator that carries the plugin and the mesh:
-  trainable parameters upcast to fp32 (mixed precision != "no", fsdp_utils.py:815-825), `fully_shard` on every
+  trainable parameters upcast to fp32 (mixed precision != "no"), `fully_shard` on every
   `_no_split_modules` block, the tail group (final norm, embeddings, lm_head) with `reshard_after_forward=False`,
   then the root; `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16, output_dtype=bf16)` from
   `FullyShardedDataParallelPlugin.set_mixed_precision("bf16")`.
@@ -15,7 +15,7 @@ How (the approach of torchtitan's `scripts/estimate/estimation.py` and torch's `
   `reshard_after_forward=False` (parameters stay gathered from forward to backward); `cpu_offload` =
   `CPUOffloadPolicy(pin_memory=True)` (sharded parameters, gradients and optimizer state on the host).
 * Generation: TRL 1.16 `unwrap_model_for_generation` returns the FSDP2 module itself and
-  `DistributedBackend.summon_full_params` is a no-op for FSDP2 (trl/distributed.py:74-91), so generate runs
+  `DistributedBackend.summon_full_params` is a no-op for FSDP2 (`trl.distributed.DistributedBackend.summon_full_params`), so generate runs
   through FSDP2's per-layer hooks: each decode step all-gathers each block. There is no whole-model gather.
 * FSDP2 frees and re-allocates unsharded parameters by resizing their storages in place (`alloc_storage` /
   `free_storage`, `_fsdp_param.py`), which no dispatch mode sees: `track_fsdp_storage` reports those resizes to
@@ -23,10 +23,10 @@ How (the approach of torchtitan's `scripts/estimate/estimation.py` and torch's `
 
 DeepSpeed ZeRO-2/3 cannot be traced this way (tried with deepspeed 0.19.8, DS_BUILD_OPS=0, in a throwaway target
 dir): with no CUDA device DeepSpeed selects its CPU accelerator, whose communication layer JIT-compiles a C++
-shared-memory op at `deepspeed.initialize` (`deepspeed/comm/torch.py:51,207`, `build_shm_op`), so the traced code
+shared-memory op at `deepspeed.initialize` (`deepspeed.comm.torch.TorchBackend.__init__` -> `build_shm_op`), so the traced code
 would not be the CUDA code path being estimated; and ZeRO's step reads data-dependent scalars that FakeTensorMode
-refuses (`overflow_gpu[0].item()`, stage_1_and_2.py:3248 and stage3.py:3042; the grad-norm `.item()`,
-stage_1_and_2.py:1929,1949). FSDP2's FULL_SHARD and SHARD_GRAD_OP are traced as the ZeRO-3 / ZeRO-2 analogues.
+refuses (`overflow_gpu[0].item()` in both ZeRO optimizers' overflow checks; the grad-norm `.item()` in
+`DeepSpeedZeroOptimizer.complete_grad_norm_calculation_for_cpu_offload` / `get_grad_norm_direct`). FSDP2's FULL_SHARD and SHARD_GRAD_OP are traced as the ZeRO-3 / ZeRO-2 analogues.
 
 What the trace holds is rank 0's live tensor bytes, phase by phase: its shards, the all-gather outputs of the
 blocks in flight (FSDP2 keeps the previous block's all-gather result alive until the next copy-out in forward,
@@ -145,7 +145,9 @@ def fsdp_plugin(layout: Layout, mixed_precision: str | None):
         state_dict_type="SHARDED_STATE_DICT",
     )
     if mixed_precision:
-        plugin.set_mixed_precision(mixed_precision)  # AcceleratorState does this (state.py:1014-1015)
+        plugin.set_mixed_precision(
+            mixed_precision
+        )  # AcceleratorState does this (`AcceleratorState.__init__`)
     return plugin
 
 
