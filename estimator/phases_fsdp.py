@@ -105,9 +105,13 @@ def build(cfg: RunConfig, arch: Arch, single) -> dict[str, dict[str, int]]:
             "gradient_buffers": tied_grad if arch.tie_word_embeddings else 0,
             "gradients": head_grad_shard,
         }
+        # untied: the group prefetched during the first layer's backward is the embedding (its V·H all-gather)
+        prefetched_emb = (
+            0 if arch.tie_word_embeddings else arch.embedding_params * sh.fsdp_gather_bytes(cfg) - layer
+        )
         fsdp_instants["first_layer_backward"] = {
             "activations": instants["first_layer_backward"]["activations"],
-            "gathered_weights": tail_in_bwd + backward_gathers,
+            "gathered_weights": tail_in_bwd + backward_gathers + prefetched_emb,
             "gradient_buffers": tied_grad,
             "gradients": grads_layers_done + head_grad_shard,
         }
