@@ -37,6 +37,7 @@ def _summary(cfg: dict) -> str:
     parts = [
         str(cfg.get("model")),
         *([f"{cfg['num_gpus']}x{cfg.get('sharding')}"] if (cfg.get("num_gpus") or 1) > 1 else []),
+        *([str(cfg["fsdp_sharding_strategy"])] if cfg.get("fsdp_sharding_strategy") else []),
         method,
         str(cfg.get("dtype")),
         f"bs{cfg.get('per_device_train_batch_size')}",
