@@ -169,6 +169,11 @@ def build_phases(cfg: RunConfig, arch: Arch) -> tuple[dict[str, dict[str, int]],
         phases = phases_fsdp.build(given, arch, sys.modules[__name__])
         instant = next(iter(phases.pop("_train_instant")))
         specific = {}
+        notes.append(
+            f"rank 0 of {given.num_gpus} FSDP2 ranks ({given.fsdp_sharding_strategy}): accelerate upcasts trainable "
+            "parameters to fp32 under mixed precision, so shards, gradients and AdamW state are fp32; "
+            "held to traced rank-0 steps (results/traced/multigpu.jsonl)"
+        )
     else:
         held = resident(cfg, arch)
         specific = {GENERATE: generate_phase(cfg, arch), SCORE: score_phase(cfg, arch)}
