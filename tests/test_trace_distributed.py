@@ -92,3 +92,12 @@ def test_layout_rejects_bad_values():
         Layout(1)
     with pytest.raises(ValueError, match="HYBRID_SHARD"):
         Layout(2, "HYBRID_SHARD")
+
+
+def test_trace_cli_records_zero_as_skipped_with_the_reason(capsys):
+    """`grpo-vram-trace --gpus 2 --zero 2` routes to the rank-0 tracer, which cannot run DeepSpeed and says why."""
+    from sweeps.trace.cli import main
+
+    assert main(["--model", "0.5B", "--gpus", "2", "--zero", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "skipped" in out and "zero2" in out and "DeepSpeed" in out
