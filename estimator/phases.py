@@ -198,7 +198,7 @@ def build_phases(cfg: RunConfig, arch: Arch) -> tuple[dict[str, dict[str, int]],
             "model_init_kwargs={'dtype': 'bfloat16'} halves weights, gradients and AdamW state"
         )
     if given.sharding == "fsdp" and given.num_gpus > 1 and not is_fsdp(given):
-        notes.append("FSDP with LoRA/QLoRA: states divided by --gpus, gathers not modelled (not traced)")
+        notes.append("FSDP with QLoRA: states divided by --gpus, gathers not modelled (not traced)")
     if cfg is not given:
         notes.append(
             "DeepSpeed casts the model to bf16 under ZeRO; fp32 master weights and AdamW state are sharded"

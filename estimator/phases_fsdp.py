@@ -12,7 +12,9 @@ Held to rank-0 traces (`results/traced/multigpu.jsonl`, `sweeps/trace/distribute
   group's all-gather output alive until the next copy-out (`FSDPParamGroup.wait_for_unshard`); backward holds the
   current layer's unsharded parameters and gradients, the prefetched next layer's all-gather and the previous
   layer's reduce-scatter input (`FSDPCommContext.reduce_scatter_state`);
-* gradients leave backward as fp32 shards (reduce-scatter in bf16, then cast to the shard's dtype).
+* gradients leave backward as fp32 shards (reduce-scatter in bf16, then cast to the shard's dtype);
+* LoRA: the frozen base is sharded in its load dtype (only parameters that require grad are upcast), the adapters
+  and their AdamW state are fp32 shards, and no [V, H] head or embedding gradient exists.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from estimator.config import RunConfig
 from estimator.terms import generation as gen
 from estimator.terms import optimizer as opt
 from estimator.terms import sharding as sh
+from estimator.terms import weights
+from estimator.units import nbytes
 
 
 def compute_config(cfg: RunConfig) -> RunConfig:
@@ -34,8 +38,21 @@ def _shard_fraction(cfg: RunConfig, arch: Arch) -> float:
     return sh.fsdp_shard_numel(arch, cfg.num_gpus) / arch.total_params
 
 
+def _lora_shard(cfg: RunConfig, arch: Arch) -> int:
+    """Rank 0's elements of the LoRA adapters: ceil(adapters / N) (their rank-r dims are small; padding ignored)."""
+    return -(-weights.lora_params(cfg, arch) // cfg.num_gpus)
+
+
 def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
-    """fp32 parameter shards + the optimizer's state for them (AdamW: 2 fp32 per element)."""
+    """fp32 parameter shards + the optimizer's state for them (AdamW: 2 fp32 per element). LoRA: the frozen base
+    stays in its load dtype (accelerate upcasts only parameters that require grad), adapters fp32."""
+    if cfg.use_peft:
+        lora = _lora_shard(cfg, arch)
+        return {
+            "weights": sh.fsdp_shard_numel(arch, cfg.num_gpus) * nbytes(cfg.dtype),
+            "lora_adapters": lora * sh.fsdp_shard_dtype_bytes(cfg),
+            "optimizer_state": 2 * 4 * lora,
+        }
     full32 = cfg.with_(dtype="float32" if sh.fsdp_shard_dtype_bytes(cfg) == 4 else cfg.dtype, sharding="none")
     return {
         "weights": sh.fsdp_sharded_params(cfg, arch),
@@ -89,10 +106,16 @@ def build(cfg: RunConfig, arch: Arch, single) -> dict[str, dict[str, int]]:
     out["score"] = s
 
     instants = single.train_instants(c, arch)
-    grads_layers_done = gradient_shards(cfg, arch, (arch.num_layers - 1) * arch.layer_params)
+    peft = cfg.use_peft  # only the adapters have gradients: no [V, H] head or embedding gradient, no big RS
+    trainable = weights.lora_params(cfg, arch) if peft else arch.total_params
+    grads_layers_done = gradient_shards(
+        cfg, arch, trainable if peft else (arch.num_layers - 1) * arch.layer_params
+    )
     tied_grad = opt.tied_gradient_buffer(c, arch)  # the tied [V, H] grad waits unsharded for the embedding's
-    head_grad_shard = 0 if arch.tie_word_embeddings else gradient_shards(cfg, arch, arch.lm_head_params)
-    backward_gathers = 4 * layer  # this layer's params + grads, the prefetched all-gather, the held RS input
+    untied_head = not arch.tie_word_embeddings and not peft
+    head_grad_shard = gradient_shards(cfg, arch, arch.lm_head_params) if untied_head else 0
+    # this layer's params + grads, the prefetched all-gather, the held RS input (LoRA: params + prefetch)
+    backward_gathers = (2 if peft else 4) * layer
     tail_in_bwd = tail if arch.tie_word_embeddings else 0
     fsdp_instants = {
         "head_forward": {**instants["head_forward"], "gathered_weights": tail + layer},
@@ -127,7 +150,9 @@ def build(cfg: RunConfig, arch: Arch, single) -> dict[str, dict[str, int]]:
             fsdp_instants[name]["gathered_weights"] = every
         fsdp_instants["last_layer_backward"]["gathered_weights"] = every + 2 * layer  # + grads, held RS input
     emb = arch.embedding_params * sh.fsdp_gather_bytes(cfg)
-    if arch.tie_word_embeddings:
+    if peft:  # the frozen embedding has no backward: backward ends at the first layer
+        ends = {"gathered_weights": tail_in_bwd, "gradients": gradient_shards(cfg, arch, trainable)}
+    elif arch.tie_word_embeddings:
         # the embedding's backward inside the still-gathered tail: the head's bf16 [V, H] gradient, the embedding's,
         # and their sum, beside every layer's fp32 shard and the last layer's held reduce-scatter input
         ends = {
@@ -149,7 +174,7 @@ def build(cfg: RunConfig, arch: Arch, single) -> dict[str, dict[str, int]]:
     name = max(fsdp_instants, key=lambda k: sum(fsdp_instants[k].values()))
     out["train"] = fsdp_instants[name]
     out["optimizer"] = {
-        "gradients": gradient_shards(cfg, arch, arch.total_params),
+        "gradients": gradient_shards(cfg, arch, trainable),
         "optimizer_temporaries": int(
             opt.optimizer_temporaries(c.with_(dtype="float32"), arch) * _shard_fraction(cfg, arch)
         ),

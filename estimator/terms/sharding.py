@@ -67,9 +67,9 @@ def gathered_weights(cfg: RunConfig, full_weights: int) -> int:
 
 
 def is_fsdp(cfg: RunConfig) -> bool:
-    """FSDP (accelerate fsdp_version 2) of a full fine-tune over more than one GPU: the traced case. LoRA / QLoRA
-    under FSDP keep the simple `shard` model (not traced: frozen bases are not upcast, 4-bit ones not sharded)."""
-    return cfg.sharding == "fsdp" and cfg.num_gpus > 1 and not cfg.use_peft and not cfg.load_in_4bit
+    """FSDP (accelerate fsdp_version 2) over more than one GPU, full fine-tune or LoRA: the traced cases. QLoRA
+    under FSDP keeps the simple `shard` model (not traced: accelerate leaves uint8 4-bit weights unsharded)."""
+    return cfg.sharding == "fsdp" and cfg.num_gpus > 1 and not cfg.load_in_4bit
 
 
 def fsdp_shard_dtype_bytes(cfg: RunConfig) -> int:

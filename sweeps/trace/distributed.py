@@ -178,8 +178,8 @@ def run(cfg: RunConfig, layout: Layout, steps: int = 2, decode_k: int = 2) -> si
             f"sharding {cfg.sharding!r} is not traced on CPU: only FSDP2 runs on a fake process group "
             "(DeepSpeed's CPU accelerator builds its own ops, and ZeRO's step reads .item())"
         )
-    if cfg.use_peft or cfg.load_in_4bit or cfg.beta != 0.0:
-        raise NotImplementedError("the FSDP2 trace covers full fine-tuning with beta = 0")
+    if cfg.load_in_4bit or cfg.beta != 0.0:
+        raise NotImplementedError("the FSDP2 trace covers full fine-tuning and LoRA with beta = 0")
     if layout.cpu_offload:
         # on a cpu mesh FSDP2's host<->device copies are no-ops, so the GPU side of offload cannot be observed
         raise NotImplementedError("CPU offload is not traceable on a cpu device mesh")

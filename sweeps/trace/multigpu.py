@@ -4,8 +4,9 @@
     python -m sweeps.trace.multigpu --model 7B --gpus 4   # one config, printed
 
 Each config runs in its own subprocess (a fresh process group and FakeTensorMode); a crash or time-out becomes a
-`status: "error"` row, a config the tracer cannot run a `status: "skipped"` row with the reason. Full fine-tuning,
-bf16 weights, 8 generations of 256 + 512 tokens, gradient checkpointing: the single-GPU `core` grid's shape.
+`status: "error"` row, a config the tracer cannot run a `status: "skipped"` row with the reason. Full fine-tuning
+(and LoRA spot checks), bf16 weights, 8 generations of 256 + 512 tokens, gradient checkpointing: the single-GPU
+`core` grid's shape.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ SWEEP = "multigpu"
 MODELS = ("0.5B", "1.5B", "3B", "7B", "14B")
 RANKS = (4, 2, 8)  # 4 first: the benchmark's shape, then the ends
 STRATEGY_SPOTS = (("1.5B", 4), ("7B", 4), ("7B", 8))  # SHARD_GRAD_OP
+LORA_SPOTS = (("1.5B", 4), ("3B", 4), ("7B", 8))
 
 
 def grid() -> list[tuple[RunConfig, dict]]:
@@ -44,11 +46,14 @@ def grid() -> list[tuple[RunConfig, dict]]:
             num_gpus=n, sharding="fsdp", fsdp_sharding_strategy="SHARD_GRAD_OP"
         )
         out.append((cfg, {"world_size": n, "strategy": "SHARD_GRAD_OP"}))
-    # recorded as skipped with the tracer's reason: DeepSpeed ZeRO, LoRA under FSDP, CPU offload
+    for m, n in LORA_SPOTS:  # LoRA under FSDP: frozen bf16 base shards, fp32 adapters
+        cfg = _config(model=m, dtype="bfloat16", use_peft=True).with_(num_gpus=n, sharding="fsdp")
+        out.append((cfg, {"world_size": n}))
+    # recorded as skipped with the tracer's reason: DeepSpeed ZeRO, QLoRA under FSDP, CPU offload
     for extra, lay in (
         ({"sharding": "zero2"}, {}),
         ({"sharding": "zero3"}, {}),
-        ({"sharding": "fsdp", "use_peft": True}, {}),
+        ({"sharding": "fsdp", "use_peft": True, "load_in_4bit": True}, {}),
         ({"sharding": "fsdp", "offload_param": True}, {"cpu_offload": True}),
     ):
         cfg = _config(model="7B", dtype="bfloat16").with_(num_gpus=4, **extra)
