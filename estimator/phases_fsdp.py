@@ -116,7 +116,9 @@ def build(cfg: RunConfig, arch: Arch, single) -> dict[str, dict[str, int]]:
     head_grad_shard = gradient_shards(cfg, arch, arch.lm_head_params) if untied_head else 0
     # this layer's params + grads, the prefetched all-gather, the held RS input (LoRA: params + prefetch)
     backward_gathers = (2 if peft else 4) * layer
-    tail_in_bwd = tail if arch.tie_word_embeddings else 0
+    # the tail stays gathered through backward when it holds the tied embedding, or when it has no gradient (LoRA:
+    # FSDP2 reshards a group without gradients only at the end of backward); an untied full FT reshards it early
+    tail_in_bwd = tail if arch.tie_word_embeddings or peft else 0
     fsdp_instants = {
         "head_forward": {**instants["head_forward"], "gathered_weights": tail + layer},
         "head_backward": {**instants["head_backward"], "gathered_weights": tail + layer},

@@ -46,15 +46,17 @@ def test_rank0_peak_and_phases_within_3_percent(row):
 
 @pytest.mark.parametrize("row", ROWS, ids=_id)
 def test_rank0_parameter_shards_match_the_trace(row):
-    """The resident parameter shards alone (fp32, rank 0's padded chunks) against the trace's `param` label."""
+    """The resident parameter shards alone (rank 0's padded chunks: fp32 for full FT, the bf16 base + fp32
+    adapters for LoRA) against the trace's `param` label."""
     from estimator.catalog import resolve_model
-    from estimator.terms.sharding import fsdp_sharded_params
+    from estimator.phases_fsdp import resident
 
     cfg = RunConfig.from_dict(row["config"])
     arch = resolve_model(cfg.model)
     arch = arch[0] if isinstance(arch, tuple) else arch
     traced = row["observed"]["probes"]["tensors"]["phase_at_peak_by_label"]["optimizer"]["param"]
-    assert fsdp_sharded_params(cfg, arch) == pytest.approx(traced, rel=0.005)
+    held = resident(cfg, arch)
+    assert held["weights"] + held.get("lora_adapters", 0) == pytest.approx(traced, rel=0.005)
 
 
 def test_rank0_shard_elements_by_hand_on_a_tiny_qwen2():
