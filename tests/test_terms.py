@@ -56,9 +56,8 @@ def test_qlora_base_keeps_embeddings_and_head_in_load_dtype():
     # 6,525,288,448 numel, all multiples of 64 -> NF4 numel/2 + fp32 absmax numel/64·4 = 0.5625 B/numel =
     # 3,670,474,752 B. Everything else stays bf16: embed + lm_head 2 · 152064·3584 = 1,089,994,752, q/k/v biases
     # 28 · 4608 = 129,024, norms 28 · 2 · 3584 + 3584 = 204,288 -> 1,090,328,064 params = 2,180,656,128 B.
-    assert (
-        P_7B - 6_525_288_448 == 1_090_328_064
-    )  # the hand count of the dense rest matches the catalog's total
+    # the hand count of the dense rest matches the catalog's total
+    assert P_7B - 6_525_288_448 == 1_090_328_064
     assert w.policy_weights(cfg, Q7) == 3_670_474_752 + 2_180_656_128 == 5_851_130_880
 
 
