@@ -80,9 +80,11 @@ def test_sweep_runs_records_failures_and_resumes(tmp_path):
     # per-tensor norms and their stack (2 × 300); a few scalars on top.
     opt = resident + weights + 1_040 + 128 + 600
     assert opt <= phases["optimizer"] <= opt + 256
-    assert (
-        4 * weights <= phases["train"] < 8 * weights
-    )  # (CPU fused-head tiles: checked against traces instead)
+    # Train (step 2) peaks in backward's first op, the fused head's backward: resident + the lm_head's fp32
+    # gradient [2048, 128] (1,048,576) + the CPU tile buffer mm_buf [60, 32768] bf16 (3,932,160; N = 4 sequences
+    # × 15 scored positions, CK:347) are live together. The rest is the estimator's model, within its 5 % bound.
+    assert resident + 1_048_576 + 3_932_160 <= phases["train"]
+    assert phases["train"] == pytest.approx(ok["prediction"]["phase_totals"]["train"], rel=0.05)
     tensors = obs["probes"]["tensors"]
     assert obs["peak_bytes"] == sum(tensors["at_peak_by_label"].values())  # the tensors live at the peak
     assert obs["peak_phase"] == "train"
