@@ -9,7 +9,7 @@ TORCH_CPU := torch==2.13.0
 EXTRAS ?= sweep,dev
 SWEEP_ARGS ?=
 
-.PHONY: install estimate test lint format sweep sweep-smoke trace accuracy tables fit-overheads bench clean
+.PHONY: install estimate test lint format sweep sweep-smoke gpu-validate trace accuracy tables fit-overheads bench clean wheelhouse
 
 install: $(STAMP)
 
@@ -39,6 +39,15 @@ test: lint
 # The GPU grid a user runs on a rented H100 (models load from the hub there).
 sweep: install
 	.venv/bin/grpo-vram-sweep --multirun +experiment=h100 $(SWEEP_ARGS)
+
+# One short GPU lease (<= 20 min on an H100 80GB, estimated): 16 rows covering every term, random weights built from
+# the catalog (no hub), then the overhead fit and the tables. The vLLM row runs only where vLLM imports.
+VALIDATE_ROWS := r00,r01,r02,r03,r04,r05,r06,r07,r08,r09,r10,r11,r12,r13,r14,r15
+gpu-validate: install
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-sweep --multirun +experiment=gpu-validate \
+	  validate_row=$(VALIDATE_ROWS)$$($(PY) -c 'import vllm' >/dev/null 2>&1 && echo ,r16) $(SWEEP_ARGS)
+	$(MAKE) fit-overheads
+	$(MAKE) tables
 
 # A CPU grid of tiny and small models; a few minutes on 2 cores.
 sweep-smoke: install
