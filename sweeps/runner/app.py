@@ -108,13 +108,25 @@ def to_job(cfg: DictConfig) -> Job:
     except (validate.InvalidConfig, UnknownModel, ConfigError) as exc:
         raise BadInput(str(exc)) from None
     run = c.get("run") or {}
-    unknown = sorted(set(run) - set(RUN_KEYS) - {"inject_failure"})
+    unknown = sorted(set(run) - set(RUN_KEYS) - {"inject_failure", "weights"})
     if unknown:
-        raise BadInput(f"run.{unknown[0]}: not a run setting; accepted keys are {', '.join(RUN_KEYS)}")
+        raise BadInput(
+            f"run.{unknown[0]}: not a run setting; accepted keys are {', '.join((*RUN_KEYS, 'weights'))}"
+        )
     variant = {k: run[k] for k in RUN_KEYS if k in run}
     _check(variant.get("prompts", "synthetic"), PROMPTS, "run.prompts")
     if int(variant.get("steps", 2)) < 2:
         raise BadInput(f"run.steps={variant.get('steps')}: accepted values are integers >= 2")
+    weights = run.get(
+        "weights", "pretrained"
+    )  # in the variant only when random (pretrained rows keep their keys)
+    _check(weights, tiny.WEIGHTS, "run.weights")
+    if weights == "random" and not tiny.is_tiny(config.model):
+        try:
+            tiny.catalog_config(config.model)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+        variant["weights"] = "random"
     inject = run.get("inject_failure")
     if inject is not None:
         _check(inject, FAILURES, "run.inject_failure")
