@@ -143,10 +143,10 @@ def test_indivisible_generation_batch_is_bad_input():
 def test_skip_keys_error_rows_are_rerun(tmp_path):
     path = tmp_path / "r.jsonl"
     v = records.package_versions()
-    records.append_row(path, {"key": "e", "status": "error", "versions": v})
-    records.append_row(path, {"key": "o", "status": "ok", "versions": v})
-    records.append_row(path, {"key": "m", "status": "oom", "versions": v})
-    records.append_row(path, {"key": ["not", "a", "key"], "status": "ok", "versions": v})
+    records.append_row(path, {"schema": 1, "key": "e", "status": "error", "versions": v})
+    records.append_row(path, {"schema": 1, "key": "o", "status": "ok", "versions": v})
+    records.append_row(path, {"schema": 1, "key": "m", "status": "oom", "versions": v})
+    records.append_row(path, {"schema": 1, "key": ["not", "a", "key"], "status": "ok", "versions": v})
     assert app.skip_keys(path, v) == {"o", "m"}
 
 
