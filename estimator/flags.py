@@ -153,6 +153,7 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
     from estimator.config import RunConfig
     from estimator.configfile import ConfigFileError, read_config_file
     from estimator.validate import InvalidConfig, validate
+    from estimator.validate import notes as setting_notes
 
     values: dict = {}
     notes: list[str] = []
@@ -179,4 +180,4 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
         raise FlagError(str(e)) from None
     except TypeError as e:
         raise FlagError(f"bad setting: {e}") from None
-    return cfg, arch, notes
+    return cfg, arch, notes + setting_notes(cfg, arch, values)

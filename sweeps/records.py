@@ -88,6 +88,24 @@ def append_row(path: str | os.PathLike, row: dict) -> None:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def writable_problem(path: str | os.PathLike) -> str | None:
+    """Why rows cannot be appended to `path` (its folder cannot be made or written, the file is read-only or a
+    folder), or None when they can. Checked before hours of measuring, not after."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            return f"{path} is a directory; give a .jsonl file"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(fd)
+        os.unlink(tmp)
+        if path.exists() and not os.access(path, os.W_OK):
+            return f"{path} is read-only"
+    except OSError as exc:
+        return f"cannot write in {path.parent} ({exc.strerror or exc})"
+    return None
+
+
 def _fsync_dir(directory: Path) -> None:
     """fsync a directory so the rename is durable (best effort)."""
     try:

@@ -252,20 +252,12 @@ def skip_keys(path: Path, versions: dict) -> set[str]:
 
 def check_writable(results_path: Path) -> None:
     """Fail before the first run when the results file cannot be written (a row lost after hours of measuring)."""
-    directory = results_path.parent
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{results_path.name}.", suffix=".probe", dir=directory)
-        os.close(fd)
-        os.unlink(tmp)
-        if results_path.exists() and not os.access(results_path, os.W_OK):
-            raise PermissionError(f"{results_path} is read-only")
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
+    problem = records.writable_problem(results_path)
+    if problem:
         raise BadInput(
-            f"sweep.results_dir={str(directory)!r}: cannot write results there ({reason}); "
+            f"sweep.results_dir={str(results_path.parent)!r}: cannot write results there ({problem}); "
             "give a directory you can write to"
-        ) from None
+        )
 
 
 def _lock_dir() -> Path:
