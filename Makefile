@@ -1,13 +1,16 @@
 # grpo-vram. Everything runs inside .venv/ at the repo root.
 SHELL := /bin/bash
 PY    := .venv/bin/python
-PIP   := .venv/bin/pip
+PIP   := .venv/bin/pip --disable-pip-version-check
 STAMP := .venv/.installed
 # CPU build of torch where there is no NVIDIA driver; a user's GPU box gets the CUDA build from the range in pyproject.toml.
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH_CPU := torch==2.13.0
 EXTRAS ?= sweep,dev
 SWEEP_ARGS ?=
+# Where `make sweep-smoke` measures: a git-ignored scratch folder, so a fresh clone measures (the committed
+# results/raw/smoke.jsonl would make every config a skip). SMOKE_DIR=results/raw updates the published rows.
+SMOKE_DIR ?= results/raw/scratch
 
 .PHONY: install estimate test lint format sweep sweep-smoke trace accuracy tables fit-overheads bench clean
 
@@ -40,9 +43,11 @@ test: lint
 sweep: install
 	.venv/bin/grpo-vram-sweep --multirun +experiment=h100 $(SWEEP_ARGS)
 
-# A CPU grid of tiny and small models; a few minutes on 2 cores.
+# A CPU grid of tiny and small models; a few minutes on 2 cores. Measures into $(SMOKE_DIR) and prints the
+# estimator against what it measured (delete $(SMOKE_DIR)/smoke.jsonl to measure again).
 sweep-smoke: install
-	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-sweep --multirun +experiment=smoke $(SWEEP_ARGS)
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-sweep --multirun +experiment=smoke sweep.results_dir=$(SMOKE_DIR) $(SWEEP_ARGS)
+	.venv/bin/grpo-vram-accuracy $(SMOKE_DIR)/smoke.jsonl
 
 # Real-size GRPO steps under FakeTensorMode (no GPU needed).
 trace: install
