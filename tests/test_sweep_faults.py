@@ -213,3 +213,20 @@ def test_wrong_types_never_reach_a_row(override):
         return
     with pytest.raises(app.BadInput):
         app.to_job(cfg)
+
+
+def test_a_wrong_value_on_the_sweep_command_line_is_one_line_before_anything_runs(tmp_path):
+    proc = subprocess.run(
+        _cmd(tmp_path, "trainer.max_completion_length=8,8.5", f"sweep.results_dir={tmp_path / 'res'}"),
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "grpo-vram-sweep: trainer.max_completion_length=8.5: Value '8.5' of type 'float' could not be "
+        "converted to Integer"
+    ]
+    assert not (tmp_path / "res").exists()  # not even the valid value ran

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -524,8 +525,71 @@ def hydra_main(cfg: DictConfig) -> None:
     run_job(job)
 
 
+VALUE_GROUPS = ("trainer.", "sweep.", "run.")
+
+
+@functools.lru_cache(maxsize=1)
+def default_config() -> DictConfig:
+    """The composed default config (trainer node typed by the run-settings schema), composed once."""
+    from hydra import compose, initialize_config_dir
+
+    schema.register()
+    with initialize_config_dir(config_dir=str(Path(__file__).parent / "conf"), version_base="1.3"):
+        return compose(config_name="config")
+
+
+def _override_values(override) -> list:
+    if not override.is_sweep_override():
+        return [override.value()]
+    try:
+        return list(override.sweep_iterator())
+    except Exception:  # an interval sweep (for a sweeper plugin): nothing to enumerate here
+        return []
+
+
+def check_overrides(args: list[str]) -> None:
+    """Every value a command line gives a `trainer.` / `sweep.` / `run.` setting (each value of a multirun
+    sweep too), checked against the schema before Hydra composes or runs anything: BadInput (one line) for a
+    wrong type, NaN, infinity or out-of-range value, instead of Hydra's multi-line error or a partial multirun."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        overrides = OverridesParser.create().parse_overrides([a for a in args if not a.startswith("-")])
+    except Exception:  # Hydra reports its own syntax errors
+        return
+    base = default_config()
+    for o in overrides:
+        key = o.key_or_group
+        if not key.startswith(VALUE_GROUPS) or o.is_delete():
+            continue
+        for value in _override_values(o):
+            text = f"{key}={value}"
+            cfg = base.copy()
+            try:
+                OmegaConf.update(cfg, key, value, merge=True, force_add=o.is_add())
+            except Exception as exc:  # OmegaConf's type validation: keep its first line
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise BadInput(f"{text}: {first}") from None
+            group, _, name = key.partition(".")
+            if group == "trainer" and name in RunConfig.field_names():
+                from estimator.config import check_value, schema_field
+
+                v = OmegaConf.to_container(cfg, resolve=False)["trainer"][name]
+                f = schema_field(name)
+                v = tuple(v) if f.kind == "strs" and isinstance(v, list) else v
+                problem = check_value(f, v)
+                if problem:
+                    raise BadInput(f"{text}: {problem}")
+
+
 def main() -> None:
-    """Entry point of `grpo-vram-sweep`: register the trainer schema, then let Hydra compose and run."""
+    """Entry point of `grpo-vram-sweep`: check the command line's values, register the trainer schema, then
+    let Hydra compose and run."""
+    try:
+        check_overrides(sys.argv[1:])
+    except BadInput as exc:
+        print(f"grpo-vram-sweep: {exc}", file=sys.stderr)
+        sys.exit(2)
     schema.register()
     hydra_main()
 
