@@ -1,7 +1,7 @@
 # grpo-vram. Everything runs inside .venv/ at the repo root.
 SHELL := /bin/bash
 PY    := .venv/bin/python
-PIP   := .venv/bin/pip
+PIP   := .venv/bin/pip --disable-pip-version-check
 STAMP := .venv/.installed
 # CPU build of torch where there is no NVIDIA driver; a user's GPU box gets the CUDA build from the range in pyproject.toml.
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
@@ -11,6 +11,9 @@ SWEEP_ARGS ?=
 # Air-gapped installs: `make install WHEELHOUSE=wheelhouse` installs from that folder only (see `make wheelhouse`).
 WHEELHOUSE ?=
 PIP_SOURCE := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)))
+# Where `make sweep-smoke` measures: a git-ignored scratch folder, so a fresh clone measures (the committed
+# results/raw/smoke.jsonl would make every config a skip). SMOKE_DIR=results/raw updates the published rows.
+SMOKE_DIR ?= results/raw/scratch
 
 .PHONY: install estimate test lint format sweep sweep-smoke gpu-validate trace accuracy tables fit-overheads bench examples clean wheelhouse
 
@@ -82,9 +85,11 @@ gpu-validate: install
 	$(MAKE) fit-overheads
 	$(MAKE) tables
 
-# A CPU grid of tiny and small models; a few minutes on 2 cores.
+# A CPU grid of tiny and small models; a few minutes on 2 cores. Measures into $(SMOKE_DIR) and prints the
+# estimator against what it measured (delete $(SMOKE_DIR)/smoke.jsonl to measure again).
 sweep-smoke: install
-	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-sweep --multirun +experiment=smoke $(SWEEP_ARGS)
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-sweep --multirun +experiment=smoke sweep.results_dir=$(SMOKE_DIR) $(SWEEP_ARGS)
+	.venv/bin/grpo-vram-accuracy $(SMOKE_DIR)/smoke.jsonl
 
 # Real-size GRPO steps under FakeTensorMode (no GPU needed).
 trace: install

@@ -158,6 +158,7 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
     from estimator.config import RunConfig
     from estimator.configfile import ConfigFileError, read_config_file
     from estimator.validate import InvalidConfig, validate
+    from estimator.validate import notes as setting_notes
 
     values: dict = {}
     notes: list[str] = []
@@ -193,4 +194,4 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
             catalog.resolve_model(role.model)
         except (catalog.UnknownModel, ConfigError) as e:
             raise FlagError(f"{flag(field_of[role.kind])}: {e}") from None
-    return cfg, arch, notes
+    return cfg, arch, notes + setting_notes(cfg, arch, values)
