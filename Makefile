@@ -9,7 +9,9 @@ TORCH_CPU := torch==2.13.0
 EXTRAS ?= sweep,dev
 SWEEP_ARGS ?=
 
-.PHONY: install estimate test lint format sweep sweep-smoke trace accuracy tables fit-overheads bench clean
+LEGACY_TRL ?= 0.14 0.17 0.19 0.23
+
+.PHONY: install estimate test lint format sweep sweep-smoke sweep-legacy trace accuracy tables fit-overheads bench clean
 
 install: $(STAMP)
 
@@ -43,6 +45,15 @@ sweep: install
 # A CPU grid of tiny and small models; a few minutes on 2 cores.
 sweep-smoke: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-sweep --multirun +experiment=smoke $(SWEEP_ARGS)
+
+# Real GRPO steps of a tiny model on CPU under old TRL releases, each in its own .venvs/trl-X.Y (built once by
+# sweeps/legacy/envs.sh under nice, one at a time); rows go to results/raw/legacy.jsonl, a rerun resumes.
+sweep-legacy:
+	bash sweeps/legacy/envs.sh $(LEGACY_TRL)
+	for v in $(LEGACY_TRL); do \
+	  PYTHONPATH=$(CURDIR) HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 \
+	    nice -n 10 .venvs/trl-$$v/bin/python -m sweeps.runner.legacy --out results/raw/legacy.jsonl || exit 1; \
+	done
 
 # Real-size GRPO steps under FakeTensorMode (no GPU needed).
 trace: install

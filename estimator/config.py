@@ -1,13 +1,20 @@
-"""What one GRPO run is: the settings that set its memory, with TRL 1.16's names and defaults.
+"""What one GRPO run is: the settings that set its memory, with TRL 1.16's names and defaults, in one schema.
 
-Field names follow TRL's `GRPOConfig` and `ModelConfig` where one exists (dashes in the CLI, underscores here);
-the defaults are TRL's (`trl/trainer/grpo_config.py`, `trl/trainer/model_config.py`, transformers
-`TrainingArguments`). Fields TRL does not have are marked "ours".
+Every field of `RunConfig` carries its metadata (`Setting`: help, group, choices, bounds, the key TRL /
+transformers / accelerate use for it, CLI aliases, the grpo-vram version that introduced it). Everything that
+reads run settings derives from this one list: `vram-estimate`'s and the tracer's flags (`estimator/flags.py`),
+the validator (`estimator/validate.py`), the GRPOConfig YAML reader (`estimator/configfile.py`) and the sweep's
+Hydra schema (`sweeps/runner/schema.py`). Adding a setting is one `setting(...)` line here.
+
+Defaults are TRL's (`trl/trainer/grpo_config.py`, `trl/trainer/model_config.py`, transformers
+`TrainingArguments`); fields TRL does not have are marked `ours=True`.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+import math
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from typing import Any
 
 DTYPES = ("float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("sdpa", "flash_attention_2", "eager")
@@ -20,64 +27,223 @@ OPTIMIZERS = (
     "sgd",
 )
 VLLM_MODES = ("colocate", "server")
-LOGPROB_HEADS = (
-    "chunked",
-    "full",
-)  # ours: TRL 1.16's fused chunked head, or the classic [B, C, V] logits path
-DEVICES = ("cuda", "cpu")  # ours: what the run executes on (cpu = TRL's `use_cpu=True` path)
-SHARDINGS = (
-    "none",
-    "zero2",
-    "zero3",
-    "fsdp",
-)  # ours: DeepSpeed ZeRO-2/3 or FSDP (full shard) over `num_gpus`
+# TRL 1.15+'s fused chunked head, the classic [B, C, V] logits path, and older releases' materialized-logits
+# heads: 0.14's row-wise log_softmax and 0.15-1.14's selective_log_softmax (estimator/trl_versions.py)
+LOGPROB_HEADS = ("chunked", "full", "rowwise", "selective")
+NEWEST_TRL = "1.16"  # the newest TRL release modelled (estimator/trl_versions.py NEWEST)
+DEVICES = ("cuda", "cpu")  # cpu = TRL's `use_cpu=True` path
+SHARDINGS = ("none", "zero2", "zero3", "fsdp")  # DeepSpeed ZeRO-2/3 or FSDP (full shard) over `num_gpus`
+MAX_COUNT = 1 << 20  # upper bound of batch-like counts: beyond it no GPU holds one sequence's state
+MAX_TOKENS = 1 << 22  # upper bound of token lengths (4M): far past every catalog model's context
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Metadata of one run setting: everything a parser, validator or file reader needs to know about it."""
+
+    help: str
+    group: str = "GRPOConfig"  # CLI help group: model, GRPOConfig, hardware
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None  # inclusive
+    maximum: float | None = None  # inclusive
+    above: float | None = None  # exclusive lower bound (e.g. utilization > 0)
+    below: float | None = None  # exclusive upper bound
+    trl: str | None = None  # the key in TRL's GRPOConfig / ModelConfig when it differs from the field name
+    file_keys: tuple[str, ...] = ()  # further keys a config file may use for it (e.g. torch_dtype)
+    aliases: tuple[str, ...] = ()  # further CLI flags (the primary is derived from the name or `flag`)
+    flag: str | None = None  # the primary CLI flag when it is not --field-name
+    metavar: str | None = None
+    ours: bool = False  # not a TRL option: the estimator's own
+    since: str = "0.1.0"  # grpo-vram version that introduced it
+
+
+def setting(default: Any, help: str, **meta: Any) -> Any:
+    """A RunConfig field with its metadata (`Setting`)."""
+    return field(default=default, metadata={"setting": Setting(help=help, **meta)})
 
 
 @dataclass(frozen=True)
 class RunConfig:
     """One GRPO training configuration; every field has TRL 1.16's default unless marked ours."""
 
-    model: str = "7B"  # ours: shorthand size, catalog name, HF id, or a path to config.json
+    model: str = setting(
+        "7B",
+        "size (0.5B 1.5B 3B 7B 14B 32B 72B = Qwen2.5-Instruct), catalog name or HF id (e.g. qwen3-8b, "
+        "meta-llama/Llama-3.1-8B-Instruct), a config.json (or its folder), or an HF id in the local HF cache",
+        group="model",
+        trl="model_name_or_path",
+        metavar="MODEL",
+        ours=True,
+    )
     # ModelConfig
-    dtype: str = "float32"  # TRL loads a model given by name in float32 unless model_init_kwargs sets a dtype
-    attn_implementation: str = "sdpa"
-    use_peft: bool = False
-    lora_r: int = 16
-    lora_target_modules: tuple[str, ...] | None = None  # None = PEFT's default for the model type
-    lora_dropout: float = 0.05  # TRL ModelConfig's default (PEFT's own LoraConfig default is 0.0)
-    load_in_4bit: bool = False
-    bnb_4bit_quant_type: str = "nf4"
-    use_bnb_nested_quant: bool = False
+    dtype: str = setting(
+        "float32",
+        "weight dtype the model loads in (auto = the checkpoint's); TRL loads a model given by name in "
+        "float32 unless model_init_kwargs sets a dtype",
+        group="model",
+        choices=DTYPES,
+        trl="model_init_kwargs.dtype",
+        file_keys=("torch_dtype",),
+    )
+    attn_implementation: str = setting(
+        "sdpa", "attention kernel transformers uses", group="model", choices=ATTN_IMPLEMENTATIONS
+    )
+    use_peft: bool = setting(False, "LoRA adapters via PEFT", group="model", aliases=("--lora",))
+    lora_r: int = setting(16, "LoRA rank", group="model", minimum=1, maximum=65536, metavar="N")
+    lora_target_modules: tuple[str, ...] | None = setting(
+        None,
+        "module names (space or comma separated) or all-linear (default: PEFT's default for the model type)",
+        group="model",
+        metavar="MODULE",
+    )
+    lora_dropout: float = setting(
+        0.05,
+        "LoRA dropout (TRL ModelConfig's default; PEFT's own is 0.0)",
+        metavar="X",
+        group="model",
+        minimum=0.0,
+        below=1.0,
+    )
+    load_in_4bit: bool = setting(False, "bitsandbytes 4-bit base (QLoRA with --use-peft)", group="model")
+    bnb_4bit_quant_type: str = setting("nf4", "4-bit quant type", group="model", choices=("nf4", "fp4"))
+    use_bnb_nested_quant: bool = setting(
+        False, "nested (double) quantization of the 4-bit scales", group="model"
+    )
     # GRPOConfig / TrainingArguments
-    per_device_train_batch_size: int = 8
-    gradient_accumulation_steps: int = 1
-    num_generations: int = 8
-    max_completion_length: int = 512
-    max_prompt_length: int = 256  # ours: TRL 1.16 has no such option and never truncates prompts
-    steps_per_generation: int | None = None
-    generation_batch_size: int | None = None
-    num_iterations: int = 1
-    beta: float = 0.0
-    gradient_checkpointing: bool = True
-    bf16: bool = True  # autocast mixed precision, not a weight cast
-    optim: str = "adamw_torch_fused"
-    cast_lm_head_to_fp32: bool = False
-    use_vllm: bool = False
-    vllm_mode: str = "colocate"
-    vllm_gpu_memory_utilization: float = 0.3
-    vllm_enable_sleep_mode: bool = False
-    vllm_importance_sampling_correction: bool = True
+    per_device_train_batch_size: int = setting(
+        8, "completions per device per micro-step", minimum=1, maximum=MAX_COUNT, metavar="N"
+    )
+    gradient_accumulation_steps: int = setting(
+        1, "micro-steps per optimizer step", minimum=1, maximum=MAX_COUNT, metavar="N"
+    )
+    num_generations: int = setting(
+        8,
+        "completions per prompt (GRPO needs at least 2)",
+        minimum=2,
+        maximum=MAX_COUNT,
+        aliases=("--gens",),
+        metavar="N",
+    )
+    max_completion_length: int = setting(512, "completion tokens", minimum=1, maximum=MAX_TOKENS, metavar="N")
+    max_prompt_length: int = setting(
+        256,
+        "the prompt length you expect: TRL 1.16 has no such option and never truncates prompts",
+        minimum=0,
+        maximum=MAX_TOKENS,
+        metavar="N",
+        ours=True,
+    )
+    steps_per_generation: int | None = setting(
+        None,
+        "micro-steps one generation batch serves (default: gradient_accumulation_steps)",
+        minimum=1,
+        maximum=MAX_COUNT,
+        metavar="N",
+    )
+    generation_batch_size: int | None = setting(
+        None,
+        "sequences per generation (default: per_device_train_batch_size x GPUs x steps)",
+        minimum=1,
+        maximum=MAX_COUNT,
+        metavar="N",
+    )
+    num_iterations: int = setting(
+        1, "optimization passes per generation batch (mu)", minimum=1, maximum=MAX_COUNT, metavar="N"
+    )
+    beta: float = setting(
+        0.0,
+        "KL weight; > 0 adds a reference model (or a pass with adapters disabled)",
+        minimum=0.0,
+        maximum=1e6,
+        metavar="X",
+    )
+    gradient_checkpointing: bool = setting(True, "recompute activations in backward")
+    bf16: bool = setting(True, "bf16 autocast mixed precision (not a weight cast)")
+    optim: str = setting("adamw_torch_fused", "optimizer", choices=OPTIMIZERS)
+    cast_lm_head_to_fp32: bool = setting(False, "run the LM head in float32")
+    use_vllm: bool = setting(False, "generate with vLLM")
+    vllm_mode: str = setting(
+        "colocate", "vLLM beside training on the same GPU, or a separate server", choices=VLLM_MODES
+    )
+    vllm_gpu_memory_utilization: float = setting(
+        0.3, "share of the GPU's total memory vLLM reserves", above=0.0, maximum=1.0, metavar="X"
+    )
+    vllm_enable_sleep_mode: bool = setting(False, "vLLM releases its memory while training runs")
+    vllm_importance_sampling_correction: bool = setting(
+        True, "TRL's importance-sampling correction (adds an old-policy pass)"
+    )
     # ours
-    logprob_head: str = "chunked"
-    device: str = "cuda"
-    gpu_memory_gib: float | None = None  # total memory of the GPU (needed by vLLM colocate); None = 80
-    num_gpus: int = 1
-    sharding: str = "none"
+    trl_version: str = setting(
+        NEWEST_TRL,
+        "TRL release whose GRPO semantics to model, MAJOR.MINOR from 0.14 (defaults, what "
+        "per_device_train_batch_size counts, reference model, log-prob head, generation batching; "
+        "default: the installed TRL when modelled, else the newest)",
+        group="hardware",
+        metavar="X.Y",
+        ours=True,
+        since="0.1.0",
+    )
+    logprob_head: str = setting(
+        "chunked",
+        "TRL's fused chunked log-prob head or full [B, C, V] logits",
+        group="hardware",
+        choices=LOGPROB_HEADS,
+        ours=True,
+    )
+    device: str = setting(
+        "cuda",
+        "what the run executes on (cpu = TRL's use_cpu=True)",
+        group="hardware",
+        choices=DEVICES,
+        ours=True,
+    )
+    gpu_memory_gib: float | None = setting(
+        None,
+        "total memory of the GPU in GiB (vLLM colocate sizes its pool from it; default 80)",
+        group="hardware",
+        above=0.0,
+        maximum=1e6,
+        metavar="GIB",
+        ours=True,
+    )
+    num_gpus: int = setting(
+        1,
+        "number of GPUs (processes)",
+        group="hardware",
+        flag="--gpus",
+        aliases=("--num-gpus",),
+        minimum=1,
+        maximum=65536,
+        metavar="N",
+        ours=True,
+    )
+    sharding: str = setting(
+        "none",
+        "DeepSpeed ZeRO-2/3 or FSDP full shard over --gpus (shortcuts: --zero 2|3, --fsdp)",
+        group="hardware",
+        choices=SHARDINGS,
+        ours=True,
+    )
 
     # ---- derived geometry (TRL 1.16 GRPOConfig.__post_init__, grpo_config.py:1096-1116) ----
     @property
+    def release(self):
+        """The TRL release row this config models (estimator/trl_versions.py TrlProfile)."""
+        from estimator.trl_versions import profile
+
+        return profile(self.trl_version)
+
+    @property
     def resolved_steps_per_generation(self) -> int:
-        """steps_per_generation = given, or generation_batch_size / (bs × procs), or gradient_accumulation_steps."""
+        """steps_per_generation = given, or generation_batch_size / (bs × procs), or gradient_accumulation_steps.
+
+        TRL ≤0.16 generates per micro-batch (1); 0.17 once per accumulation cycle (GA); 0.18+ as above.
+        """
+        unit = self.release.generation_unit
+        if unit == "micro_batch":
+            return 1
+        if unit == "accumulated":
+            return self.gradient_accumulation_steps
         if self.steps_per_generation is not None:
             return self.steps_per_generation
         if self.generation_batch_size is not None:
@@ -101,17 +267,28 @@ class RunConfig:
 
     @property
     def has_reference_model(self) -> bool:
-        """A separate reference copy exists only with beta != 0 and no PEFT (grpo_trainer.py:982-1003)."""
+        """A separate reference copy exists only with beta != 0 and no PEFT (grpo_trainer.py:982-1003); TRL ≤0.15 makes one whatever beta."""
+        if not self.release.reference_needs_beta:
+            return not self.use_peft
         return self.beta != 0.0 and not self.use_peft
 
     @property
     def runs_reference_pass(self) -> bool:
-        """The no-grad reference log-prob pass runs whenever beta != 0 (on the ref model or adapters disabled)."""
-        return self.beta != 0.0
+        """The no-grad reference log-prob pass runs whenever beta != 0 (on the ref model or adapters disabled); always in TRL ≤0.15."""
+        return self.beta != 0.0 or not self.release.reference_needs_beta
 
     @property
     def runs_old_logprob_pass(self) -> bool:
-        """Old-policy pass: GA % (steps_per_generation × num_iterations) != 0, or vLLM IS correction (GT:2634-2657)."""
+        """Old-policy pass: GA % (steps_per_generation × num_iterations) != 0, or vLLM IS correction (GT:2634-2657).
+
+        Older releases' rules (trl_versions.OLD_PASS_RULES): never (≤0.15), num_iterations > 1 (0.16-0.18),
+        + steps_per_generation > GA (0.19), the GA rule without vLLM's correction (0.20-0.22).
+        """
+        from estimator.release_config import old_pass
+
+        rule = old_pass(self)
+        if rule is not None:
+            return rule
         if self.use_vllm and self.vllm_importance_sampling_correction:
             return True
         return (
@@ -144,6 +321,116 @@ class RunConfig:
     @staticmethod
     def field_names() -> tuple[str, ...]:
         return tuple(f.name for f in fields(RunConfig))
+
+
+@dataclass(frozen=True)
+class Field:
+    """One run setting as the parsers see it: name, default, value kind and metadata."""
+
+    name: str
+    default: Any
+    kind: str  # bool | int | float | str | strs (a tuple of strings)
+    nullable: bool
+    meta: Setting
+
+    @property
+    def flag(self) -> str:
+        """The primary CLI flag: `--field-name` unless the metadata names another."""
+        return self.meta.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def file_keys(self) -> tuple[str, ...]:
+        """Keys a TRL config file may use for this setting (its TRL name first)."""
+        return tuple(dict.fromkeys((self.meta.trl or self.name, self.name, *self.meta.file_keys)))
+
+
+def _kind(annotation: str) -> tuple[str, bool]:
+    """('int', True) for 'int | None': the value kind and whether None is allowed."""
+    base = annotation.replace(" | None", "").strip()
+    kind = {"bool": "bool", "int": "int", "float": "float", "str": "str", "tuple[str, ...]": "strs"}[base]
+    return kind, "None" in annotation
+
+
+def schema() -> tuple[Field, ...]:
+    """Every run setting with its metadata, in declaration order."""
+    out = []
+    for f in fields(RunConfig):
+        kind, nullable = _kind(str(f.type))
+        default = f.default if f.default is not MISSING else None
+        out.append(Field(f.name, default, kind, nullable, f.metadata["setting"]))
+    return tuple(out)
+
+
+def schema_field(name: str) -> Field:
+    """The schema entry of one setting (KeyError for an unknown name)."""
+    return {f.name: f for f in schema()}[name]
+
+
+def flag(name: str) -> str:
+    """The CLI flag of a RunConfig field."""
+    return schema_field(name).flag
+
+
+def _num(x: float) -> str:
+    """1048576.0 -> '1048576', 0.5 -> '0.5'."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def describe_bounds(f: Field) -> str:
+    """'an integer >= 1', 'a number in (0, 1]', 'one of: a, b' — what the setting accepts, in words."""
+    m = f.meta
+    if m.choices:
+        return "one of: " + ", ".join(map(str, m.choices))
+    what = {
+        "int": "an integer",
+        "float": "a number",
+        "bool": "true or false",
+        "str": "a string",
+        "strs": "names",
+    }[f.kind]
+    lo = (
+        f">= {_num(m.minimum)}"
+        if m.minimum is not None
+        else (f"> {_num(m.above)}" if m.above is not None else "")
+    )
+    hi = (
+        f"<= {_num(m.maximum)}"
+        if m.maximum is not None
+        else (f"< {_num(m.below)}" if m.below is not None else "")
+    )
+    bounds = " and ".join(b for b in (lo, hi) if b)
+    return f"{what} {bounds}".strip()
+
+
+def check_value(f: Field, value: Any) -> str | None:
+    """Why `value` is not acceptable for setting `f` (one phrase), or None when it is."""
+    if value is None:
+        return None if f.nullable else "a value is required"
+    m = f.meta
+    if f.kind == "bool":
+        ok = isinstance(value, bool)
+    elif f.kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif f.kind == "float":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    elif f.kind == "str":
+        ok = isinstance(value, str)
+    else:
+        ok = (
+            isinstance(value, tuple)
+            and len(value) > 0
+            and all(isinstance(v, str) and v.strip() for v in value)
+        )
+    if not ok:
+        return f"must be {describe_bounds(f)}"
+    if m.choices is not None and value not in m.choices:
+        return f"accepted: {', '.join(map(str, m.choices))}"
+    if f.kind in ("int", "float"):
+        low = (m.minimum is not None and value < m.minimum) or (m.above is not None and value <= m.above)
+        high = (m.maximum is not None and value > m.maximum) or (m.below is not None and value >= m.below)
+        if low or high:
+            return f"must be {describe_bounds(f)}"
+    return None
 
 
 DEFAULT = RunConfig()

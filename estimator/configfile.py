@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from estimator.config import RunConfig
+from estimator.config import Field, schema
 
-# Keys whose TRL name differs from ours (or which live inside a nested dict).
-RENAMED = {"model_name_or_path": "model", "torch_dtype": "dtype"}
-MODEL_INIT_KEYS = {"dtype": "dtype", "torch_dtype": "dtype", "attn_implementation": "attn_implementation"}
 DTYPE_ALIASES = {
     "bf16": "bfloat16",
     "fp16": "float16",
@@ -38,46 +35,48 @@ def normalize_dtype(value: str) -> str:
     return DTYPE_ALIASES.get(v, v)
 
 
-def _kind(name: str) -> str:
-    """The type class of a RunConfig field: int, float, bool, str or str-list, from its annotation."""
-    ann = {f.name: str(f.type) for f in fields(RunConfig)}[name]
-    for kind in ("tuple", "bool", "int", "float", "str"):
-        if ann.startswith(kind):
-            return kind
-    return "str"
-
-
-def _nullable(name: str) -> bool:
-    return "None" in {f.name: str(f.type) for f in fields(RunConfig)}[name]
-
-
-def check_type(name: str, value, where: str):
-    """`value` converted for field `name`, or ConfigFileError naming the key, the value and the type wanted."""
-    if value is None and _nullable(name):
+def check_type(f: Field, value, where: str):
+    """`value` converted for setting `f`, or ConfigFileError naming the key, the value and the type wanted."""
+    if value is None and f.nullable:
         return None
-    kind = _kind(name)
     ok = {
         "bool": isinstance(value, bool),
         "int": isinstance(value, int) and not isinstance(value, bool),
         "float": isinstance(value, (int, float)) and not isinstance(value, bool),
         "str": isinstance(value, str),
-        "tuple": isinstance(value, str)
+        "strs": isinstance(value, str)
         or (isinstance(value, list) and all(isinstance(v, str) for v in value)),
-    }[kind]
+    }[f.kind]
     if not ok:
         want = {
-            "tuple": "a string or a list of strings",
+            "strs": "a string or a list of strings",
             "str": "a string",
             "int": "an integer",
             "float": "a number",
             "bool": "true or false",
-        }[kind]
-        raise ConfigFileError(f"{where}: {name} must be {want}, got {value!r}")
-    if kind == "float":
+        }[f.kind]
+        raise ConfigFileError(f"{where}: {f.name} must be {want}, got {value!r}")
+    if f.kind == "float":
         return float(value)
-    if kind == "tuple":
+    if f.kind == "strs":
         return (value,) if isinstance(value, str) else tuple(value)
     return value
+
+
+def file_keys() -> tuple[dict[str, Field], dict[str, dict[str, Field]]]:
+    """Top-level keys and nested keys (`model_init_kwargs.dtype`) a config file may use, to schema fields."""
+    top: dict[str, Field] = {}
+    nested: dict[str, dict[str, Field]] = {}
+    for f in schema():
+        for key in f.file_keys:
+            if "." in key:
+                parent, child = key.split(".", 1)
+                nested.setdefault(parent, {})[child] = f
+            else:
+                top.setdefault(key, f)
+    nested.setdefault("model_init_kwargs", {}).setdefault("torch_dtype", nested["model_init_kwargs"]["dtype"])
+    nested["model_init_kwargs"].setdefault("attn_implementation", top["attn_implementation"])
+    return top, nested
 
 
 def parse_text(text: str, suffix: str) -> dict:
@@ -92,22 +91,22 @@ def parse_text(text: str, suffix: str) -> dict:
 
 
 def translate(data: dict, where: str) -> FileSettings:
-    """Map TRL/ModelConfig keys to RunConfig fields; unknown keys become a note, wrong types an error."""
-    known = set(RunConfig.field_names())
+    """Map TRL GRPOConfig / ModelConfig keys to RunConfig fields; unknown keys become a note, wrong types an error."""
+    top, nested = file_keys()
     out = FileSettings()
     ignored: list[str] = []
     for key, value in data.items():
-        name = RENAMED.get(key, key)
-        if key == "model_init_kwargs":
+        if key in nested:
             if value is None:
                 continue
             if not isinstance(value, dict):
-                raise ConfigFileError(f"{where}: model_init_kwargs must be a mapping, got {value!r}")
+                raise ConfigFileError(f"{where}: {key} must be a mapping, got {value!r}")
             for sub, subval in value.items():
-                if sub in MODEL_INIT_KEYS:
-                    out.values[MODEL_INIT_KEYS[sub]] = check_type(MODEL_INIT_KEYS[sub], subval, where)
+                if sub in nested[key]:
+                    f = nested[key][sub]
+                    out.values[f.name] = check_type(f, subval, where)
                 else:
-                    ignored.append(f"model_init_kwargs.{sub}")
+                    ignored.append(f"{key}.{sub}")
         elif key == "use_cpu":
             if not isinstance(value, bool):
                 raise ConfigFileError(f"{where}: use_cpu must be true or false, got {value!r}")
@@ -116,8 +115,9 @@ def translate(data: dict, where: str) -> FileSettings:
         elif key == "fsdp":
             if value:
                 out.values["sharding"] = "fsdp"
-        elif name in known:
-            out.values[name] = check_type(name, value, where)
+        elif key in top:
+            f = top[key]
+            out.values[f.name] = check_type(f, value, where)
         else:
             ignored.append(str(key))
     if "dtype" in out.values:

@@ -6,23 +6,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
 from estimator.units import gib
 
 SOURCE = "estimated"
-PHASES = ("generate", "score", "train", "optimizer")
-PHASE_HELP = {
-    "generate": "generation: KV cache and last-token logits (no grad)",
-    "score": "no-grad log-prob passes (reference / old policy), chunked by per_device_train_batch_size",
-    "train": "training forward + backward of one micro-batch",
-    "optimizer": "optimizer step",
-}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Estimate:
     """Predicted memory of one steady-state GRPO step (step ≥ 2, optimizer state resident)."""
 
@@ -31,7 +24,7 @@ class Estimate:
     phases: dict[str, dict[str, int]]  # phase -> component -> bytes (tensor bytes, "torch allocated")
     cuda_context_bytes: int  # CUDA context + kernels + cuBLAS workspace: outside torch's allocator
     allocator_overhead_bytes: int  # caching-allocator reserve beyond allocated, at the peak
-    notes: list[str] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
     trainable_params: int = 0
 
     @property
@@ -93,7 +86,18 @@ def estimate(cfg: RunConfig, arch: Arch | None = None) -> Estimate:
     """Estimate one GRPO step of `cfg` (the model is resolved from `cfg.model` unless `arch` is given)."""
     from estimator.catalog import resolve_model
     from estimator.phases import build_phases
+    from estimator.terms import overhead, weights
 
     if arch is None:
         arch = resolve_model(cfg.model)
-    return build_phases(cfg, arch)
+    phases, notes, effective = build_phases(cfg, arch)
+    peak_allocated = max(sum(c.values()) for c in phases.values())
+    return Estimate(
+        config=cfg,
+        arch=arch,
+        phases=phases,
+        cuda_context_bytes=overhead.cuda_context(effective),
+        allocator_overhead_bytes=overhead.allocator_overhead(effective, peak_allocated),
+        notes=tuple(notes),
+        trainable_params=weights.trainable_params(effective, arch),
+    )

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
-from estimator.estimate import Estimate
+from estimator.phase_names import GENERATE, OPTIMIZER, SCORE, TRAIN
 from estimator.terms import activations as act
 from estimator.terms import generation as gen
 from estimator.terms import logprob_head as head
 from estimator.terms import optimizer as opt
-from estimator.terms import overhead, release, weights
+from estimator.terms import release, weights
 from estimator.terms.sharding import deepspeed_dtype_config, gathered_weights, shard
 
 
@@ -142,26 +142,29 @@ def optimizer_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     }
 
 
-def build_phases(cfg: RunConfig, arch: Arch) -> Estimate:
-    """Per-phase component bytes (resident + phase-specific), overheads on top of the peak."""
+def build_phases(cfg: RunConfig, arch: Arch) -> tuple[dict[str, dict[str, int]], list[str], RunConfig]:
+    """Per-phase component bytes (resident + phase-specific), notes, and the config the terms saw.
+
+    The config the terms see differs from the one given under ZeRO (DeepSpeed's bf16 cast); `estimate()` builds
+    the frozen Estimate from these.
+    """
     given = cfg
     cfg = deepspeed_dtype_config(cfg)
     held = resident(cfg, arch)
     phases: dict[str, dict[str, int]] = {}
     notes: list[str] = []
-    specific = {"generate": generate_phase(cfg, arch), "score": score_phase(cfg, arch)}
+    specific = {GENERATE: generate_phase(cfg, arch), SCORE: score_phase(cfg, arch)}
     train, instant = train_phase(cfg, arch)
-    specific["train"] = train
-    specific["optimizer"] = optimizer_phase(cfg, arch)
+    specific[TRAIN] = train
+    specific[OPTIMIZER] = optimizer_phase(cfg, arch)
     specific = release.phases(cfg, arch, specific)
     for phase, comps in specific.items():
-        if comps is None:
-            continue
         merged = dict(held)
         for k, v in comps.items():
             merged[k] = merged.get(k, 0) + v
         phases[phase] = {k: v for k, v in merged.items() if v}
     notes.append(f"train peak instant: {instant}")
+    notes.append(f"modelled TRL release: {cfg.trl_version} (semantics of TRL {cfg.release.label})")
     if cfg.dtype == "float32" and not cfg.load_in_4bit:
         notes.append(
             "weights load in float32 (TRL's default for a model given by name); "
@@ -171,14 +174,4 @@ def build_phases(cfg: RunConfig, arch: Arch) -> Estimate:
         notes.append(
             "DeepSpeed casts the model to bf16 under ZeRO; fp32 master weights and AdamW state are sharded"
         )
-    est = Estimate(
-        config=given,
-        arch=arch,
-        phases=phases,
-        cuda_context_bytes=overhead.cuda_context(cfg),
-        allocator_overhead_bytes=0,
-        notes=notes,
-        trainable_params=weights.trainable_params(cfg, arch),
-    )
-    est.allocator_overhead_bytes = overhead.allocator_overhead(cfg, est.peak_allocated_bytes)
-    return est
+    return phases, notes, cfg

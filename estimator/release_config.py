@@ -1,68 +1,31 @@
 """A RunConfig for one TRL release: that release's defaults, batch meaning and rules (estimator/trl_versions.py).
 
-`ReleaseRunConfig` is RunConfig plus `trl_version` (the field the one-schema RunConfig needs); its derived
-properties follow the release's rules instead of TRL 1.16's. `for_release(version, given)` builds one from the
-settings a user gave, in that release's own terms (per_device_train_batch_size counts prompts in 0.14).
+`release_values(version, given)` turns the settings a user gave, in that release's own terms
+(per_device_train_batch_size counts prompts in 0.14), into RunConfig field values with `trl_version` set;
+RunConfig's derived properties (reference model, old-policy pass, generation batch) read the release's rules.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 from estimator.config import RunConfig
-from estimator.trl_versions import NEWEST, TrlProfile, fmt, parse_version, profile
+from estimator.trl_versions import fmt, parse_version, profile
 
 
-@dataclass(frozen=True)
-class ReleaseRunConfig(RunConfig):
-    """RunConfig whose semantics are those of TRL `trl_version` (MAJOR.MINOR); per_device_train_batch_size counts completions here."""
-
-    trl_version: str = fmt(NEWEST)
-
-    @property
-    def release(self) -> TrlProfile:
-        return profile(self.trl_version)
-
-    @property
-    def resolved_steps_per_generation(self) -> int:
-        """Per micro-batch generation (≤0.16): 1; one per accumulation cycle (0.17): GA; 0.18+: TRL's own rule."""
-        unit = self.release.generation_unit
-        if unit == "micro_batch":
-            return 1
-        if unit == "accumulated":
-            return self.gradient_accumulation_steps
-        return super().resolved_steps_per_generation
-
-    @property
-    def has_reference_model(self) -> bool:
-        """0.14-0.15: a reference copy whenever PEFT is off, whatever beta; 0.16+: only with beta != 0 (PR #2806)."""
-        if not self.release.reference_needs_beta:
-            return not self.use_peft
-        return super().has_reference_model
-
-    @property
-    def runs_reference_pass(self) -> bool:
-        """0.14-0.15 always compute reference log-probs; 0.16+ only with beta != 0."""
-        return True if not self.release.reference_needs_beta else super().runs_reference_pass
-
-    @property
-    def runs_old_logprob_pass(self) -> bool:
-        """The old-policy pass under the release's rule (trl_versions.OLD_PASS_RULES)."""
-        rule = self.release.old_pass_rule
-        spg, ga, it = (
-            self.resolved_steps_per_generation,
-            self.gradient_accumulation_steps,
-            self.num_iterations,
-        )
-        if rule == "never":
-            return False
-        if rule == "num_iterations":
-            return it > 1
-        if rule == "iterations_or_spg":
-            return it > 1 or spg > ga
-        if rule == "ga_modulo":
-            return ga % (spg * it) != 0
-        return super().runs_old_logprob_pass
+def old_pass(cfg: RunConfig) -> bool | None:
+    """Whether the old-policy pass runs under a pre-0.23 release's rule; None where TRL 1.16's rule applies."""
+    rule = cfg.release.old_pass_rule
+    spg, ga, it = cfg.resolved_steps_per_generation, cfg.gradient_accumulation_steps, cfg.num_iterations
+    if rule == "never":
+        return False
+    if rule == "num_iterations":
+        return it > 1
+    if rule == "iterations_or_spg":
+        return it > 1 or spg > ga
+    if rule == "ga_modulo":
+        return ga % (spg * it) != 0
+    return None
 
 
 _DEFAULTED = (
@@ -76,23 +39,23 @@ _DEFAULTED = (
 )
 
 
-def for_release(version: str, given: dict) -> ReleaseRunConfig:
+def release_values(version: str, given: dict) -> dict:
     """The config TRL `version` runs for the settings in `given` (RunConfig field names, the user's values).
 
     Unset fields take that release's defaults; a model given by name loads in the release's dtype ("auto" is
-    modelled as the checkpoint's bfloat16); in 0.14 per_device_train_batch_size counts prompts and becomes
+    resolved with the model by the caller); in 0.14 per_device_train_batch_size counts prompts and becomes
     prompts × num_generations completions; settings the release does not have are a ValueError.
     """
     rel = profile(version)
     known = {f.name for f in fields(RunConfig)}
-    unknown = sorted(set(given) - known)
+    unknown = sorted(set(given) - known - {"trl_version"})
     if unknown:
         raise ValueError(f"unknown setting {unknown[0]!r}")
     d = dict(given)
     for name in _DEFAULTED:
         d.setdefault(name, getattr(rel.defaults, name))
     if "dtype" not in d and not d.get("load_in_4bit"):
-        d["dtype"] = "bfloat16" if rel.defaults.dtype == "auto" else rel.defaults.dtype
+        d["dtype"] = rel.defaults.dtype  # "auto" (0.26): the checkpoint's, resolved with the model
     if rel.defaults.max_prompt_length is not None:
         d.setdefault("max_prompt_length", rel.defaults.max_prompt_length)
     label = f"TRL {fmt(parse_version(version))}"
@@ -116,5 +79,14 @@ def for_release(version: str, given: dict) -> ReleaseRunConfig:
         d["vllm_importance_sampling_correction"] = False
     if rel.batch_unit == "prompts":
         d["per_device_train_batch_size"] = d["per_device_train_batch_size"] * d["num_generations"]
-    d["logprob_head"] = rel.logprob_path
-    return ReleaseRunConfig.from_dict({**d, "trl_version": fmt(parse_version(version))})
+    d.setdefault("logprob_head", rel.logprob_path)
+    d["trl_version"] = fmt(parse_version(version))
+    return d
+
+
+def for_release(version: str, given: dict) -> RunConfig:
+    """RunConfig of `release_values(version, given)` ("auto" dtype taken as the catalog checkpoints' bfloat16)."""
+    d = release_values(version, given)
+    if d.get("dtype") == "auto":
+        d["dtype"] = "bfloat16"
+    return RunConfig.from_dict(d)

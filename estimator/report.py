@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from estimator.advice import Advice, Option
-from estimator.estimate import PHASE_HELP, PHASES, SOURCE, Estimate
+from estimator.estimate import SOURCE, Estimate
 from estimator.gpus import GPU
+from estimator.phase_names import PHASE_HELP, PHASES
 from estimator.solve import Solution
 from estimator.units import gib
 

@@ -3,45 +3,11 @@
 from __future__ import annotations
 
 from estimator.architecture import Arch
-from estimator.config import (
-    ATTN_IMPLEMENTATIONS,
-    DEVICES,
-    DTYPES,
-    LOGPROB_HEADS,
-    OPTIMIZERS,
-    SHARDINGS,
-    VLLM_MODES,
-    RunConfig,
-)
-
-POSITIVE_INTS = (
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "num_generations",
-    "max_completion_length",
-    "num_iterations",
-    "num_gpus",
-    "lora_r",
-)
-OPTIONAL_POSITIVE_INTS = ("steps_per_generation", "generation_batch_size")
-CHOICES = {
-    "dtype": DTYPES,
-    "attn_implementation": ATTN_IMPLEMENTATIONS,
-    "optim": OPTIMIZERS,
-    "vllm_mode": VLLM_MODES,
-    "logprob_head": LOGPROB_HEADS,
-    "device": DEVICES,
-    "sharding": SHARDINGS,
-}
+from estimator.config import RunConfig, check_value, schema
 
 
 class InvalidConfig(ValueError):
     """A configuration TRL (or transformers / PEFT) would reject."""
-
-
-def flag(name: str) -> str:
-    """The CLI flag of a RunConfig field."""
-    return {"num_gpus": "--gpus"}.get(name, "--" + name.replace("_", "-"))
 
 
 def lora_module_names(arch: Arch) -> set[str]:
@@ -50,26 +16,12 @@ def lora_module_names(arch: Arch) -> set[str]:
 
 
 def check_values(cfg: RunConfig) -> None:
-    """Types, ranges and choices of single values."""
-    for name in POSITIVE_INTS + OPTIONAL_POSITIVE_INTS:
-        v = getattr(cfg, name)
-        if v is None and name in OPTIONAL_POSITIVE_INTS:
-            continue
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise InvalidConfig(f"{flag(name)} must be a positive integer, got {v!r}")
-    if not isinstance(cfg.max_prompt_length, int) or cfg.max_prompt_length < 0:
-        raise InvalidConfig(f"--max-prompt-length must be an integer >= 0, got {cfg.max_prompt_length!r}")
-    for name, choices in CHOICES.items():
-        if getattr(cfg, name) not in choices:
-            raise InvalidConfig(
-                f"unknown {flag(name)} {getattr(cfg, name)!r}; accepted: {', '.join(choices)}"
-            )
-    if not 0.0 < cfg.vllm_gpu_memory_utilization <= 1.0:
-        raise InvalidConfig(
-            f"--vllm-gpu-memory-utilization must be in (0, 1], got {cfg.vllm_gpu_memory_utilization}"
-        )
-    if cfg.beta < 0:
-        raise InvalidConfig(f"--beta must be >= 0, got {cfg.beta}")
+    """Every setting's type, bounds and choices, from its schema entry (`estimator.config.Setting`)."""
+    for f in schema():
+        value = getattr(cfg, f.name)
+        problem = check_value(f, value)
+        if problem:
+            raise InvalidConfig(f"{f.flag} {value!r}: {problem}")
 
 
 def check_geometry(cfg: RunConfig) -> None:
@@ -91,20 +43,20 @@ def check_geometry(cfg: RunConfig) -> None:
             f"steps_per_generation {cfg.resolved_steps_per_generation}) must be divisible by num_generations "
             f"({cfg.num_generations})"
         )
-    if cfg.num_generations < 2:
-        raise InvalidConfig(
-            f"GRPO requires at least 2 generations per prompt (--num-generations), got {cfg.num_generations}"
-        )
 
 
 def check_combination(cfg: RunConfig, arch: Arch | None) -> None:
     """Options that only make sense together (PEFT, 4-bit, vLLM, sharding, LoRA targets)."""
+    try:
+        cfg.release  # a modelled TRL release
+    except ValueError as e:
+        raise InvalidConfig(str(e)) from None
     if cfg.load_in_4bit and not cfg.use_peft:
         raise InvalidConfig(
             "--load-in-4bit needs --use-peft: transformers refuses to fine-tune a purely quantized model"
         )
-    if cfg.device == "cpu" and (cfg.use_vllm or cfg.load_in_4bit):
-        raise InvalidConfig("--device cpu cannot run --use-vllm or --load-in-4bit (both need CUDA)")
+    if cfg.device == "cpu" and cfg.use_vllm:  # bitsandbytes 4-bit runs on CPU (the sweep measures it)
+        raise InvalidConfig("--device cpu cannot run --use-vllm (vLLM needs CUDA); drop --use-vllm")
     if cfg.device == "cpu" and (cfg.num_gpus != 1 or cfg.sharding != "none"):
         raise InvalidConfig("--device cpu is a single process: drop --gpus / --zero / --fsdp")
     targets = cfg.lora_target_modules

@@ -122,15 +122,6 @@ def versions_match(row_versions: dict | None, versions: dict | None) -> bool:
     return all(row_versions.get(k) == versions.get(k) for k in KEY_VERSIONS)
 
 
-def done_keys(path: str | os.PathLike, versions: dict | None = None) -> set[str]:
-    """Keys of rows already in `path` (any status) produced with the same package versions."""
-    return {
-        row["key"]
-        for row in load_rows(path)
-        if "key" in row and versions_match(row.get("versions"), versions)
-    }
-
-
 def package_versions() -> dict[str, str | None]:
     """Installed versions of python and the packages that shape a run (None when absent)."""
     out: dict[str, str | None] = {"python": platform.python_version()}

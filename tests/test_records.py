@@ -47,14 +47,12 @@ def test_load_rows_reads_directories_and_missing_paths(tmp_path):
     assert records.load_rows(tmp_path / "nope.jsonl") == []
 
 
-def test_done_keys_respect_versions(tmp_path):
-    path = tmp_path / "r.jsonl"
+def test_versions_match_compares_the_key_versions_only():
     v1 = {k: "1" for k in records.KEY_VERSIONS}
-    v2 = {**v1, "trl": "2"}
-    records.append_row(path, {"key": "old", "versions": v1})
-    records.append_row(path, {"key": "new", "versions": v2})
-    assert records.done_keys(path, v2) == {"new"}
-    assert records.done_keys(path, None) == {"old", "new"}
+    assert records.versions_match({**v1, "python": "3.12"}, {**v1, "python": "3.11"})  # not a key version
+    assert not records.versions_match({**v1, "trl": "2"}, v1)
+    assert not records.versions_match(None, v1)  # a row without versions is not done under pinned versions
+    assert records.versions_match(None, None)  # None accepts any row
 
 
 WRITER = """

@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize
 
 from sweeps import records
-from sweeps.runner import app, data, grpo_setup, tiny
+from sweeps.runner import app, data, grpo_setup, schema, tiny
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_ARGS = [
@@ -39,6 +39,7 @@ def _sweep(tmp_path, *overrides):
 
 
 def _compose(*overrides):
+    schema.register()
     with initialize(config_path="../sweeps/runner/conf", version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))
 
@@ -164,7 +165,7 @@ def test_sizes_trl_rejects_are_one_line_and_exit_2(tmp_path):
     import sys
 
     for override, expected in (
-        ("trainer.num_generations=0", "got 0"),
+        ("trainer.num_generations=0", "--num-generations 0: must be an integer >= 2"),
         ("trainer.num_generations=3", "divisible by num_generations (3)"),
     ):
         proc = subprocess.run(
@@ -176,3 +177,27 @@ def test_sizes_trl_rejects_are_one_line_and_exit_2(tmp_path):
         assert proc.returncode == 2
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0]
+
+
+def test_composed_hydra_defaults_equal_runconfig_defaults():
+    """The trainer group is derived from the schema: composing with no overrides gives RunConfig() exactly."""
+    from dataclasses import replace
+
+    from estimator.config import RunConfig
+
+    job = app.to_job(_compose())
+    assert job.config == replace(RunConfig(), model="tiny-2M", device="cpu")  # model/device: their groups
+
+
+def test_methods_switch_only_peft_and_4bit():
+    lora, qlora = app.to_job(_compose("method=lora")).config, app.to_job(_compose("method=qlora")).config
+    assert (lora.use_peft, lora.load_in_4bit) == (True, False)
+    assert (qlora.use_peft, qlora.load_in_4bit) == (True, True)
+    assert lora.lora_r == qlora.lora_r == 16 and lora.lora_dropout == 0.05  # TRL ModelConfig defaults
+
+
+def test_structured_schema_refuses_a_non_boolean_before_running():
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="gradient_checkpointing=maybe"):
+        _compose("trainer.gradient_checkpointing=maybe")

@@ -91,5 +91,5 @@ def test_bad_trace_input_is_one_line_and_exit_2(capsys):
     assert main(["--model", "9B"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'9B'" in err[0]
-    assert main(["--gens", "3", "--batch-size", "4"]) == 2
+    assert main(["--gens", "3", "--per-device-train-batch-size", "4"]) == 2
     assert "divisible by num_generations (3)" in capsys.readouterr().err

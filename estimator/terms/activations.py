@@ -110,11 +110,15 @@ def autocast_weight_cache(
 
 
 def layer_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """Inside the MLP's backward six [T, I] tensors are live: those not saved are gradients in flight, (6 − saved)·a·I (2 full, 3 frozen)."""
+    """Inside the MLP's backward six [T, I] tensors are live: those not saved are gradients in flight, (6 − saved)·a·I (2 full, 3 frozen).
+
+    With a 4-bit base whose outputs are r-byte, one more a-byte [T, I] copy (down_proj's input cast by autocast) is
+    added because traces show it, not because a code path was read for it: observed, not derived.
+    """
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
     out = (6 - mlp_saved_tensors(cfg)) * linear_output_bytes(cfg) * inter
     if cfg.load_in_4bit and linear_output_bytes(cfg) != compute_bytes(cfg):
-        # one of those is autocast's a-byte copy of down_proj's r-byte input (seen in traces)
+        # observed in traces (not derived from a code path): autocast's a-byte copy of down_proj's r-byte input
         out += (compute_bytes(cfg) - linear_output_bytes(cfg)) * inter
     return out
 

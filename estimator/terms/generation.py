@@ -1,4 +1,7 @@
-"""Generation: the KV cache of the whole generation batch, last-token logits, and vLLM's reservation."""
+"""Generation: the KV cache of the whole generation batch, last-token logits, and vLLM's reservation.
+
+Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: estimator/terms/SOURCES.md.
+"""
 
 from __future__ import annotations
 

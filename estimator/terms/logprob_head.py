@@ -4,6 +4,8 @@ Fused head: trl/kernels/chunked_logprob.py (CK) and trl/trainer/utils.py `_fused
 Tiles of TOKEN_CHUNK = 4096 tokens × VOCAB_CHUNK = 32768 vocabulary entries; on CUDA (Triton) only the
 N = batch × completion positions are scored and the tile fold has no temporaries; on CPU every
 batch × (L − 1) position is scored and each tile is folded with fp32 torch temporaries.
+
+Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: estimator/terms/SOURCES.md.
 """
 
 from __future__ import annotations
@@ -119,9 +121,7 @@ def logsoftmax_bytes(cfg: RunConfig) -> int:
 
 
 def _release(cfg: RunConfig):
-    from estimator.trl_versions import NEWEST, profile
-
-    return profile(getattr(cfg, "trl_version", None) or NEWEST)
+    return cfg.release
 
 
 def _keeps_logits(cfg: RunConfig) -> bool:

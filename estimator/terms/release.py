@@ -14,16 +14,17 @@ from __future__ import annotations
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
+from estimator.phase_names import GENERATE, SCORE
 from estimator.terms import activations as act
 from estimator.terms import logprob_head as head
 from estimator.terms import optimizer as opt
 from estimator.terms.sharding import shard
-from estimator.trl_versions import NEWEST, TrlProfile, profile
+from estimator.trl_versions import TrlProfile
 
 
 def release_of(cfg: RunConfig) -> TrlProfile:
-    """The TRL release `cfg` models (`trl_version`, the newest modelled when the config has none)."""
-    return profile(getattr(cfg, "trl_version", None) or NEWEST)
+    """The TRL release `cfg` models (`trl_version`)."""
+    return cfg.release
 
 
 def resident_gradients(cfg: RunConfig, arch: Arch) -> int:
@@ -42,12 +43,12 @@ def phases(cfg: RunConfig, arch: Arch, specific: dict[str, dict[str, int]]) -> d
     rel = release_of(cfg)
     out = dict(specific)
     if rel.reference_pass_in_train:
-        out["score"] = {"rollout_buffers": specific["score"].get("rollout_buffers", 0)}
+        out[SCORE] = {"rollout_buffers": specific[SCORE].get("rollout_buffers", 0)}
     if rel.generation_unit == "micro_batch" and cfg.gradient_accumulation_steps > 1:
         grads = resident_gradients(cfg, arch)
-        out["generate"] = _with_gradients(out["generate"], grads)
+        out[GENERATE] = _with_gradients(out[GENERATE], grads)
         if cfg.runs_reference_pass or cfg.runs_old_logprob_pass:
-            out["score"] = _with_gradients(out["score"], grads)
+            out[SCORE] = _with_gradients(out[SCORE], grads)
     return out
 
 

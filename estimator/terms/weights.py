@@ -1,4 +1,7 @@
-"""Resident weights: the policy, the reference copy, LoRA adapters, and a 4-bit (NF4) quantized base."""
+"""Resident weights: the policy, the reference copy, LoRA adapters, and a 4-bit (NF4) quantized base.
+
+Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: estimator/terms/SOURCES.md.
+"""
 
 from __future__ import annotations
 

@@ -37,9 +37,6 @@ class NvmlDevice:
                 return int(p.usedGpuMemory)
         return None
 
-    def total_bytes(self) -> int:
-        return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).total)
-
 
 def open_device(index: int = 0):
     """(device, None) or (None, reason) when NVML or the GPU is not there."""

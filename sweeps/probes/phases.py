@@ -7,7 +7,8 @@ import functools
 import time
 from collections.abc import Callable
 
-PHASES = ("generate", "score", "train", "optimizer")
+from estimator.phase_names import GENERATE, OPTIMIZER, PHASES, SCORE, TRAIN  # noqa: F401 (PHASES re-exported)
+
 IDLE = "other"  # outside the four phases (setup, logging, zero_grad between steps)
 
 
@@ -72,7 +73,7 @@ def _logps_label(*args, **kwargs) -> str | None:
     """No-grad log-prob passes (old policy / reference) are `score`; with grad they belong to `train`."""
     import torch
 
-    return None if torch.is_grad_enabled() else "score"
+    return None if torch.is_grad_enabled() else SCORE
 
 
 def make_callback(tracker: PhaseTracker, step_seconds: list[float]):
@@ -88,7 +89,7 @@ def make_callback(tracker: PhaseTracker, step_seconds: list[float]):
             self._t0 = time.perf_counter()
 
         def on_pre_optimizer_step(self, args, state, control, **kwargs):
-            tracker.push("optimizer")
+            tracker.push(OPTIMIZER)
 
         def on_optimizer_step(self, args, state, control, **kwargs):
             tracker.pop()
@@ -101,11 +102,11 @@ def make_callback(tracker: PhaseTracker, step_seconds: list[float]):
 
 def install(trainer, tracker: PhaseTracker, step_seconds: list[float]) -> None:
     """Hook a GRPOTrainer instance: generate / score / train / optimizer phases, plus step timing."""
-    _wrap(trainer, "training_step", lambda *a, **k: "train", tracker)
-    _wrap(trainer, "_generate_and_score_completions", lambda *a, **k: "score", tracker)
-    _wrap(trainer, "_generate", lambda *a, **k: "generate", tracker)
+    _wrap(trainer, "training_step", lambda *a, **k: TRAIN, tracker)
+    _wrap(trainer, "_generate_and_score_completions", lambda *a, **k: SCORE, tracker)
+    _wrap(trainer, "_generate", lambda *a, **k: GENERATE, tracker)
     _wrap(trainer, "_get_per_token_logps_and_entropies", _logps_label, tracker)
-    _wrap(trainer, "compute_loss", lambda *a, **k: "train", tracker)
+    _wrap(trainer, "compute_loss", lambda *a, **k: TRAIN, tracker)
     if hasattr(trainer, "_clip_grad_norm"):
-        _wrap(trainer, "_clip_grad_norm", lambda *a, **k: "optimizer", tracker)
+        _wrap(trainer, "_clip_grad_norm", lambda *a, **k: OPTIMIZER, tracker)
     trainer.add_callback(make_callback(tracker, step_seconds))

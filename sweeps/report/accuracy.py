@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from estimator.units import MIB
 from sweeps import records
 from sweeps.runner.predict import predict
 
 SOURCES = ("traced", "measured-cpu", "measured-gpu")
 DEFAULT_DIRS = ("results/raw", "results/traced")
-MIB = 2**20
 
 Predictor = Callable[[dict, dict | None], tuple[dict | None, str | None]]
 

@@ -20,10 +20,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from estimator import validate
+from estimator.architecture import ConfigError
+from estimator.catalog import UnknownModel, resolve_model
 from estimator.config import DEVICES, DTYPES, OPTIMIZERS, RunConfig
+from estimator.units import MIB
 from sweeps import records
-from sweeps.runner import tiny
-from sweeps.runner.predict import predict
+from sweeps.runner import schema, tiny
+from sweeps.runner.predict import arch_for, predict
 
 log = logging.getLogger(__name__)
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -100,10 +103,9 @@ def to_job(cfg: DictConfig) -> Job:
         config = RunConfig.from_dict(settings)
     except (TypeError, ValueError) as exc:
         raise BadInput(f"run config: {exc}") from None
-    try:  # the estimator's checks, as TRL makes them (positive sizes, groups divide the generation batch)
-        validate.check_values(config)
-        validate.check_geometry(config)
-    except validate.InvalidConfig as exc:
+    try:  # the one validator vram-estimate and the tracer use (TRL / transformers / PEFT's own refusals)
+        validate.validate(config, arch_for(config) or resolve_model(config.model))
+    except (validate.InvalidConfig, UnknownModel, ConfigError) as exc:
         raise BadInput(str(exc)) from None
     run = c.get("run") or {}
     unknown = sorted(set(run) - set(RUN_KEYS) - {"inject_failure"})
@@ -302,14 +304,14 @@ def run_job(job: Job) -> dict | None:
     row["wall_seconds"] = round(time.perf_counter() - t0, 2)
     records.append_row(job.results_path, row)
     peak = (row.get("observed") or {}).get("peak_bytes")
-    peak_txt = f"{peak / 2**20:.1f} MiB" if peak else "-"
+    peak_txt = f"{peak / MIB:.1f} MiB" if peak else "-"
     msg = f"{row['status']} {job.key} {job.config.model} peak={peak_txt} ({row['wall_seconds']} s)"
     print(msg + (f": {row['error']}" if row["error"] else ""), flush=True)
     return row
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     """One Hydra job: build the run, skip it if done, else measure it and append its row."""
     # SIGTERM -> SystemExit so the child is killed too (signal handlers can only be set in the main thread)
     with contextlib.suppress(ValueError):
@@ -320,6 +322,12 @@ def main(cfg: DictConfig) -> None:
         print(f"grpo-vram-sweep: {exc}", file=sys.stderr)
         sys.exit(2)
     run_job(job)
+
+
+def main() -> None:
+    """Entry point of `grpo-vram-sweep`: register the trainer schema, then let Hydra compose and run."""
+    schema.register()
+    hydra_main()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ PYTHONPATH: `python -m sweeps.runner.legacy --out results/raw/legacy.jsonl`. The
 release; the grid is a few tiny-2M configurations in that release's own terms (its defaults for beta, bf16 and
 gradient checkpointing; in 0.14 per_device_train_batch_size counts prompts). Each configuration runs 2 steps in
 a fresh subprocess (`--one SPEC`); the parent appends one row per configuration atomically (records.append_row)
-and skips keys already in the file, so a rerun resumes. The row's config is the estimator's ReleaseRunConfig for
+and skips keys already in the file, so a rerun resumes. The row's config is the estimator's RunConfig for
 that release (it carries `trl_version`), so `make accuracy` holds the estimator with the matching profile to it.
 
 Version-tolerant: it imports only the standard library, torch, and what every release since 0.14 has
@@ -56,15 +56,14 @@ def grid(version: str) -> dict[str, dict]:
         "gradient_accumulation_steps": 1,
         "optim": "adamw_torch",
     }
-    return {
-        "defaults": base,
-        "ga2": {**base, "gradient_accumulation_steps": 2},
-        "lora": {**base, "use_peft": True},
-    }
+    out = {"defaults": base, "lora": {**base, "use_peft": True}}
+    if profile(version).generation_unit == "micro_batch":  # gradients resident while generating
+        out["ga2"] = {**base, "gradient_accumulation_steps": 2}
+    return out
 
 
 def configs(version: str) -> list[tuple[str, dict]]:
-    """(name, ReleaseRunConfig dict) per grid point."""
+    """(name, RunConfig dict with trl_version) per grid point."""
     from estimator.release_config import for_release
 
     return [(name, for_release(version, given).to_dict()) for name, given in grid(version).items()]
@@ -79,7 +78,7 @@ def _grpo_config(cfg: dict, outdir: str):
 
     known = {f.name for f in fields(GRPOConfig)}
     per_device = cfg["per_device_train_batch_size"]
-    if cfg["trl_version"] == "0.14":  # back to prompts: ReleaseRunConfig stores completions
+    if cfg["trl_version"] == "0.14":  # back to prompts: the config stores completions
         per_device //= cfg["num_generations"]
     kwargs = {
         "output_dir": outdir,

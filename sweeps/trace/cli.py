@@ -113,37 +113,6 @@ def _print_row(row: dict) -> None:
         print(f"  estimate   {pred['peak_allocated_bytes'] / GIB:8.2f} GiB  estimated")
 
 
-def _one_from_args(a) -> RunConfig:
-    gens = a.gens
-    return RunConfig(
-        model=a.model,
-        dtype=a.dtype,
-        use_peft=a.lora or a.qlora,
-        load_in_4bit=a.qlora,
-        lora_r=a.lora_r,
-        num_generations=gens,
-        per_device_train_batch_size=a.batch_size or gens,
-        max_prompt_length=a.prompt,
-        max_completion_length=a.completion,
-        gradient_checkpointing=not a.no_gc,
-        beta=a.beta,
-        optim=a.optim,
-        device=a.device,
-    )
-
-
-def _invalid(cfg: RunConfig) -> str | None:
-    """One line naming the bad value (the estimator's own checks, as TRL makes them), or None."""
-    from estimator.catalog import UnknownModel, resolve_model
-    from estimator.validate import InvalidConfig, validate
-
-    try:
-        validate(cfg, resolve_model(cfg.model))
-    except (UnknownModel, InvalidConfig, ValueError) as exc:
-        return str(exc).splitlines()[0]
-    return None
-
-
 def run_grid(name: str, out: Path, timeout: float, limit: int | None = None) -> None:
     """Trace every config of grid `name` not already in `out`, each in a subprocess; rows appended as they finish."""
     cfgs = grid_configs(name)[:limit] if limit else grid_configs(name)
@@ -191,49 +160,61 @@ def run_grid(name: str, out: Path, timeout: float, limit: int | None = None) -> 
     print(f"grid {name}: {len(todo)} traced in {time.perf_counter() - t_grid:.0f} s", flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="grpo-vram-trace", description=__doc__.splitlines()[0])
-    p.add_argument(
+def build_parser() -> argparse.ArgumentParser:
+    """The run settings' flags (the same schema-derived flags as `vram-estimate`) and the tracer's own."""
+    from estimator.flags import OneLineParser, add_run_flags
+
+    p = OneLineParser(
+        prog="grpo-vram-trace", description=__doc__.splitlines()[0], argument_default=argparse.SUPPRESS
+    )
+    add_run_flags(p)
+    t = p.add_argument_group("trace")
+    t.add_argument(
         "--grid", choices=sorted(GRIDS), help="trace a named grid into results/traced/<grid>.jsonl"
     )
-    p.add_argument("--one", help=argparse.SUPPRESS)  # RunConfig JSON: trace it here, append the row to --out
-    p.add_argument("--sweep", default="cli", help=argparse.SUPPRESS)
-    p.add_argument(
+    t.add_argument("--one", help=argparse.SUPPRESS)  # RunConfig JSON: trace it here, append the row to --out
+    t.add_argument("--sweep", default="cli", help=argparse.SUPPRESS)
+    t.add_argument(
         "--out", type=Path, help="jsonl file for the rows (grid default: results/traced/<grid>.jsonl)"
     )
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds per grid config")
-    p.add_argument("--limit", type=int, help="only the first N configs of the grid")
-    p.add_argument("--model", default="7B")
-    p.add_argument("--gens", type=int, default=8)
-    p.add_argument("--batch-size", type=int, help="per_device_train_batch_size (default: --gens)")
-    p.add_argument("--lora", action="store_true")
-    p.add_argument("--qlora", action="store_true")
-    p.add_argument("--lora-r", type=int, default=16)
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--prompt", type=int, default=256)
-    p.add_argument("--completion", type=int, default=512)
-    p.add_argument("--no-gc", action="store_true")
-    p.add_argument("--beta", type=float, default=0.0)
-    p.add_argument("--optim", default="adamw_torch_fused")
-    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    p.add_argument("--json", action="store_true", help="print the whole row as JSON")
-    a = p.parse_args(argv)
-    if a.grid:
-        run_grid(a.grid, a.out or REPO / "results" / "traced" / f"{a.grid}.jsonl", a.timeout, a.limit)
-        return 0
-    if a.one:
-        row = make_row(RunConfig.from_dict(json.loads(a.one)), a.sweep)
-        if a.out:
-            records.append_row(a.out, row)
-        return 0 if row["status"] == "ok" else ROW_WRITTEN_WITH_ERROR
-    cfg = _one_from_args(a)
-    problem = _invalid(cfg)
-    if problem:
-        print(f"grpo-vram-trace: {problem}", file=sys.stderr)
+    t.add_argument("--timeout", type=float, default=900.0, help="seconds per grid config")
+    t.add_argument("--limit", type=int, help="only the first N configs of the grid")
+    t.add_argument("--json", action="store_true", default=False, help="print the whole row as JSON")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from estimator.flags import FlagError, resolve_run
+
+    try:
+        a = build_parser().parse_args(argv)
+    except FlagError as e:
+        print(f"grpo-vram-trace: error: {e}", file=sys.stderr)
         return 2
+    out = getattr(a, "out", None)
+    if getattr(a, "grid", None):
+        run_grid(
+            a.grid,
+            out or REPO / "results" / "traced" / f"{a.grid}.jsonl",
+            a.timeout,
+            getattr(a, "limit", None),
+        )
+        return 0
+    if getattr(a, "one", None):
+        row = make_row(RunConfig.from_dict(json.loads(a.one)), a.sweep)
+        if out:
+            records.append_row(out, row)
+        return 0 if row["status"] == "ok" else ROW_WRITTEN_WITH_ERROR
+    try:
+        cfg, _arch, notes = resolve_run(a)
+    except FlagError as e:
+        print(f"grpo-vram-trace: error: {e}", file=sys.stderr)
+        return 2
+    for note in notes:
+        print(f"grpo-vram-trace: note: {note}", file=sys.stderr)
     row = make_row(cfg, a.sweep)
-    if a.out:
-        records.append_row(a.out, row)
+    if out:
+        records.append_row(out, row)
     print(json.dumps(row, indent=1) if a.json else "", end="")
     _print_row(row)
     return 0 if row["status"] == "ok" else 1

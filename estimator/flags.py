@@ -1,0 +1,189 @@
+"""Command-line flags for the run settings, derived from the one schema in `estimator/config.py`.
+
+`vram-estimate` and `grpo-vram-trace` both call `add_run_flags` and `run_values`, so they accept the same
+settings under the same names. Flags default to "not given" (argparse.SUPPRESS) so a `--config` file's values
+show through; `run_values` returns only what was given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from estimator.config import Field, schema
+
+GROUP_TITLES = {"model": "model", "GRPOConfig": "GRPOConfig", "hardware": "hardware and estimator"}
+DTYPE_CHOICES = ("float32", "bfloat16", "float16", "auto")  # auto = the checkpoint's dtype
+
+
+class FlagError(ValueError):
+    """Flags that contradict each other (one line)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that raises FlagError (one line) instead of printing usage and exiting."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise FlagError(message)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def _dtype(text: str) -> str:
+    from estimator.configfile import normalize_dtype
+
+    value = normalize_dtype(text)
+    if value not in DTYPE_CHOICES:
+        raise argparse.ArgumentTypeError(f"invalid dtype {text!r}; accepted: {', '.join(DTYPE_CHOICES)}")
+    return value
+
+
+def _help(f: Field) -> str:
+    if "default:" in f.meta.help:
+        return f.meta.help
+    default = "none" if f.default is None else f.default
+    return f"{f.meta.help} (default: {default})"
+
+
+def _add(group: argparse._ArgumentGroup, f: Field) -> None:
+    names = (f.flag, *f.meta.aliases)
+    kw: dict = {"dest": f.name, "help": _help(f)}
+    if f.kind == "bool":
+        kw["action"] = argparse.BooleanOptionalAction
+    elif f.name == "dtype":
+        kw.update(type=_dtype, metavar="{" + ",".join(DTYPE_CHOICES) + "}")
+    elif f.kind == "strs":
+        kw.update(nargs="+", metavar=f.meta.metavar or "NAME")
+    elif f.meta.choices is not None:
+        kw["choices"] = f.meta.choices
+    else:
+        kw.update(type={"int": _int, "float": _float, "str": str}[f.kind], metavar=f.meta.metavar)
+    group.add_argument(*names, **kw)
+
+
+def add_run_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """One flag per schema field (grouped as in the schema) plus the shortcuts --qlora, --zero and --fsdp."""
+    groups = {key: parser.add_argument_group(title) for key, title in GROUP_TITLES.items()}
+    for f in schema():
+        if f.name not in skip:
+            _add(groups[f.meta.group], f)
+    groups["model"].add_argument(
+        "--qlora", action="store_true", default=argparse.SUPPRESS, help="= --use-peft --load-in-4bit"
+    )
+    groups["hardware"].add_argument(
+        "--zero", type=int, choices=(2, 3), default=argparse.SUPPRESS, help="= --sharding zero2|zero3"
+    )
+    groups["hardware"].add_argument(
+        "--fsdp", action="store_true", default=argparse.SUPPRESS, help="= --sharding fsdp"
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="TRL GRPOConfig / ModelConfig YAML or JSON; flags override it",
+    )
+
+
+def _split_targets(values: list[str]) -> tuple[str, ...]:
+    """['q_proj,k_proj', 'v_proj'] -> ('q_proj', 'k_proj', 'v_proj'); empty pieces are dropped."""
+    return tuple(t.strip() for v in values for t in v.split(",") if t.strip())
+
+
+def run_values(ns: argparse.Namespace) -> dict:
+    """The RunConfig field values given on the command line (only those given), shortcuts expanded."""
+    given = vars(ns)
+    names = {f.name for f in schema()}
+    out = {k: v for k, v in given.items() if k in names}
+    if "lora_target_modules" in out:
+        targets = _split_targets(out["lora_target_modules"])
+        if not targets:
+            raise FlagError(
+                "--lora-target-modules names no module; give names (e.g. q_proj,v_proj) or all-linear"
+            )
+        out["lora_target_modules"] = targets
+    if given.get("qlora"):
+        if out.get("use_peft") is False:
+            raise FlagError("--qlora needs PEFT; drop --no-use-peft")
+        out.update(use_peft=True, load_in_4bit=True)
+    zero, fsdp = given.get("zero"), given.get("fsdp", False)
+    if zero and fsdp:
+        raise FlagError("--zero and --fsdp are alternatives; give one")
+    if (zero or fsdp) and "sharding" in out:
+        raise FlagError("--sharding and --zero/--fsdp say the same thing; give one")
+    if zero:
+        out["sharding"] = f"zero{zero}"
+    elif fsdp:
+        out["sharding"] = "fsdp"
+    return out
+
+
+def resolve_dtype(values: dict, arch) -> None:
+    """dtype 'auto' = the checkpoint's torch_dtype/dtype (transformers 'auto'), float32 if the config has none."""
+    if values.get("dtype") != "auto":
+        return
+    from estimator.configfile import normalize_dtype
+
+    cfg = (arch.extra or {}).get("config", {})
+    values["dtype"] = normalize_dtype(cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
+
+
+def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
+    """Parsed flags (+ --config file) -> (RunConfig, Arch, notes), validated; FlagError (one line) if bad.
+
+    `defaults` fill settings neither the file nor the flags give (e.g. the GPU's memory for --gpu).
+    The same path serves `vram-estimate` and `grpo-vram-trace`, so both accept and refuse the same configs.
+    """
+    from estimator import catalog
+    from estimator.architecture import ConfigError
+    from estimator.config import RunConfig
+    from estimator.configfile import ConfigFileError, read_config_file
+    from estimator.release_config import release_values
+    from estimator.trl_versions import default_version, fmt
+    from estimator.validate import InvalidConfig, validate
+
+    values: dict = {}
+    notes: list[str] = []
+    if getattr(ns, "config", None):
+        try:
+            settings = read_config_file(ns.config)
+        except ConfigFileError as e:
+            raise FlagError(str(e)) from None
+        values.update(settings.values)
+        notes += settings.notes
+    values.update(run_values(ns))
+    try:  # the modelled TRL release's defaults and batch meaning (given settings are in its terms)
+        version = values.get("trl_version") or fmt(default_version())
+        values = release_values(version, values)
+    except ValueError as e:
+        raise FlagError(str(e)) from None
+    model = values.setdefault("model", RunConfig().model)
+    try:
+        arch = catalog.resolve_model(model)
+    except (catalog.UnknownModel, ConfigError) as e:
+        raise FlagError(str(e)) from None
+    resolve_dtype(values, arch)
+    for key, value in (defaults or {}).items():
+        values.setdefault(key, value)
+    try:
+        cfg = RunConfig.from_dict(values)
+        validate(cfg, arch)
+    except InvalidConfig as e:
+        raise FlagError(str(e)) from None
+    except TypeError as e:
+        raise FlagError(f"bad setting: {e}") from None
+    return cfg, arch, notes

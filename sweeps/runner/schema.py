@@ -1,0 +1,41 @@
+"""The sweep's Hydra schema, derived from the one run-settings schema (`estimator.config.RunConfig`).
+
+`register()` stores a structured config built field by field from `estimator.config.schema()` as the
+`trainer/default` node, so the composed `trainer` group has RunConfig's defaults and types (OmegaConf refuses
+`trainer.gradient_checkpointing=maybe` before any run starts). `model` and `device` come from their own
+groups; the `method` group's files only switch `use_peft` / `load_in_4bit` (they are placed in `trainer`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import field, make_dataclass
+from typing import Any, Optional
+
+from estimator.config import schema
+
+FROM_OTHER_GROUPS = ("model", "device")  # set by conf/model/*.yaml and conf/device/*.yaml
+_TYPES: dict[str, Any] = {"bool": bool, "int": int, "float": float, "str": str, "strs": list[str]}
+
+
+def trainer_node() -> type:
+    """A dataclass with one typed field per run setting (those the trainer group holds), RunConfig's defaults."""
+    specs = []
+    for f in schema():
+        if f.name in FROM_OTHER_GROUPS:
+            continue
+        typ = _TYPES[f.kind]
+        if f.nullable:
+            typ = Optional[typ]  # noqa: UP045 (OmegaConf reads typing.Optional)
+        if isinstance(f.default, tuple):
+            spec = field(default_factory=lambda d=f.default: list(d))
+        else:
+            spec = field(default=f.default)
+        specs.append((f.name, typ, spec))
+    return make_dataclass("TrainerSettings", specs)
+
+
+def register() -> None:
+    """Store the trainer schema as `trainer/default` in Hydra's ConfigStore (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(group="trainer", name="default", node=trainer_node())
