@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig, check_value, schema
+from estimator.trl_versions import profile
 
 
 class InvalidConfig(ValueError):
@@ -48,7 +49,7 @@ def check_geometry(cfg: RunConfig) -> None:
 def check_combination(cfg: RunConfig, arch: Arch | None) -> None:
     """Options that only make sense together (PEFT, 4-bit, vLLM, sharding, LoRA targets)."""
     try:
-        cfg.release  # a modelled TRL release
+        profile(cfg.trl_version)  # a modelled TRL release
     except ValueError as e:
         raise InvalidConfig(str(e)) from None
     if cfg.load_in_4bit and not cfg.use_peft:
