@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from estimator.config import NEWEST_TRL
+from estimator.trl_versions import profile
 from estimator.units import MIB
 from sweeps import records
 from sweeps.runner.predict import predict
@@ -45,6 +47,8 @@ def _summary(cfg: dict) -> str:
     ]
     if cfg.get("beta"):
         parts.append(f"beta{cfg['beta']}")
+    if cfg.get("trl_version", NEWEST_TRL) != NEWEST_TRL:
+        parts.append(f"TRL {cfg['trl_version']}")
     if cfg.get("use_vllm"):
         parts.append("vllm-sleep" if cfg.get("vllm_enable_sleep_mode") else "vllm")
     return " ".join(parts)
@@ -69,6 +73,7 @@ def accuracy_frame(rows: list[dict], predictor: Predictor = predict) -> pd.DataF
         observed = int(obs["peak_bytes"])
         line = {
             "source": r.get("source"),
+            "trl_version": r["config"].get("trl_version", NEWEST_TRL),
             "sweep": r.get("sweep"),
             "key": r["key"],
             "config": _summary(r["config"]),
@@ -94,6 +99,7 @@ def accuracy_frame(rows: list[dict], predictor: Predictor = predict) -> pd.DataF
 
 _COLUMNS = [
     "source",
+    "trl_version",
     "sweep",
     "key",
     "config",
@@ -121,6 +127,15 @@ def summary_lines(df: pd.DataFrame) -> list[str]:
         lines.append(
             f"accuracy[{source}]: {len(sub)} configs, median {err.median():.1f}%, worst {err.max():.1f}%"
         )
+    if len(df):  # rows measured under older TRL releases, one line per modelled range
+        old = df[(df["trl_version"] != NEWEST_TRL) & df["rel_error"].notna()]
+        for label, sub in old.groupby(old["trl_version"].map(lambda v: profile(v).label), sort=False):
+            err = sub["rel_error"].astype(float) * 100
+            lines.append(
+                f"accuracy[{'/'.join(sorted(set(sub['source'])))}, TRL {label}]: {len(sub)} configs, "
+                f"median |error| {err.abs().median():.1f}%, worst {err.abs().max():.1f}%, "
+                f"lowest {err.min():+.1f}%"
+            )
     return lines
 
 
