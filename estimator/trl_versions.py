@@ -77,6 +77,11 @@ class TrlProfile:
     old_pass_rule: str
     vllm_modes: tuple[str, ...]
     has_vllm_importance_sampling: bool
+    # transformers' sdpa path repeats K/V to every head (repeat_kv) before the kernel, so autograd saves the
+    # expanded K/V: true of the transformers releases these TRL releases accept at their minimum and that
+    # sweep-legacy pins (4.48.3, 4.52.4: integrations/sdpa_attention.py:30-31); 4.56.2 calls the kernel with
+    # enable_gqa when no mask is passed (use_gqa_in_sdpa), as the 1.16 estimate assumes.
+    sdpa_repeats_kv: bool
     changes: tuple[str, ...] = field(default=())  # what differs from the previous row, each with its source
 
     @property
@@ -124,6 +129,7 @@ _P014 = TrlProfile(
     old_pass_rule="never",
     vllm_modes=("separate_device",),
     has_vllm_importance_sampling=False,
+    sdpa_repeats_kv=True,
     changes=(
         "GRPO lands (PR #2565): batch = prompts × num_generations completions, per_device_train_batch_size=1, "
         "gradient_accumulation_steps=8 (grpo_config.py:159-171); beta=0.04; a reference copy whenever PEFT is "
@@ -222,9 +228,11 @@ _P020 = _next(
     (
         "old-policy pass when GA % (steps_per_generation × num_iterations) != 0 (grpo_trainer.py, 0.20.0)",
         "no-grad row-by-row entropy of the training logits (entropy_from_logits, utils.py, 0.20.0)",
+        "requires transformers>=4.53.2 (METADATA): modelled as sdpa with native GQA, no repeat_kv copies",
     ),
     old_pass_rule="ga_modulo",
     entropy_pass=True,
+    sdpa_repeats_kv=False,
 )
 _P022 = _next(
     _P020,

@@ -27,7 +27,11 @@ def compute_bytes(cfg: RunConfig) -> int:
 
 def kv_heads_in_attention(cfg: RunConfig, arch: Arch) -> int:
     """KV heads the attention kernel sees: native GQA for flash-attn/sdpa without mask; eager repeats K/V to all heads."""
-    return arch.num_heads if cfg.attn_implementation == "eager" else arch.num_kv_heads
+    if (
+        cfg.attn_implementation == "eager" or cfg.release.sdpa_repeats_kv
+    ):  # TRL ≤0.19's transformers 4.4x-4.52
+        return arch.num_heads
+    return arch.num_kv_heads
 
 
 def rmsnorm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:

@@ -218,7 +218,7 @@ def run_one(spec_path: str) -> int:
 def run_grid(out: Path, timeout: int) -> int:
     """Every grid point of the installed release not yet in `out`: one subprocess each, one row each."""
     version = installed_trl()
-    done = records.done_keys(out) if out.exists() else set()
+    done = {r["key"] for r in records.load_rows(out) if r.get("status") == "ok"} if out.exists() else set()
     for name, config in configs(version):
         key = records.make_key(config, VARIANT)
         if key in done:
