@@ -228,7 +228,8 @@ _P020 = _next(
     (
         "old-policy pass when GA % (steps_per_generation × num_iterations) != 0 (grpo_trainer.py, 0.20.0)",
         "no-grad row-by-row entropy of the training logits (entropy_from_logits, utils.py, 0.20.0)",
-        "requires transformers>=4.53.2 (METADATA): modelled as sdpa with native GQA, no repeat_kv copies",
+        "requires transformers>=4.53.2 (METADATA): modelled as sdpa with native GQA, no repeat_kv copies "
+        "(transformers integrations/sdpa_attention.py use_gqa_in_sdpa, present in 4.56.2)",
     ),
     old_pass_rule="ga_modulo",
     entropy_pass=True,
