@@ -139,7 +139,8 @@ def materialized_train(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, int
     log_softmax, exp and product [C, V] (lf) join them (entropy_from_logits, TU 0.20.0:1482-1489).
     Backward (16-bit rows): the saved outputs + one row's gather/log_softmax/cast grads [C, V] (4 + lf + a), or
     UnbindBackward's B row grads + their stack (2·B·C·V·a), or the stack + the zero-padded slice grad
-    [B, C+1, V]; fp32 branch: saved logits + B row grads + their stack (4 bytes each).
+    [B, C+1, V]; fp32 branch: saved logits + the stacked row grads + gather's backward, a new_zeros and its
+    scatter_add (4 bytes each; measured under TRL 0.17, results/raw/legacy.jsonl).
     """
     rel = _release(cfg)
     c, v = cfg.max_completion_length, arch.vocab_size
@@ -151,7 +152,7 @@ def materialized_train(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, int
     if _keeps_logits(cfg):
         saved = held
         fwd = max(division, held + c * v * 4, held + entropy)
-        bwd = saved + 2 * n * v * 4
+        bwd = saved + 3 * n * v * 4  # + stacked row grads + gather's backward (new_zeros, then scatter_add)
         return fwd, bwd
     cast = c * v * 4 if lf != a else 0  # CUDA autocast's fp32 copy of one row's input
     saved = n * v * lf
