@@ -78,7 +78,7 @@ class TrlProfile:
     vllm_modes: tuple[str, ...]
     has_vllm_importance_sampling: bool
     # transformers' sdpa path repeats K/V to every head (repeat_kv) before the kernel, so autograd saves the
-    # expanded K/V: true of the transformers releases these TRL releases accept at their minimum and that
+    # expanded K/V, and makes the query contiguous, so the output's transpose is one more saved copy: true of the transformers releases these TRL releases accept at their minimum and that
     # sweep-legacy pins (4.48.3, 4.52.4: integrations/sdpa_attention.py:30-31); 4.56.2 calls the kernel with
     # enable_gqa when no mask is passed (use_gqa_in_sdpa), as the 1.16 estimate assumes.
     sdpa_repeats_kv: bool
