@@ -176,7 +176,7 @@ class RunConfig:
     trl_version: str = setting(
         NEWEST_TRL,
         "TRL release whose GRPO semantics to model, MAJOR.MINOR from 0.14 (defaults, what "
-        "per_device_train_batch_size counts, reference model, log-prob head, generation batching; "
+        "per_device_train_batch_size counts (prompts in 0.14), reference model, log-prob head, generation; "
         "default: the installed TRL when modelled, else the newest)",
         group="hardware",
         metavar="X.Y",

@@ -165,6 +165,11 @@ def build_phases(cfg: RunConfig, arch: Arch) -> tuple[dict[str, dict[str, int]],
         phases[phase] = {k: v for k, v in merged.items() if v}
     notes.append(f"train peak instant: {instant}")
     notes.append(f"modelled TRL release: {cfg.trl_version} (semantics of TRL {cfg.release.label})")
+    if cfg.release.batch_unit == "prompts":
+        notes.append(
+            f"TRL {cfg.trl_version} counts per_device_train_batch_size in prompts: "
+            f"{cfg.per_device_train_batch_size} completions per micro-batch (prompts x num_generations)"
+        )
     if cfg.dtype == "float32" and not cfg.load_in_4bit:
         notes.append(
             "weights load in float32 (TRL's default for a model given by name); "

@@ -97,5 +97,41 @@ def seed_markdown(frame: pd.DataFrame | None = None) -> str:
             f"{', '.join(LORA_TARGETS)}. Cells: GiB the card must hold (allocated peak + CUDA context + "
             "allocator reserve), all `estimated`, and the fit verdict on the H100 80GB.",
             md_table(table),
+            releases_markdown(),
+        ]
+    )
+
+
+def releases_markdown() -> str:
+    """The modelled TRL ranges (estimator/trl_versions.py) as a markdown table, with what changed at each."""
+    from estimator.trl_versions import TABLE
+    from sweeps.report.tables import md_table
+
+    recs = []
+    for row in TABLE:
+        d = row.defaults
+        recs.append(
+            {
+                "TRL": row.label,
+                "batch counts": row.batch_unit,
+                "beta": d.beta,
+                "bf16": d.bf16,
+                "grad. ckpt": d.gradient_checkpointing,
+                "load dtype": d.dtype,
+                "reference": "always (no PEFT)" if not row.reference_needs_beta else "beta != 0",
+                "log-prob head": row.logprob_path + (" + T copy" if row.temperature_copy else ""),
+                "generation": row.generation_unit,
+                "old-policy pass": row.old_pass_rule,
+                "vLLM": "/".join(row.vllm_modes),
+                "what changed (source)": "; ".join(row.changes),
+            }
+        )
+    return "\n\n".join(
+        [
+            "### TRL releases modelled (`--trl-version`)",
+            "Each row is one range of `estimator/trl_versions.py`; every minor release from 0.14 to 1.16 "
+            "maps to one. Defaults as each release ships them (checked against the releases' own "
+            "`grpo_config.py` by `tests/test_trl_versions.py`).",
+            md_table(pd.DataFrame(recs)),
         ]
     )
