@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
+from estimator.config import NEWEST_TRL
+
 SCHEMA = 1
 VERSION_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes")
 # Versions that must match for a finished row to count as done when a sweep is rerun.
@@ -36,6 +38,8 @@ def _jsonable(obj):
 
 def make_key(config: dict, variant: dict) -> str:
     """Stable sha256 (first 16 hex chars) of the canonical JSON of config + variant."""
+    if config.get("trl_version") == NEWEST_TRL:  # rows made before trl_version existed keep their keys
+        config = {k: v for k, v in config.items() if k != "trl_version"}
     text = canonical_json({"config": config, "variant": variant})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
