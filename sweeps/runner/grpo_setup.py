@@ -141,6 +141,14 @@ def build(cfg: RunConfig, variant: dict, workdir: Path) -> Built:
     from trl import GRPOTrainer
 
     variant = {**VARIANT_DEFAULTS, **variant}
+    from estimator.trl_versions import fmt, installed_version
+
+    here = installed_version()
+    if here is not None and cfg.trl_version != fmt(here):
+        raise ValueError(
+            f"trl_version={cfg.trl_version}: this environment runs TRL {fmt(here)}; "
+            "older releases run in their own environments through `make sweep-legacy`"
+        )
     workdir = Path(workdir)
     model_path, hf_config = prepare_model(cfg, workdir, variant["seed"])
     if tiny.is_tiny(cfg.model):  # AutoTokenizer would map model_type qwen2 to Qwen2Tokenizer
