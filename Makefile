@@ -15,7 +15,9 @@ PIP_SOURCE := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)
 # results/raw/smoke.jsonl would make every config a skip). SMOKE_DIR=results/raw updates the published rows.
 SMOKE_DIR ?= results/raw/scratch
 
-.PHONY: install estimate test lint format sweep sweep-smoke gpu-validate trace accuracy tables fit-overheads bench examples clean wheelhouse
+LEGACY_TRL ?= 0.14 0.17 0.19 0.23
+
+.PHONY: install estimate test lint format sweep sweep-smoke sweep-legacy gpu-validate trace accuracy tables fit-overheads bench examples clean wheelhouse
 
 install: $(STAMP)
 
@@ -90,6 +92,15 @@ gpu-validate: install
 sweep-smoke: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-sweep --multirun +experiment=smoke sweep.results_dir=$(SMOKE_DIR) $(SWEEP_ARGS)
 	.venv/bin/grpo-vram-accuracy $(SMOKE_DIR)/smoke.jsonl
+
+# Real GRPO steps of a tiny model on CPU under old TRL releases, each in its own .venvs/trl-X.Y (built once by
+# sweeps/legacy/envs.sh under nice, one at a time); rows go to results/raw/legacy.jsonl, a rerun resumes.
+sweep-legacy:
+	bash sweeps/legacy/envs.sh $(LEGACY_TRL)
+	for v in $(LEGACY_TRL); do \
+	  PYTHONPATH=$(CURDIR) HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 \
+	    nice -n 10 .venvs/trl-$$v/bin/python -m sweeps.runner.legacy --out results/raw/legacy.jsonl || exit 1; \
+	done
 
 # Real-size GRPO steps under FakeTensorMode (no GPU needed).
 trace: install

@@ -157,6 +157,8 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
     from estimator.architecture import ConfigError
     from estimator.config import RunConfig
     from estimator.configfile import ConfigFileError, read_config_file
+    from estimator.release_config import release_values
+    from estimator.trl_versions import default_version, fmt
     from estimator.validate import InvalidConfig, validate
     from estimator.validate import notes as setting_notes
 
@@ -170,6 +172,11 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
         values.update(settings.values)
         notes += settings.notes
     values.update(run_values(ns))
+    try:  # the modelled TRL release's defaults and batch meaning (given settings are in its terms)
+        version = values.get("trl_version") or fmt(default_version())
+        values = release_values(version, values)
+    except ValueError as e:
+        raise FlagError(str(e)) from None
     model = values.setdefault("model", RunConfig().model)
     try:
         arch = catalog.resolve_model(model)

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig, check_value, flag, schema
+from estimator.trl_versions import profile
 
 
 class InvalidConfig(ValueError):
@@ -63,6 +64,10 @@ def check_roles(cfg: RunConfig) -> None:
 
 def check_combination(cfg: RunConfig, arch: Arch | None) -> None:
     """Options that only make sense together (PEFT, 4-bit, GPTQ/AWQ, vLLM, sharding, LoRA targets, roles)."""
+    try:
+        profile(cfg.trl_version)  # a modelled TRL release
+    except ValueError as e:
+        raise InvalidConfig(str(e)) from None
     if cfg.load_in_4bit and not cfg.use_peft:
         raise InvalidConfig(
             "--load-in-4bit needs --use-peft: transformers refuses to fine-tune a purely quantized model"

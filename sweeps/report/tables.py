@@ -17,7 +17,7 @@ import pandas as pd
 from estimator.config import RunConfig
 from estimator.units import GIB, MIB
 from sweeps.records import load_rows, read_rows
-from sweeps.report import accuracy, plots
+from sweeps.report import accuracy, legacy_table, plots
 from sweeps.report import frames as rd
 
 REPO = Path(__file__).resolve().parents[2]
@@ -253,6 +253,7 @@ def render(frame, head, fits, curves, acc, env, gpus, gpu80, base) -> str:
         "source of the verdict):",
         needed_markdown(head),
         f"![Estimated breakdown by component]({FIGURES['breakdown']})",
+        legacy_table.seed_markdown(),
         "## Fits on which GPU (estimated)",
         f"Same default setting; each size is the catalog GPU (`estimator/gpus.py`) with the least memory the "
         f'driver reports: {gpu_text}. "fits" = estimated peak on the card ≤ that memory. All estimated.',

@@ -157,6 +157,14 @@ def build(cfg: RunConfig, variant: dict, workdir: Path) -> Built:
     from trl import GRPOTrainer
 
     variant = {**VARIANT_DEFAULTS, **variant}
+    from estimator.trl_versions import fmt, installed_version
+
+    here = installed_version()
+    if here is not None and cfg.trl_version != fmt(here):
+        raise ValueError(
+            f"trl_version={cfg.trl_version}: this environment runs TRL {fmt(here)}; "
+            "older releases run in their own environments through `make sweep-legacy`"
+        )
     workdir = Path(workdir)
     info: dict = {}
     if (
