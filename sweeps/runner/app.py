@@ -115,9 +115,8 @@ def to_job(cfg: DictConfig) -> Job:
     _check(variant.get("prompts", "synthetic"), PROMPTS, "run.prompts")
     if int(variant.get("steps", 2)) < 2:
         raise BadInput(f"run.steps={variant.get('steps')}: accepted values are integers >= 2")
-    weights = run.get(
-        "weights", "pretrained"
-    )  # in the variant only when random (pretrained rows keep their keys)
+    # run.weights enters the variant only when random, so rows measured before it existed keep their keys
+    weights = run.get("weights", "pretrained")
     _check(weights, tiny.WEIGHTS, "run.weights")
     if weights == "random" and not tiny.is_tiny(config.model):
         try:
