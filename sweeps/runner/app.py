@@ -220,9 +220,8 @@ def to_job(cfg: DictConfig) -> Job:
     variant = {k: run[k] for k in RUN_KEYS if k in run}
     _check(variant.get("prompts", "synthetic"), PROMPTS, "run.prompts")
     _check_run(variant)
-    weights = run.get(
-        "weights", "pretrained"
-    )  # in the variant only when random (pretrained rows keep their keys)
+    # run.weights enters the variant only when random, so rows measured before it existed keep their keys
+    weights = run.get("weights", "pretrained")
     _check(weights, tiny.WEIGHTS, "run.weights")
     if weights == "random" and not tiny.is_tiny(config.model):
         try:
