@@ -30,13 +30,14 @@ CASES = {
 def one(kw: dict) -> None:
     """Trace one config in this process and print timings."""
     from estimator.config import RunConfig
+    from estimator.units import GIB
     from sweeps.trace import step
 
     t0 = time.perf_counter()
     res = step.run(RunConfig(**kw))
     total = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    peak = res.observed["peak_bytes"] / 2**30
+    peak = res.observed["peak_bytes"] / GIB
     print(
         f"setup {res.setup_seconds:.1f} s, steps {[round(s, 1) for s in res.step_seconds]} s, "
         f"total {total:.1f} s (without imports), max RSS {rss:.0f} MB, traced peak {peak:.2f} GiB"

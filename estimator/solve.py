@@ -12,7 +12,12 @@ from estimator.estimate import Estimate
 from estimator.validate import InvalidConfig, check_geometry
 
 EstimateFn = Callable[[RunConfig, Arch], Estimate]
-SOLVABLE = ("num_generations", "max_completion_length", "per_device_train_batch_size")
+SOLVABLE = (
+    "num_generations",
+    "max_completion_length",
+    "per_device_train_batch_size",
+    "vllm_gpu_memory_utilization",
+)
 MAX_GENERATIONS = 512
 MAX_BATCH = 4096
 DEFAULT_MAX_CONTEXT = 131072
@@ -28,6 +33,22 @@ class Solution:
     peak_device_bytes: int | None
     budget_bytes: int
     note: str = ""
+
+
+class PeakCache:
+    """Memoized estimated nvidia-smi peak of configs of one model: advice and solve re-estimate the same configs."""
+
+    def __init__(self, arch: Arch, estimate_fn: EstimateFn):
+        self.arch, self.estimate_fn = arch, estimate_fn
+        self.cache: dict[RunConfig, Estimate] = {}
+
+    def estimate(self, cfg: RunConfig) -> Estimate:
+        if cfg not in self.cache:
+            self.cache[cfg] = self.estimate_fn(cfg, self.arch)
+        return self.cache[cfg]
+
+    def __call__(self, cfg: RunConfig) -> int:
+        return self.estimate(cfg).peak_device_bytes
 
 
 def is_valid(cfg: RunConfig) -> bool:
@@ -85,12 +106,7 @@ def max_context(cfg: RunConfig, arch: Arch) -> int:
 
 def solve(cfg: RunConfig, arch: Arch, knob: str, budget_bytes: int, estimate_fn: EstimateFn) -> Solution:
     """Largest value of `knob` whose estimated nvidia-smi peak is within `budget_bytes`."""
-    cache: dict[RunConfig, Estimate] = {}
-
-    def peak(c: RunConfig) -> int:
-        if c not in cache:
-            cache[c] = estimate_fn(c, arch)
-        return cache[c].peak_device_bytes
+    peak = PeakCache(arch, estimate_fn)
 
     def fits(c: RunConfig) -> bool:
         return peak(c) <= budget_bytes
@@ -111,6 +127,15 @@ def solve(cfg: RunConfig, arch: Arch, knob: str, budget_bytes: int, estimate_fn:
         note = "only sizes whose generation batch holds whole groups of num_generations"
         if best is not None and best == sizes[-1]:
             note += f"; capped at {best}, the largest size searched (larger ones may fit too)"
+    elif knob == "vllm_gpu_memory_utilization":
+        if not (cfg.use_vllm and cfg.vllm_mode == "colocate"):
+            raise ValueError(
+                "vllm_gpu_memory_utilization is solved for vLLM colocate (--use-vllm --vllm-mode colocate)"
+            )
+        shares = [u / 100 for u in range(1, 100)]
+        best = largest_fitting(shares, lambda u: fits(cfg.with_(vllm_gpu_memory_utilization=u)))
+        best_cfg = cfg.with_(vllm_gpu_memory_utilization=best) if best else None
+        note = "vLLM's share of the card in steps of 0.01; it must also be free at start-up and hold one max_model_len request"
     elif knob == "num_generations":
         best_cfg, capped = _solve_generations(cfg, fits)
         best = best_cfg.num_generations if best_cfg else None

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from estimator.config import NEWEST_TRL
+
 SCHEMA = 1
 SCHEMAS = (SCHEMA,)  # row schema versions this code reads; any other is rejected, not guessed at
 SOURCES = ("measured-gpu", "measured-cpu", "traced")
@@ -42,6 +44,8 @@ def _jsonable(obj):
 
 def make_key(config: dict, variant: dict) -> str:
     """Stable sha256 (first 16 hex chars) of the canonical JSON of config + variant."""
+    if config.get("trl_version") == NEWEST_TRL:  # rows made before trl_version existed keep their keys
+        config = {k: v for k, v in config.items() if k != "trl_version"}
     text = canonical_json({"config": config, "variant": variant})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

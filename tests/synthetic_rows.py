@@ -9,8 +9,8 @@ from pathlib import Path
 from estimator.catalog import resolve_model
 from estimator.config import RunConfig
 from estimator.estimate import Estimate
+from estimator.units import MIB
 
-MIB = 2**20
 CONTEXT = 500 * MIB
 RESERVE = 0.05
 

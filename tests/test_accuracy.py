@@ -2,11 +2,10 @@
 
 import json
 
+from estimator.units import MIB
 from sweeps import records
 from sweeps.report import accuracy
 from sweeps.runner.tiny import hf_config
-
-MIB = 2**20
 
 
 def _row(key, source, observed, status="ok", nvml=None, model="m"):

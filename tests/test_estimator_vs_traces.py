@@ -41,5 +41,6 @@ def test_peak_and_phases_within_bound(row):
     est = estimate(RunConfig.from_dict(row["config"]))
     traced = row["observed"]
     assert est.peak_allocated_bytes == pytest.approx(traced["peak_bytes"], rel=BOUND)
+    assert est.peak_phase == traced["peak_phase"]  # the estimated peak sits in the phase the trace peaked in
     for phase, traced_bytes in traced["phases"].items():
         assert est.phase_totals[phase] == pytest.approx(traced_bytes, rel=BOUND), phase

@@ -4,9 +4,8 @@ import pytest
 from synthetic_rows import row
 
 from estimator.config import RunConfig
+from estimator.units import MIB
 from sweeps.report import fit_overheads as fo
-
-MIB = 2**20
 
 
 def _gpu_row(alloc: int, context: int, fraction: float) -> dict:

@@ -1,10 +1,15 @@
 """NVML sampler logic with an injected fake device (no GPU needed)."""
 
+import os
+import shutil
+import sys
 import time
+import types
 
+import pytest
+
+from estimator.units import MIB
 from sweeps.probes.nvml import NvmlProbe, make_probe
-
-MIB = 2**20
 
 
 class FakeDevice:
@@ -74,11 +79,57 @@ def test_unavailable_probe_says_why():
     assert probe.result() == {"available": False, "reason": "NVMLError_LibraryNotFound: no library"}
 
 
-def test_make_probe_on_this_machine_reports_or_explains():
+class _NVMLError(Exception):
+    pass
+
+
+class _NVMLError_LibraryNotFound(_NVMLError):  # noqa: N801 (pynvml's own class name)
+    pass
+
+
+def _fake_pynvml(used: int, procs: list[tuple[int, int]], missing_library: bool = False):
+    """A stand-in for the `pynvml` module: the functions NvmlDevice calls, with scripted readings."""
+
+    def nvml_init():
+        if missing_library:
+            raise _NVMLError_LibraryNotFound("NVML Shared Library Not Found")
+
+    return types.SimpleNamespace(
+        NVMLError=_NVMLError,
+        nvmlInit=nvml_init,
+        nvmlDeviceGetHandleByIndex=lambda i: ("handle", i),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=used, total=80 * 1024 * MIB),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [
+            types.SimpleNamespace(pid=pid, usedGpuMemory=b) for pid, b in procs
+        ],
+    )
+
+
+def test_make_probe_without_the_nvml_library_says_why(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(0, [], missing_library=True))
     r = make_probe().result()
-    assert r["available"] in (True, False)
-    if not r["available"]:
-        assert r["reason"]
+    assert r == {"available": False, "reason": "_NVMLError_LibraryNotFound: NVML Shared Library Not Found"}
+
+
+def test_make_probe_reads_device_and_own_process_through_pynvml(monkeypatch):
+    me = os.getpid()
+    fake = _fake_pynvml(3 * MIB, [(me + 1, 2 * MIB), (me, 1 * MIB)])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    probe = make_probe(interval=0.001)
+    with probe:
+        probe.set_phase("train")
+    r = probe.result()
+    assert r["available"] is True
+    assert (r["baseline_device_bytes"], r["peak_device_bytes"]) == (3 * MIB, 3 * MIB)
+    assert r["peak_process_bytes"] == 1 * MIB  # this pid's entry, not the other process's 2 MiB
+    assert r["phases"]["train"] == 3 * MIB
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="an NVIDIA driver is installed here")
+def test_make_probe_on_a_machine_without_nvidia_driver_is_unavailable():
+    r = make_probe().result()
+    assert r["available"] is False
+    assert r["reason"].split(":")[0] in {"ImportError", "ModuleNotFoundError"} or "NVML" in r["reason"]
 
 
 def test_torch_cuda_probe_folds_peaks_at_phase_boundaries(monkeypatch):

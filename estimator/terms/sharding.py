@@ -6,6 +6,8 @@ Rajbhandari et al. 2020 (ZeRO), Fig. 1: with mixed precision every parameter cos
 when `bf16=True`, so TRL's fp32 default load does not apply under ZeRO. FSDP FULL_SHARD shards weights,
 gradients and optimizer state in the parameter dtype. Activations are never sharded: each rank runs its own
 micro-batch.
+
+Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: estimator/terms/SOURCES.md.
 """
 
 from __future__ import annotations

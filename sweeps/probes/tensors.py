@@ -242,10 +242,6 @@ class LiveStorageMode(TorchDispatchMode):
         self._pending_phase = None
 
     # ---- results ------------------------------------------------------------------------------------------
-    def live_bytes_by_label(self) -> dict[str, int]:
-        """Bytes live now, summed by creating op / label."""
-        return _by_label(self._live)
-
     def breakdown(self, snap: dict[int, _Entry] | None = None, top: int | None = None) -> list[dict]:
         """Live storages grouped by (op/label, dtype, shape), largest first; the tail summed as `(other)`."""
         snap = self._live if snap is None else snap

@@ -16,21 +16,23 @@ from pathlib import Path
 
 import pandas as pd
 
-from estimator.config import RunConfig
+from estimator.config import NEWEST_TRL, RunConfig
 from estimator.estimate import Estimate, estimate
+from estimator.trl_versions import profile
+from estimator.units import MIB
 from sweeps import records
 from sweeps.report.frames import method_of, model_label, summarize_config
 from sweeps.runner.predict import arch_for, predict
 
 SOURCES = ("traced", "measured-cpu", "measured-gpu")
 DEFAULT_DIRS = ("results/raw", "results/traced")
-MIB = 2**20
 
 # (row config dict, stored config.json of a model built in code) -> (Estimate.to_dict()-like dict, error)
 Predictor = Callable[[dict, dict | None], tuple[dict | None, str | None]]
 
 COLUMNS = [
     "source",
+    "trl_version",
     "sweep",
     "key",
     "model",
@@ -115,6 +117,7 @@ def accuracy_frame(rows: Iterable[dict], predictor: Predictor = predict) -> pd.D
         observed = int(obs["peak_bytes"])
         line = {
             "source": r.get("source"),
+            "trl_version": str(config.get("trl_version", NEWEST_TRL)),
             "sweep": r.get("sweep"),
             "key": r["key"],
             "model": model_label(str(config.get("model", ""))),
@@ -186,6 +189,14 @@ def summary_lines(acc: pd.DataFrame) -> list[str]:
         lines.append(f"accuracy[{source}]: {_stats(s)}")
         for _, m in per_method[per_method["source"] == source].iterrows():
             lines.append(f"accuracy[{source}, {m['method']}]: {_stats(m)}")
+    old = with_prediction(acc)
+    old = old[old["trl_version"] != NEWEST_TRL]
+    if len(
+        old
+    ):  # rows measured under older TRL releases: one line per modelled range of estimator/trl_versions.py
+        old = old.assign(release=old["trl_version"].map(lambda v: f"TRL {profile(v).label}"))
+        for _, m in summary_frame(old, ("source", "release")).iterrows():
+            lines.append(f"accuracy[{m['source']}, {m['release']}]: {_stats(m)}")
     return lines
 
 

@@ -104,10 +104,6 @@ def cached(predict: Predict) -> Predict:
 DEFAULT_PREDICT: Predict = cached(estimate)
 
 
-def to_gib(n: float | None) -> float | None:
-    return None if n is None or pd.isna(n) else n / GIB
-
-
 # ---------------------------------------------------------------- GPUs
 
 

@@ -1,4 +1,8 @@
-"""The published figures, drawn from report_data frames with matplotlib (Agg) and saved byte-for-byte reproducibly."""
+"""The published figures, drawn from report_data frames with matplotlib and saved byte-for-byte reproducibly.
+
+Figures are built with matplotlib's object API (`Figure`, no pyplot), so nothing selects a backend: `savefig`
+renders PNGs with Agg, and a notebook shows the returned figures through its own display hook.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,13 @@ import os
 from collections.abc import Iterable
 
 import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-
-from estimator.units import GIB  # noqa: E402
-from sweeps.report.frames import Card  # noqa: E402
+from estimator.units import GIB
+from sweeps.report.frames import Card
 
 DPI = 100
 SOURCE_STYLE = {  # colour and marker per source, the same in every figure
@@ -36,15 +36,15 @@ RC = {
 
 
 def save(fig: Figure, path: str | os.PathLike) -> None:
-    """Write `fig` as a PNG with fixed dpi and no software/time metadata, then close it."""
-    with plt.rc_context(RC):
+    """Write `fig` as a PNG with fixed dpi and no software/time metadata."""
+    with matplotlib.rc_context(RC):
         fig.savefig(path, dpi=DPI, metadata={"Software": None})
-    plt.close(fig)
 
 
 def _figure(w: float, h: float, nrows: int = 1, ncols: int = 1, **kw):
-    with plt.rc_context(RC):
-        return plt.subplots(nrows, ncols, figsize=(w, h), squeeze=False, **kw)
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(w, h))
+        return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
 
 # ---------------------------------------------------------------- breakdown
@@ -52,11 +52,13 @@ def _figure(w: float, h: float, nrows: int = 1, ncols: int = 1, **kw):
 
 def breakdown_figure(breakdown: pd.DataFrame, gpu: Card | None = None) -> Figure:
     """Stacked bars: estimated bytes per component in the peak phase, one panel per model, one bar per method."""
-    with plt.rc_context(RC):
+    with matplotlib.rc_context(RC):
         models = list(dict.fromkeys(breakdown["model"]))
         methods = list(dict.fromkeys(breakdown["method"]))
         comps = sorted(set(breakdown["component"]))
-        colors = dict(zip(comps, plt.get_cmap("tab20")(np.linspace(0, 1, max(len(comps), 2))), strict=False))
+        colors = dict(
+            zip(comps, matplotlib.colormaps["tab20"](np.linspace(0, 1, max(len(comps), 2))), strict=False)
+        )
         fig, axes = _figure(3.0 * len(models), 5.4, 1, len(models))
         for ax, model in zip(axes[0], models, strict=True):
             sub = breakdown[breakdown["model"] == model]
@@ -104,7 +106,7 @@ def breakdown_figure(breakdown: pd.DataFrame, gpu: Card | None = None) -> Figure
 
 def accuracy_figure(acc: pd.DataFrame, band: float = 0.05) -> Figure:
     """Left: predicted vs observed GiB (log-log, y = x, ±band); right: relative error vs observed, by source."""
-    with plt.rc_context(RC):
+    with matplotlib.rc_context(RC):
         fig, axes = _figure(12.0, 5.6, 1, 2)
         ax, er = axes[0]
         fig.suptitle(
@@ -173,10 +175,12 @@ def curve_figure(curves: pd.DataFrame, gpus: Iterable[Card], setting: str = "") 
     param = curves["param"].iloc[0]
     xlabel, base = CURVE_TEXT[param]
     gpus = list(gpus)
-    with plt.rc_context(RC):
+    with matplotlib.rc_context(RC):
         methods = list(dict.fromkeys(curves["method"]))
         models = list(dict.fromkeys(curves["model"]))
-        colors = dict(zip(models, plt.get_cmap("viridis")(np.linspace(0, 0.85, len(models))), strict=True))
+        colors = dict(
+            zip(models, matplotlib.colormaps["viridis"](np.linspace(0, 0.85, len(models))), strict=True)
+        )
         fig, axes = _figure(6.0 * len(methods), 5.8, 1, len(methods), sharey=True)
         est = curves[curves["source"] == "estimated"]
         top = est["peak_allocated_bytes"].max() / GIB

@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from estimator.config import RunConfig
-from estimator.units import GIB
+from estimator.units import GIB, MIB
 from sweeps.records import load_rows, read_rows
-from sweeps.report import accuracy, plots
+from sweeps.report import accuracy, legacy_table, plots
 from sweeps.report import frames as rd
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,7 +228,7 @@ def render(frame, head, fits, curves, acc, env, gpus, gpu80, base) -> str:
     counts = frame.groupby("source").size().to_dict() if not frame.empty else {}
     count_text = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none yet"
     methods = "\n".join(f"- **{m}**: `{_changes(c)}`" for m, c in rd.METHODS.items())
-    gpu_text = ", ".join(f"{g.label} = {g.bytes / 2**20:.0f} MiB" for g in gpus)
+    gpu_text = ", ".join(f"{g.label} = {g.bytes / MIB:.0f} MiB" for g in gpus)
     src_counts = head["source"].value_counts().to_dict()
     head_counts = ", ".join(f"{n} {s}" for s, n in sorted(src_counts.items()))
     sections = [
@@ -246,13 +246,14 @@ def render(frame, head, fits, curves, acc, env, gpus, gpu80, base) -> str:
         f"Default setting: {setting_text(base)}. Methods (changes to TRL 1.16's `GRPOConfig` defaults):\n\n"
         f"{methods}",
         f"Cells: peak allocated GiB (source), best available source first (measured-gpu > traced > estimated); "
-        f'"OOM on {gpu80.gb} GB" when it does not fit the {gpu80.name} ({gpu80.bytes / 2**20:.0f} MiB). '
+        f'"OOM on {gpu80.gb} GB" when it does not fit the {gpu80.name} ({gpu80.bytes / MIB:.0f} MiB). '
         f"Sources in this table: {head_counts}.",
         headline_markdown(head, gpu80),
         "What the card must hold for the same cells (GiB; allocated + CUDA context + allocator reserve, "
         "source of the verdict):",
         needed_markdown(head),
         f"![Estimated breakdown by component]({FIGURES['breakdown']})",
+        legacy_table.seed_markdown(),
         "## Fits on which GPU (estimated)",
         f"Same default setting; each size is the catalog GPU (`estimator/gpus.py`) with the least memory the "
         f'driver reports: {gpu_text}. "fits" = estimated peak on the card ≤ that memory. All estimated.',

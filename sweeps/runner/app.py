@@ -27,6 +27,7 @@ from estimator import validate
 from estimator.architecture import ConfigError
 from estimator.catalog import UnknownModel, resolve_model
 from estimator.config import DEVICES, DTYPES, OPTIMIZERS, RunConfig
+from estimator.units import MIB
 from sweeps import records
 from sweeps.runner import schema, tiny
 from sweeps.runner.predict import arch_for, predict
@@ -211,12 +212,24 @@ def to_job(cfg: DictConfig) -> Job:
     except (validate.InvalidConfig, UnknownModel, ConfigError) as exc:
         raise BadInput(str(exc)) from None
     run = c.get("run") or {}
-    unknown = sorted(set(run) - set(RUN_KEYS) - {"inject_failure"})
+    unknown = sorted(set(run) - set(RUN_KEYS) - {"inject_failure", "weights"})
     if unknown:
-        raise BadInput(f"run.{unknown[0]}: not a run setting; accepted keys are {', '.join(RUN_KEYS)}")
+        raise BadInput(
+            f"run.{unknown[0]}: not a run setting; accepted keys are {', '.join((*RUN_KEYS, 'weights'))}"
+        )
     variant = {k: run[k] for k in RUN_KEYS if k in run}
     _check(variant.get("prompts", "synthetic"), PROMPTS, "run.prompts")
     _check_run(variant)
+    weights = run.get(
+        "weights", "pretrained"
+    )  # in the variant only when random (pretrained rows keep their keys)
+    _check(weights, tiny.WEIGHTS, "run.weights")
+    if weights == "random" and not tiny.is_tiny(config.model):
+        try:
+            tiny.catalog_config(config.model)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+        variant["weights"] = "random"
     inject = run.get("inject_failure")
     if inject is not None:
         _check(inject, FAILURES, "run.inject_failure")
@@ -481,7 +494,7 @@ def _run_locked(job: Job, lock_fd: int) -> dict:
     row["wall_seconds"] = round(time.perf_counter() - t0, 2)
     records.append_row(job.results_path, row)
     peak = (row.get("observed") or {}).get("peak_bytes")
-    peak_txt = f"{peak / 2**20:.1f} MiB" if peak else "-"
+    peak_txt = f"{peak / MIB:.1f} MiB" if peak else "-"
     msg = f"{row['status']} {job.key} {job.config.model} peak={peak_txt} ({row['wall_seconds']} s)"
     print(msg + (f": {row['error']}" if row["error"] else ""), flush=True)
     return row

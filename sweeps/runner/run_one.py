@@ -197,6 +197,7 @@ def execute(spec: dict) -> dict:
     obs = _observed(cfg.device, results, phase_hooks.PHASES)
     obs["shapes"] = shapes
     obs["phases_seen"] = tracker.seen
+    obs["cuda_context"] = built.info.get("cuda_context")
     return {
         "status": "ok",
         "error": None,
@@ -265,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(arg) if arg.lstrip().startswith("{") else json.loads(Path(arg).read_text())
     die_with_parent(spec)
     _set_offline_env(spec["config"].get("device", "cuda"))
+    if (spec.get("variant") or {}).get("weights") == "random":  # built from the catalog: never the hub
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         result = execute(spec)
     except BaseException as exc:  # one run's failure is its outcome, never a crash of the sweep

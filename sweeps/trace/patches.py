@@ -1,5 +1,8 @@
 """Patches that let TRL 1.16's GRPO code run on FakeTensors and make it allocate what it allocates on a CUDA GPU.
 
+`patched()` installs the process-wide ones for the duration of a block and restores the originals on exit;
+`use_gpu_fused_head` changes one model instance only. What each follows upstream: `sweeps/trace/upstream.py`.
+
 * `Module._apply` on FakeTensor parameters: torch 2.13 always swaps fake params (`swap_tensors`), which fails
   because FakeTensorMode holds a weakref to each; the patch assigns `param.data` instead (`model.to`, PEFT).
 * transformers' SDPA mask skip (`_ignore_causal_mask_sdpa`) refuses to look at a FakeTensor padding mask and
@@ -18,14 +21,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
+from collections.abc import Iterator
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 _ORIG_APPLY = torch.nn.Module._apply
-_installed = False
 
 
 def _apply(self: torch.nn.Module, fn, recurse: bool = True):
@@ -91,26 +95,56 @@ class _NoopKernel:
         return _noop
 
 
-def install() -> None:
-    """Install the fake-tensor and fused-gpu patches (idempotent; process-wide)."""
-    global _installed
-    if _installed:
-        return
+def _min(t: torch.Tensor) -> torch.Tensor:
+    return t.min()
+
+
+def _max(t: torch.Tensor) -> torch.Tensor:
+    return t.max()
+
+
+def _replacements() -> list[tuple[object, str, object]]:
+    """(owner, attribute, replacement) for every patch; imports transformers and TRL."""
     import transformers.masking_utils as mu
     import trl.trainer.grpo_trainer as gt
     from trl.kernels import chunked_logprob as ck
 
-    torch.nn.Module._apply = _apply
-    torch.nn.functional.dropout = _fused_dropout(torch.nn.functional.dropout)
-    mu._ignore_causal_mask_sdpa = _ignore_mask_fake_as_ones(mu._ignore_causal_mask_sdpa)
-    gt.nanmin = lambda t: t.min()
-    gt.nanmax = lambda t: t.max()
-    ck._forward_tile = _noop
-    ck._backward_tile = _noop
-    ck._addmm_fp32 = _noop
-    ck._forward_kernel = _NoopKernel()
-    ck._backward_kernel = _NoopKernel()
-    _installed = True
+    return [
+        (torch.nn.Module, "_apply", _apply),
+        (torch.nn.functional, "dropout", _fused_dropout(torch.nn.functional.dropout)),
+        (mu, "_ignore_causal_mask_sdpa", _ignore_mask_fake_as_ones(mu._ignore_causal_mask_sdpa)),
+        (gt, "nanmin", _min),
+        (gt, "nanmax", _max),
+        (ck, "_forward_tile", _noop),
+        (ck, "_backward_tile", _noop),
+        (ck, "_addmm_fp32", _noop),
+        (ck, "_forward_kernel", _NoopKernel()),
+        (ck, "_backward_kernel", _NoopKernel()),
+    ]
+
+
+@contextlib.contextmanager
+def patched() -> Iterator[None]:
+    """The fake-tensor and fused-gpu patches, for the duration of the block only.
+
+    Every patched attribute gets its original object back on exit, exceptions included (nesting is safe: an inner
+    block restores what the outer one installed). A target missing from torch / transformers / TRL raises
+    RuntimeError before anything is patched (see tests/test_tracer_upstream.py for what to re-read).
+    """
+    table = _replacements()
+    saved = []
+    for owner, name, _ in table:
+        if name not in vars(owner):
+            where = getattr(owner, "__name__", repr(owner))
+            raise RuntimeError(f"{where}.{name} is gone: the tracer's patch target changed upstream")
+        saved.append((owner, name, vars(owner)[name]))
+    try:
+        for owner, name, new in table:
+            setattr(owner, name, new)
+        yield
+    finally:
+        for owner, name, orig in reversed(saved):
+            setattr(owner, name, orig)
 
 
 def _fused_model(model: torch.nn.Module) -> torch.nn.Module | None:

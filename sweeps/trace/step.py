@@ -19,11 +19,13 @@ FakeTensors its state is emulated by `sweeps.trace.optim8bit`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -32,13 +34,26 @@ from estimator.config import RunConfig
 from sweeps.probes.tensors import LiveStorageMode
 from sweeps.runner import tiny
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 BNB_8BIT = ("adamw_bnb_8bit", "paged_adamw_8bit")
 CUDA_BLOCK = 512  # caching-allocator minimum block: storages are rounded up to it for device=cuda traces
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TRANSFORMERS_VERBOSITY": "error"}
+
+
+@contextlib.contextmanager
+def offline_env() -> Iterator[None]:
+    """OFFLINE_ENV for the variables the caller left unset, for the duration of the block (a trace needs no hub).
+
+    huggingface_hub and transformers read them when first imported, so they act where `run` is the first to import
+    them (the `--one` subprocess of a grid); an entry point that wants them in any case sets them itself first.
+    """
+    added = [k for k in OFFLINE_ENV if k not in os.environ]
+    os.environ.update({k: OFFLINE_ENV[k] for k in added})
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
 
 
 @dataclass
@@ -50,7 +65,6 @@ class TraceResult:
     setup_seconds: float
     params: int
     trainable_params: int
-    variant: dict = field(default_factory=dict)
 
 
 def _reward(completions, **kwargs):
@@ -179,6 +193,7 @@ def _micro_batches(inputs: dict, n: int) -> list[dict]:
     return split_tensor_dict(shuffle_sequence_dict(inputs), n)
 
 
+@offline_env()
 def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) -> TraceResult:
     """Trace (or, with fake=False, really run on CPU) `steps` GRPO steps of `cfg`; returns the probe result.
 
@@ -194,12 +209,11 @@ def _run(cfg: RunConfig, fake: bool, steps: int, decode_k: int, out_dir: str) ->
 
     from sweeps.trace import fake_model, generate, patches
 
-    patches.install()
     conf = fake_model.hf_config(cfg.model, cfg.attn_implementation)
     t0 = time.perf_counter()
     mode = FakeTensorMode(shape_env=ShapeEnv()) if fake else nullcontext()
     step_seconds: list[float] = []
-    with mode:
+    with patches.patched(), mode:
         trainer, opt = build(cfg, conf, fake, out_dir)
         policy = trainer.model
         probe = LiveStorageMode(round_to=CUDA_BLOCK if cfg.device == "cuda" else 1)
@@ -251,6 +265,4 @@ def _run(cfg: RunConfig, fake: bool, steps: int, decode_k: int, out_dir: str) ->
         observed["phase_at_peak_by_label"].pop("(between steps)", None)
         params = sum(p.numel() for p in policy.parameters())
         trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    variant = {"decode": "fast-forward", "k": decode_k} if decode_k < cfg.max_completion_length else {}
-    variant.update({"head": "fused-gpu", "steps": steps, "tensors": "fake" if fake else "real-cpu"})
-    return TraceResult(observed, step_seconds, setup, params, trainable, variant)
+    return TraceResult(observed, step_seconds, setup, params, trainable)

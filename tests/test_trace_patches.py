@@ -1,0 +1,114 @@
+"""The tracer's patches of torch, transformers and TRL last only as long as `patches.patched()` and its env only as
+long as `step.run`: every attribute of every module they touch is the original object again afterwards."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+# What sweeps/trace/patches.py's module docstring promises to patch, written out by hand (not read from the code).
+EXPECTED = {
+    ("torch.nn.modules.module.Module", "_apply"),
+    ("torch.nn.functional", "dropout"),
+    ("transformers.masking_utils", "_ignore_causal_mask_sdpa"),
+    ("trl.trainer.grpo_trainer", "nanmin"),
+    ("trl.trainer.grpo_trainer", "nanmax"),
+    ("trl.kernels.chunked_logprob", "_forward_tile"),
+    ("trl.kernels.chunked_logprob", "_backward_tile"),
+    ("trl.kernels.chunked_logprob", "_addmm_fp32"),
+    ("trl.kernels.chunked_logprob", "_forward_kernel"),
+    ("trl.kernels.chunked_logprob", "_backward_kernel"),
+}
+
+
+def _owners() -> dict[str, object]:
+    import transformers.masking_utils as mu
+    import trl.trainer.grpo_trainer as gt
+    import trl.trainer.utils as tu
+    from trl.kernels import chunked_logprob as ck
+
+    return {
+        "torch.nn.modules.module.Module": torch.nn.Module,
+        "torch.nn.functional": torch.nn.functional,
+        "torch": torch,
+        "transformers.masking_utils": mu,
+        "trl.trainer.grpo_trainer": gt,
+        "trl.trainer.utils": tu,
+        "trl.kernels.chunked_logprob": ck,
+    }
+
+
+def _snapshot() -> dict[tuple[str, str], object]:
+    """Every attribute (the object itself) of every module or class a patch could touch."""
+    return {(name, k): v for name, owner in _owners().items() for k, v in list(vars(owner).items())}
+
+
+def _changed(before: dict, after: dict) -> set[tuple[str, str]]:
+    return {k for k, v in before.items() if k not in after or after[k] is not v}
+
+
+def test_patched_replaces_exactly_the_documented_attributes_and_restores_them():
+    from sweeps.trace import patches
+
+    before = _snapshot()
+    with patches.patched():
+        inside = _snapshot()
+    assert _changed(before, inside) == EXPECTED
+    assert _changed(before, _snapshot()) == set()
+
+
+def test_patches_are_restored_when_the_block_raises():
+    from sweeps.trace import patches
+
+    before = _snapshot()
+    with pytest.raises(ZeroDivisionError), patches.patched():
+        1 / 0  # noqa: B018
+    assert _changed(before, _snapshot()) == set()
+
+
+def test_nested_blocks_restore_the_originals():
+    from sweeps.trace import patches
+
+    before = _snapshot()
+    with patches.patched():
+        with patches.patched():
+            pass
+        assert _changed(before, _snapshot()) == EXPECTED  # the outer block's patches are still in place
+    assert _changed(before, _snapshot()) == set()
+
+
+def test_importing_the_tracer_and_report_sets_no_environment_or_backend():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    code = (
+        "import os, json; before = dict(os.environ); import matplotlib; b0 = matplotlib.rcParams._get_backend_or_none()\n"
+        "import sweeps.trace.step, sweeps.trace.patches, sweeps.trace.generate, sweeps.trace.fake_model\n"
+        "import sweeps.trace.optim8bit, sweeps.report.plots, sweeps.report.tables\n"
+        "changed = {k: v for k, v in os.environ.items() if before.get(k) != v}\n"
+        "print(json.dumps({'env': changed, 'backend': [b0, matplotlib.rcParams._get_backend_or_none()]}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in {"HF_HUB_OFFLINE", "MPLBACKEND"}}
+    env["PYTHONPATH"] = str(repo)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    import json
+
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["env"] == {}
+    assert got["backend"][0] == got["backend"][1]  # no matplotlib.use() at import
+
+
+def test_offline_env_is_scoped_and_keeps_the_callers_values(monkeypatch):
+    from sweeps.trace import step
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "info")
+    with step.offline_env():
+        assert os.environ["HF_HUB_OFFLINE"] == "1"
+        assert os.environ["TRANSFORMERS_VERBOSITY"] == "info"
+    assert "HF_HUB_OFFLINE" not in os.environ
+    assert os.environ["TRANSFORMERS_VERBOSITY"] == "info"
