@@ -25,10 +25,10 @@ def check_values(cfg: RunConfig) -> None:
         problem = check_value(f, value)
         if problem:
             raise InvalidConfig(f"{f.flag} {value!r}: {problem}")
-    try:  # a modelled TRL release: the geometry below reads its semantics
+    try:  # a release this estimator models (MAJOR.MINOR within the release table)
         profile(cfg.trl_version)
     except ValueError as e:
-        raise InvalidConfig(str(e)) from None
+        raise InvalidConfig(str(e).splitlines()[0]) from None
 
 
 def check_geometry(cfg: RunConfig) -> None:

@@ -587,6 +587,8 @@ def check_overrides(args: list[str]) -> None:
                 from estimator.config import check_value, schema_field
 
                 v = OmegaConf.to_container(cfg, resolve=False)["trainer"][name]
+                if isinstance(v, str) and "${" in v:  # an interpolation: checked once resolved, per job
+                    continue
                 f = schema_field(name)
                 v = tuple(v) if f.kind == "strs" and isinstance(v, list) else v
                 problem = check_value(f, v)
