@@ -113,11 +113,21 @@ def full_logits(cfg: RunConfig, arch: Arch, batch: int) -> int:
 # (`logits = logits / T`: a second [B, C, V] tensor, after which the first is freed); 1.0-1.9 divide in place.
 
 
+def logits_bytes(cfg: RunConfig) -> int:
+    """Bytes of the logits the trainer sees: fp32 under bf16/fp16 mixed precision, because accelerate wraps the
+    prepared model's forward in `convert_outputs_to_fp32` (accelerate/accelerator.py prepare_model; the TRL 0.19
+    run, results/raw/legacy.jsonl, holds fp32 [B, C, V] logits under CPU bf16 autocast); else the load dtype's."""
+    return 4 if cfg.bf16 else compute_bytes(cfg)
+
+
 def logsoftmax_bytes(cfg: RunConfig) -> int:
-    """Bytes of a log_softmax output: fp32 under CUDA bf16 autocast (log_softmax is on its fp32 list), else the logits' own a bytes (CPU autocast keeps bf16)."""
-    if cfg.device == "cuda" and cfg.bf16:
-        return 4
-    return compute_bytes(cfg)
+    """Bytes of a log_softmax output: the logits' own (fp32 whenever mixed precision is on)."""
+    return logits_bytes(cfg)
+
+
+def _to_fp32_copy(cfg: RunConfig, n1: int, v: int) -> int:
+    """convert_outputs_to_fp32: the a-byte logits [B, C+1, V] and their fp32 copy meet once."""
+    return n1 * v * (compute_bytes(cfg) + 4) if cfg.bf16 and compute_bytes(cfg) != 4 else 0
 
 
 def _release(cfg: RunConfig):
@@ -126,7 +136,7 @@ def _release(cfg: RunConfig):
 
 def _keeps_logits(cfg: RunConfig) -> bool:
     """selective_log_softmax's fp32/fp64 branch: gather + row-wise logsumexp, which saves its input (the logits) for backward (TU 0.15.2:1672-1676)."""
-    return cfg.logprob_head == "selective" and compute_bytes(cfg) == 4
+    return cfg.logprob_head == "selective" and logits_bytes(cfg) == 4
 
 
 def materialized_train(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, int]:
@@ -145,9 +155,9 @@ def materialized_train(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, int
     rel = _release(cfg)
     c, v = cfg.max_completion_length, arch.vocab_size
     n, n1 = batch * c, batch * (c + 1)
-    a, lf = compute_bytes(cfg), logsoftmax_bytes(cfg)
+    a, lf = logits_bytes(cfg), logsoftmax_bytes(cfg)
     held = (n if rel.temperature_copy else n1) * v * a
-    division = (n1 + n) * v * a if rel.temperature_copy else 0
+    division = max((n1 + n) * v * a if rel.temperature_copy else 0, _to_fp32_copy(cfg, n1, v))
     entropy = 3 * c * v * lf if rel.entropy_pass else 0
     if _keeps_logits(cfg):
         saved = held
@@ -166,9 +176,9 @@ def materialized_nograd(cfg: RunConfig, arch: Arch, batch: int) -> int:
     rel = _release(cfg)
     c, v = cfg.max_completion_length, arch.vocab_size
     n, n1 = batch * c, batch * (c + 1)
-    a, lf = compute_bytes(cfg), logsoftmax_bytes(cfg)
+    a, lf = logits_bytes(cfg), logsoftmax_bytes(cfg)
     held = (n if rel.temperature_copy else n1) * v * a
-    division = (n1 + n) * v * a if rel.temperature_copy else 0
+    division = max((n1 + n) * v * a if rel.temperature_copy else 0, _to_fp32_copy(cfg, n1, v))
     row = c * v * (4 if _keeps_logits(cfg) else lf + (4 if lf != a else 0))
     return max(division, held + row)
 
