@@ -71,6 +71,7 @@ class TrlProfile:
     logprob_path: str
     temperature_copy: bool  # `logits / temperature` makes a second [B, C, V] tensor
     entropy_pass: bool  # no-grad row-by-row entropy of the training logits
+    entropy_chunk: int  # entropy's chunk: 0 = one sequence's [C, V] (0.20-0.22), else that many token rows
     generation_unit: str
     has_num_iterations: bool
     has_steps_per_generation: bool
@@ -123,6 +124,7 @@ _P014 = TrlProfile(
     logprob_path="rowwise",
     temperature_copy=False,
     entropy_pass=False,
+    entropy_chunk=0,
     generation_unit="micro_batch",
     has_num_iterations=False,
     has_steps_per_generation=False,
@@ -248,7 +250,9 @@ _P023 = _next(
     (0, 25),
     (
         "vllm_importance_sampling_correction=True: the old-policy pass runs with vLLM (grpo_config.py, 0.23.1)",
+        "entropy_from_logits flattens the logits and works on 128 token rows at a time (utils.py:1480, 0.23.1)",
     ),
+    entropy_chunk=128,
     old_pass_rule="ga_modulo_or_vllm_is",
     has_vllm_importance_sampling=True,
 )

@@ -145,8 +145,9 @@ def materialized_train(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, int
     Forward: logits [B, C+1, V] (a bytes); with an out-of-place temperature the copy [B, C, V] meets them. The
     row loop then keeps every row's log_softmax output (lf bytes, saved for its backward) while the logits live
     (0.14 grpo_trainer.py:430-441; TU 0.15.2:1677-1684); the fp32 branch saves the logits themselves through
-    logsumexp and holds one row's exp temporary [C, V]. With TRL 0.20+'s entropy, each row's no-grad
-    log_softmax, exp and product [C, V] (lf) join them (entropy_from_logits, TU 0.20.0:1482-1489).
+    logsumexp and holds one row's exp temporary [C, V]. With TRL 0.20+'s entropy, a chunk's no-grad
+    log_softmax, exp and product (lf) join them: one sequence [C, V] in 0.20-0.22 (entropy_from_logits,
+    TU 0.20.0:1482-1489), 128 flattened token rows [128, V] from 0.23 (TU 0.23.1:1480).
     Backward (16-bit rows): the saved outputs + one row's gather/log_softmax/cast grads [C, V] (4 + lf + a), or
     UnbindBackward's B row grads + their stack (2·B·C·V·a), or the stack + the zero-padded slice grad
     [B, C+1, V]; fp32 branch: saved logits + the stacked row grads + gather's backward, a new_zeros and its
@@ -158,17 +159,24 @@ def materialized_train(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, int
     a, lf = logits_bytes(cfg), logsoftmax_bytes(cfg)
     held = (n if rel.temperature_copy else n1) * v * a
     division = max((n1 + n) * v * a if rel.temperature_copy else 0, _to_fp32_copy(cfg, n1, v))
-    entropy = 3 * c * v * lf if rel.entropy_pass else 0
+    # lm_head's autocast weight cast [V, H] (a bytes) is saved for its backward until the head's backward runs
+    cast_w = (
+        v * arch.hidden_size * compute_bytes(cfg)
+        if cfg.bf16 and residual_bytes(cfg) != compute_bytes(cfg)
+        else 0
+    )
+    rows = min(rel.entropy_chunk, n) if rel.entropy_chunk else c
+    entropy = 3 * rows * v * lf if rel.entropy_pass else 0  # a chunk's log_softmax, exp and product
     if _keeps_logits(cfg):
         saved = held
         fwd = max(division, held + c * v * 4, held + entropy)
         bwd = saved + 3 * n * v * 4  # + stacked row grads + gather's backward (new_zeros, then scatter_add)
-        return fwd, bwd
+        return fwd + cast_w, bwd + cast_w
     cast = c * v * 4 if lf != a else 0  # CUDA autocast's fp32 copy of one row's input
     saved = n * v * lf
     fwd = max(division, held + saved + cast, held + saved + entropy)
     bwd = max(saved + c * v * (4 + lf + a), 2 * n * v * a, n * v * a + n1 * v * a)
-    return fwd, bwd
+    return fwd + cast_w, bwd + cast_w
 
 
 def materialized_nograd(cfg: RunConfig, arch: Arch, batch: int) -> int:
