@@ -88,7 +88,9 @@ def normalize_config(config: dict) -> dict:
     d["model"] = SHORTHANDS.get(model.upper(), model).lower()
     if d.get("lora_target_modules") is not None:
         d["lora_target_modules"] = sorted(d["lora_target_modules"])
-    if d.get("trl_version", NEWEST_TRL) == NEWEST_TRL:  # rows from before the field existed: the newest release
+    if (
+        d.get("trl_version", NEWEST_TRL) == NEWEST_TRL
+    ):  # rows from before the field existed: the newest release
         d.pop("trl_version", None)
     return d
 
