@@ -27,6 +27,11 @@ OPTIMIZERS = (
     "sgd",
 )
 VLLM_MODES = ("colocate", "server")
+SLEEP_LEVELS = (
+    0,
+    1,
+    2,
+)  # vLLM LLM.sleep(level): 1 offloads weights to host RAM, 2 discards them; 0 = never sleeps
 # TRL 1.15+'s fused chunked head, the classic [B, C, V] logits path, and older releases' materialized-logits
 # heads: 0.14's row-wise log_softmax and 0.15-1.14's selective_log_softmax (estimator/trl_versions.py)
 LOGPROB_HEADS = ("chunked", "full", "rowwise", "selective")
@@ -172,6 +177,92 @@ class RunConfig:
     vllm_importance_sampling_correction: bool = setting(
         True, "TRL's importance-sampling correction (adds an old-policy pass)"
     )
+    vllm_max_model_length: int | None = setting(
+        None,
+        "longest request vLLM admits; its start-up check needs one such request's KV cache "
+        "(ms-swift vllm_max_model_len; default: the model's max_position_embeddings)",
+        minimum=1,
+        maximum=MAX_TOKENS,
+        file_keys=("vllm_max_model_len",),
+        metavar="N",
+        since="0.2.0",
+    )
+    vllm_tensor_parallel_size: int = setting(
+        1,
+        "GPUs one vLLM engine spans (tensor parallel)",
+        minimum=1,
+        maximum=65536,
+        metavar="N",
+        since="0.2.0",
+    )
+    vllm_sleep_level: int | None = setting(
+        None,
+        "level a colocated vLLM sleeps at: 1 parks its weights in host RAM, 2 drops them, 0 never sleeps "
+        "(ms-swift sleep_level; default: 2 with --vllm-enable-sleep-mode, as TRL 1.16, else no sleep)",
+        choices=SLEEP_LEVELS,
+        file_keys=("sleep_level",),
+        since="0.2.0",
+    )
+    vllm_share_base: bool = setting(
+        False,
+        "vLLM loads only the LoRA weights and shares the trainer's base (Unsloth fast_inference)",
+        ours=True,
+        since="0.2.0",
+    )
+    vllm_starts_first: bool = setting(
+        False,
+        "colocate: vLLM reserves its share before the models load (OpenRLHF / Open-Reasoner-Zero order)",
+        ours=True,
+        since="0.2.0",
+    )
+    vllm_server_gpus: int = setting(
+        1,
+        "server mode: GPUs running trl vllm-serve (data parallel x tensor parallel)",
+        minimum=1,
+        maximum=65536,
+        metavar="N",
+        ours=True,
+        since="0.2.0",
+    )
+    vllm_server_utilization: float = setting(
+        0.9,
+        "server mode: trl vllm-serve --gpu_memory_utilization",
+        above=0.0,
+        maximum=1.0,
+        metavar="X",
+        ours=True,
+        since="0.2.0",
+    )
+    # other models beside the policy: MODEL, MODEL@policy, MODEL@own[=GROUP][:N] (estimator/role_spec.py)
+    reward_models: tuple[str, ...] | None = setting(
+        None,
+        "reward model(s) scoring every completion (sequence classification), as MODEL[@own[=GROUP][:N]]: "
+        "@own puts it on N GPUs of its own, =GROUP shares them with other roles (default: the policy's GPUs); repeatable",
+        group="model",
+        flag="--reward-model",
+        aliases=("--reward-models",),
+        file_keys=("reward_model",),
+        metavar="ROLE",
+        since="0.2.0",
+    )
+    reference_models: tuple[str, ...] | None = setting(
+        None,
+        "separate frozen copies of a policy (an OpenRLHF reference, a sampler's old policy), as "
+        "MODEL[@own[=GROUP][:N]]; TRL's own reference is --beta",
+        group="model",
+        flag="--reference-model",
+        aliases=("--reference-models",),
+        file_keys=("ref_model",),
+        metavar="ROLE",
+        since="0.2.0",
+    )
+    value_model: str | None = setting(
+        None,
+        "a PPO value model (critic) trained beside the policy, as MODEL[@own[=GROUP][:N]]",
+        group="model",
+        metavar="ROLE",
+        since="0.2.0",
+    )
     # ours
     trl_version: str = setting(
         NEWEST_TRL,
@@ -296,6 +387,18 @@ class RunConfig:
         )
 
     @property
+    def vllm_sleeps(self) -> bool:
+        """A colocated vLLM sleeps between generations: TRL's vllm_enable_sleep_mode or an ms-swift level 1-2."""
+        return self.vllm_enable_sleep_mode or bool(self.vllm_sleep_level)
+
+    @property
+    def resolved_vllm_sleep_level(self) -> int:
+        """The level vLLM sleeps at: the given one, else TRL 1.16's 2 (vllm_generation.py:366); 0 = never."""
+        if not self.vllm_sleeps:
+            return 0
+        return self.vllm_sleep_level or 2
+
+    @property
     def quantized(self) -> bool:
         return self.load_in_4bit
 
@@ -304,18 +407,25 @@ class RunConfig:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
+        """Field values; a setting added after 0.1.0 appears only when it differs from its default, so a run
+        that does not use it keeps the key (`sweeps.records.make_key`) it had before the setting existed."""
         d = asdict(self)
-        if d["lora_target_modules"] is not None:
-            d["lora_target_modules"] = list(d["lora_target_modules"])
+        for f in fields(self):
+            if f.metadata["setting"].since != "0.1.0" and d[f.name] == f.default:
+                del d[f.name]
+        for name, value in d.items():
+            if isinstance(value, tuple):
+                d[name] = list(value)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> RunConfig:
         """Build from a dict of field values (unknown keys are an error: use `field_names()` to filter)."""
         d = dict(d)
-        if d.get("lora_target_modules") is not None:
-            tm = d["lora_target_modules"]
-            d["lora_target_modules"] = (tm,) if isinstance(tm, str) else tuple(tm)
+        for name in ("lora_target_modules", "reward_models", "reference_models"):
+            if d.get(name) is not None:
+                v = d[name]
+                d[name] = (v,) if isinstance(v, str) else tuple(v)
         return cls(**d)
 
     @staticmethod

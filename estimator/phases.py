@@ -14,8 +14,9 @@ from estimator.terms import activations as act
 from estimator.terms import generation as gen
 from estimator.terms import logprob_head as head
 from estimator.terms import optimizer as opt
-from estimator.terms import release, weights
+from estimator.terms import release, vllm, weights
 from estimator.terms.sharding import deepspeed_dtype_config, gathered_weights, shard
+from estimator.units import nbytes
 
 
 def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
@@ -28,16 +29,18 @@ def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         "master_weights": opt.master_weights(cfg, arch),
     }
     held = {k: shard(cfg, k, v) for k, v in held.items()}
-    if not cfg.vllm_enable_sleep_mode:
-        held["vllm"] = gen.vllm_reservation(cfg)
+    # vLLM colocate: its whole budget, or what stays while it sleeps (terms/vllm.py)
+    held["vllm"] = vllm.colocate_sleeping(cfg) if cfg.vllm_sleeps else vllm.colocate_footprint(cfg)
     return held
 
 
 def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     """KV cache at full length + the larger of the prefill transient and the decode-step transient."""
     if cfg.use_vllm:
-        woken = gen.vllm_reservation(cfg) if cfg.vllm_enable_sleep_mode else 0
-        return {"vllm": woken}
+        woken = vllm.colocate_footprint(cfg) - vllm.colocate_sleeping(cfg) if cfg.vllm_sleeps else 0
+        largest = max(arch.embedding_params, arch.lm_head_params) * nbytes(cfg.dtype)
+        sync = vllm.weight_sync_gather(cfg, weights.policy_weights(cfg, arch), largest)
+        return {"vllm": woken, "gathered_weights": sync}
     prefill = {
         "kv_cache": gen.kv_cache(cfg, arch, cfg.max_prompt_length),
         "activations": act.nograd_forward_peak(cfg, arch, cfg.generation_sequences, cfg.max_prompt_length),

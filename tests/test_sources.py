@@ -34,6 +34,15 @@ ABBRS = {abbr: (pkg, path.strip("`"), url) for abbr, pkg, path, url in _table("A
 CITED = {
     ref: (url, starts.strip("`"), ends.strip("`")) for ref, url, starts, ends, _ in _table("Cited lines")
 }
+BY_NAME = {url: starts.strip("`") for _, url, starts in _table("Other upstream code cited by name")}
+REPOS = {  # GitHub repository -> (distribution, path prefix in the repository that the wheel drops)
+    "huggingface/trl": ("trl", ""),
+    "huggingface/transformers": ("transformers", "src/"),
+    "huggingface/peft": ("peft", "src/"),
+    "pytorch/pytorch": ("torch", ""),
+    "bitsandbytes-foundation/bitsandbytes": ("bitsandbytes", ""),
+}
+PERMALINK = re.compile(r"https://github\.com/([\w-]+/[\w-]+)/blob/v([\w.]+)/([\w/.]+)#L(\d+)")
 
 
 def _files():
@@ -105,3 +114,18 @@ def test_cited_lines_are_still_there_in_the_installed_package(ref):
     _, starts, ends = CITED[ref]
     assert text[int(first) - 1].strip().startswith(starts), f"{ref} no longer starts with {starts!r}"
     assert text[int(last or first) - 1].strip().startswith(ends), f"{ref} no longer ends with {ends!r}"
+
+
+@pytest.mark.parametrize("url", sorted(BY_NAME))
+def test_code_cited_by_name_is_at_the_permalinked_line(url):
+    m = PERMALINK.fullmatch(url)
+    assert m, f"not a versioned line permalink: {url}"
+    repo, ver, path, line = m.groups()
+    pkg, prefix = REPOS[repo]
+    assert ver == VERSIONS[pkg], f"{url} is not at the pinned {pkg} {VERSIONS[pkg]}"
+    if version(pkg).split("+")[0] != ver:
+        pytest.skip(f"{pkg} {version(pkg)} installed; the legend is for {ver}")
+    text = Path(str(distribution(pkg).locate_file(path.removeprefix(prefix)))).read_text().splitlines()
+    assert text[int(line) - 1].strip().startswith(BY_NAME[url]), (
+        f"{url} no longer starts with {BY_NAME[url]!r}"
+    )

@@ -56,9 +56,8 @@ def test_qlora_base_keeps_embeddings_and_head_in_load_dtype():
     # 6,525,288,448 numel, all multiples of 64 -> NF4 numel/2 + fp32 absmax numel/64·4 = 0.5625 B/numel =
     # 3,670,474,752 B. Everything else stays bf16: embed + lm_head 2 · 152064·3584 = 1,089,994,752, q/k/v biases
     # 28 · 4608 = 129,024, norms 28 · 2 · 3584 + 3584 = 204,288 -> 1,090,328,064 params = 2,180,656,128 B.
-    assert (
-        P_7B - 6_525_288_448 == 1_090_328_064
-    )  # the hand count of the dense rest matches the catalog's total
+    # the hand count of the dense rest matches the catalog's total
+    assert P_7B - 6_525_288_448 == 1_090_328_064
     assert w.policy_weights(cfg, Q7) == 3_670_474_752 + 2_180_656_128 == 5_851_130_880
 
 
@@ -145,7 +144,10 @@ def test_full_finetune_peak_exceeds_states_and_lora_is_smaller():
     states = 2 * P_7B + 2 * P_7B + 4 * P_7B  # weights + grads + AdamW
     assert full.peak_allocated_bytes > states
     lora = estimate(cfg.with_(use_peft=True))
-    assert lora.peak_allocated_bytes < 2 * P_7B + 8 * 2**30
+    # bf16 base + fp32 adapters (5,046,272 params, see above) with fp32 grads and two AdamW states: 16 B each
+    assert lora.peak_allocated_bytes > 2 * P_7B + 16 * 5_046_272
+    # the same config traced at real size (results/traced/default.jsonl): 18,376,651,264 B
+    assert lora.peak_allocated_bytes == pytest.approx(18_376_651_264, rel=0.05)
     # beta = 0, GA = 1: TRL skips every no-grad pass, so scoring holds only resident memory and buffers
     assert set(full.phases["score"]) <= {"weights", "optimizer_state", "rollout_buffers"}
     assert "activations" in estimate(cfg.with_(beta=0.04)).phases["score"]

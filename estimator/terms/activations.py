@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
+from estimator.terms.quantized import arch_quant_spec
 from estimator.terms.weights import lora_targets
 from estimator.units import nbytes
 
@@ -139,7 +140,10 @@ def layer_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
 
 
 def dequantized_weight_transient(cfg: RunConfig, arch: Arch) -> int:
-    """4-bit base: backward dequantizes the largest layer weight in the gradient dtype (r) plus autocast's a-byte cast (bnb MatMul4Bit.backward)."""
+    """GPTQ/AWQ base: one fp16 dequantized copy of the largest packed weight (gptqmodel TorchQuantLinear
+    `dequantize_weight`); 4-bit base: backward dequantizes the largest layer weight in the gradient dtype (r) plus autocast's a-byte cast (bnb MatMul4Bit.backward)."""
+    if arch_quant_spec(arch) is not None:  # GPTQ/AWQ torch kernels dequantize the packed weight to fp16
+        return 2 * max(lin.in_features * lin.out_features for lin in arch.layer_linears if lin.is_nn_linear)
     if not cfg.load_in_4bit:
         return 0
     largest = max(lin.in_features * lin.out_features for lin in arch.layer_linears if lin.is_nn_linear)
