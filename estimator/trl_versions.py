@@ -328,6 +328,9 @@ TABLE: tuple[TrlProfile, ...] = (
 )  # fmt: skip
 OLDEST: Version = TABLE[0].first
 NEWEST: Version = TABLE[-1].last
+MODELLED: tuple[str, ...] = tuple(
+    f"{row.first[0]}.{m}" for row in TABLE for m in range(row.first[1], row.last[1] + 1)
+)  # every minor release covered, "0.14" ... "1.16"
 
 
 def accepted_range() -> str:
