@@ -135,7 +135,7 @@ def _release(cfg: RunConfig):
 
 
 def _keeps_logits(cfg: RunConfig) -> bool:
-    """selective_log_softmax's fp32/fp64 branch: gather + row-wise logsumexp, which saves its input (the logits) for backward (TU 0.15.2:1672-1676)."""
+    """selective_log_softmax's fp32/fp64 branch: gather + row-wise logsumexp, which saves its input (the logits) for backward (TU 0.15.2 L1672-1676)."""
     return cfg.logprob_head == "selective" and logits_bytes(cfg) == 4
 
 
@@ -144,10 +144,10 @@ def materialized_train(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, int
 
     Forward: logits [B, C+1, V] (a bytes); with an out-of-place temperature the copy [B, C, V] meets them. The
     row loop then keeps every row's log_softmax output (lf bytes, saved for its backward) while the logits live
-    (0.14 grpo_trainer.py:430-441; TU 0.15.2:1677-1684); the fp32 branch saves the logits themselves through
+    (0.14 grpo_trainer.py L430-441; TU 0.15.2 L1677-1684); the fp32 branch saves the logits themselves through
     logsumexp and holds one row's exp temporary [C, V]. With TRL 0.20+'s entropy, a chunk's no-grad
     log_softmax, exp and product (lf) join them: one sequence [C, V] in 0.20-0.22 (entropy_from_logits,
-    TU 0.20.0:1482-1489), 128 flattened token rows [128, V] from 0.23 (TU 0.23.1:1480).
+    TU 0.20.0 L1482-1489), 128 flattened token rows [128, V] from 0.23 (TU 0.23.1 L1480).
     Backward (16-bit rows): the saved outputs + one row's gather/log_softmax/cast grads [C, V] (4 + lf + a), or
     UnbindBackward's B row grads + their stack (2·B·C·V·a), or the stack + the zero-padded slice grad
     [B, C+1, V]; fp32 branch: saved logits + the stacked row grads + gather's backward, a new_zeros and its
