@@ -16,6 +16,8 @@ import math
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
+from estimator.trl_versions import MODELLED
+
 DTYPES = ("float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("sdpa", "flash_attention_2", "eager")
 OPTIMIZERS = (
@@ -35,7 +37,7 @@ SLEEP_LEVELS = (
 # TRL 1.15+'s fused chunked head, the classic [B, C, V] logits path, and older releases' materialized-logits
 # heads: 0.14's row-wise log_softmax and 0.15-1.14's selective_log_softmax (estimator/trl_versions.py)
 LOGPROB_HEADS = ("chunked", "full", "rowwise", "selective")
-NEWEST_TRL = "1.16"  # the newest TRL release modelled (estimator/trl_versions.py NEWEST)
+NEWEST_TRL = MODELLED[-1]  # the newest TRL release modelled (estimator/trl_versions.py)
 DEVICES = ("cuda", "cpu")  # cpu = TRL's `use_cpu=True` path
 SHARDINGS = ("none", "zero2", "zero3", "fsdp")  # DeepSpeed ZeRO-2/3 or FSDP (full shard) over `num_gpus`
 MAX_COUNT = 1 << 20  # upper bound of batch-like counts: beyond it no GPU holds one sequence's state
@@ -270,6 +272,7 @@ class RunConfig:
         "per_device_train_batch_size counts (prompts in 0.14), reference model, log-prob head, generation; "
         "default: the installed TRL when modelled, else the newest)",
         group="hardware",
+        choices=MODELLED,
         metavar="X.Y",
         ours=True,
         since="0.1.0",

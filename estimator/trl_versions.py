@@ -71,6 +71,7 @@ class TrlProfile:
     logprob_path: str
     temperature_copy: bool  # `logits / temperature` makes a second [B, C, V] tensor
     entropy_pass: bool  # no-grad row-by-row entropy of the training logits
+    entropy_chunk: int  # entropy's chunk: 0 = one sequence's [C, V] (0.20-0.22), else that many token rows
     generation_unit: str
     has_num_iterations: bool
     has_steps_per_generation: bool
@@ -79,7 +80,7 @@ class TrlProfile:
     has_vllm_importance_sampling: bool
     # transformers' sdpa path repeats K/V to every head (repeat_kv) before the kernel, so autograd saves the
     # expanded K/V, and makes the query contiguous, so the output's transpose is one more saved copy: true of the transformers releases these TRL releases accept at their minimum and that
-    # sweep-legacy pins (4.48.3, 4.52.4: integrations/sdpa_attention.py:30-31); 4.56.2 calls the kernel with
+    # sweep-legacy pins (4.48.3, 4.52.4: integrations/sdpa_attention.py L30-31); 4.56.2 calls the kernel with
     # enable_gqa when no mask is passed (use_gqa_in_sdpa), as the 1.16 estimate assumes.
     sdpa_repeats_kv: bool
     changes: tuple[str, ...] = field(default=())  # what differs from the previous row, each with its source
@@ -123,6 +124,7 @@ _P014 = TrlProfile(
     logprob_path="rowwise",
     temperature_copy=False,
     entropy_pass=False,
+    entropy_chunk=0,
     generation_unit="micro_batch",
     has_num_iterations=False,
     has_steps_per_generation=False,
@@ -132,11 +134,11 @@ _P014 = TrlProfile(
     sdpa_repeats_kv=True,
     changes=(
         "GRPO lands (PR #2565): batch = prompts × num_generations completions, per_device_train_batch_size=1, "
-        "gradient_accumulation_steps=8 (grpo_config.py:159-171); beta=0.04; a reference copy whenever PEFT is "
-        "off, whatever beta (create_reference_model, grpo_trainer.py:200-209); generation and the reference "
-        "pass inside compute_loss after the policy forward (grpo_trainer.py:370-451); full [B, C+1, V] logits "
-        "and a row-by-row log_softmax (grpo_trainer.py:430-441); model given by name loads with dtype None = "
-        "float32 under transformers 4.x (grpo_trainer.py:173-175); vLLM on another GPU at 0.9 utilization",
+        "gradient_accumulation_steps=8 (grpo_config.py L159-171); beta=0.04; a reference copy whenever PEFT is "
+        "off, whatever beta (create_reference_model, grpo_trainer.py L200-209); generation and the reference "
+        "pass inside compute_loss after the policy forward (grpo_trainer.py L370-451); full [B, C+1, V] logits "
+        "and a row-by-row log_softmax (grpo_trainer.py L430-441); model given by name loads with dtype None = "
+        "float32 under transformers 4.x (grpo_trainer.py L173-175); vLLM on another GPU at 0.9 utilization",
     ),
 )
 
@@ -163,7 +165,7 @@ _P015 = _next(
     (
         "per_device_train_batch_size counts completions (PR #2776); TrainingArguments' defaults 8 and 1 return",
         "selective_log_softmax replaces the row-wise log_softmax (PR #2799)",
-        "generation and scoring move to _prepare_inputs, per micro-batch (grpo_trainer.py:520, 0.15.2)",
+        "generation and scoring move to _prepare_inputs, per micro-batch (grpo_trainer.py L520, 0.15.2)",
     ),
     defaults={"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1},
     batch_unit="completions",
@@ -176,9 +178,9 @@ _P016 = _next(
     (0, 16),
     (
         "num_iterations (PR #2899): old-policy log-prob pass when num_iterations > 1",
-        "the reference model and its pass exist only when beta != 0 (PR #2806; grpo_trainer.py:316, 0.16.1)",
+        "the reference model and its pass exist only when beta != 0 (PR #2806; grpo_trainer.py L316, 0.16.1)",
         "logits / temperature copies the [B, C, V] logits (grpo_trainer.py _get_per_token_logps, 0.16.1)",
-        "vLLM runs as `trl vllm-serve`; vllm_gpu_memory_utilization moves to the server (grpo_config.py:338)",
+        "vLLM runs as `trl vllm-serve`; vllm_gpu_memory_utilization moves to the server (grpo_config.py L338)",
     ),
     defaults={"vllm_gpu_memory_utilization": None, "vllm_mode": "server"},
     temperature_copy=True,
@@ -248,7 +250,9 @@ _P023 = _next(
     (0, 25),
     (
         "vllm_importance_sampling_correction=True: the old-policy pass runs with vLLM (grpo_config.py, 0.23.1)",
+        "entropy_from_logits flattens the logits and works on 128 token rows at a time (utils.py L1480, 0.23.1)",
     ),
+    entropy_chunk=128,
     old_pass_rule="ga_modulo_or_vllm_is",
     has_vllm_importance_sampling=True,
 )
@@ -257,8 +261,8 @@ _P026 = _next(
     (0, 26),
     (0, 26),
     (
-        "max_prompt_length deprecated, default None: prompts are not truncated (grpo_config.py:292-301, 0.26.2)",
-        "a model given by name loads with dtype='auto' (create_model_from_path, utils.py:2007, 0.26.2)",
+        "max_prompt_length deprecated, default None: prompts are not truncated (grpo_config.py L292-301, 0.26.2)",
+        "a model given by name loads with dtype='auto' (create_model_from_path, utils.py L2007, 0.26.2)",
     ),
     defaults={"max_prompt_length": None, "dtype": "auto"},
     truncates_prompts=False,
@@ -268,7 +272,7 @@ _P027 = _next(
     (0, 27),
     (0, 29),
     (
-        "a model given by name loads in float32 (create_model_from_path, utils.py:1154, 0.27.2); "
+        "a model given by name loads in float32 (create_model_from_path, utils.py L1154, 0.27.2); "
         "max_prompt_length removed in 0.28",
     ),
     defaults={"dtype": "float32"},
@@ -278,8 +282,8 @@ _P100 = _next(
     (1, 0),
     (1, 9),
     (
-        "vllm_mode defaults to colocate (grpo_config.py:503, 1.0.0)",
-        "temperature applied in place, logits.div_ (grpo_trainer.py:1068, 1.0.0): no second [B, C, V] tensor",
+        "vllm_mode defaults to colocate (grpo_config.py L503, 1.0.0)",
+        "temperature applied in place, logits.div_ (grpo_trainer.py L1068, 1.0.0): no second [B, C, V] tensor",
     ),
     defaults={"vllm_mode": "colocate"},
     temperature_copy=False,
@@ -290,7 +294,7 @@ _P110 = _next(
     (1, 13),
     (
         "max_completion_length defaults to 512 (grpo_config.py, 1.10.0)",
-        "logits = logits / temperature copies the logits again (grpo_trainer.py:1532, 1.10.0)",
+        "logits = logits / temperature copies the logits again (grpo_trainer.py L1532, 1.10.0)",
     ),
     defaults={"max_completion_length": 512},
     temperature_copy=True,
@@ -301,7 +305,7 @@ _P114 = _next(
     (1, 14),
     (
         "selective_log_softmax_and_entropy scales by temperature inside the kernel and computes the entropy in "
-        "the same pass (trl/kernels/logprob_entropy.py; grpo_trainer.py:1580-1595, 1.14.2)",
+        "the same pass (trl/kernels/logprob_entropy.py; grpo_trainer.py L1580-1595, 1.14.2)",
     ),
     temperature_copy=False,
     entropy_pass=False,
@@ -324,6 +328,9 @@ TABLE: tuple[TrlProfile, ...] = (
 )  # fmt: skip
 OLDEST: Version = TABLE[0].first
 NEWEST: Version = TABLE[-1].last
+MODELLED: tuple[str, ...] = tuple(
+    f"{row.first[0]}.{m}" for row in TABLE for m in range(row.first[1], row.last[1] + 1)
+)  # every minor release covered, "0.14" ... "1.16"
 
 
 def accepted_range() -> str:

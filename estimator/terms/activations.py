@@ -59,7 +59,7 @@ def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
     per_tok = a * (2 * arch.q_dim + 2 * kv) + 4 * arch.num_heads
     if cfg.attn_implementation == "sdpa" and cfg.release.sdpa_repeats_kv and _o_proj_saves_input(cfg, arch):
         # transformers 4.48-4.52 make the query contiguous ([B, h, L, d]) before sdpa, so the output's
-        # transpose(1, 2).contiguous() is a real copy that o_proj saves (integrations/sdpa_attention.py:38-62)
+        # transpose(1, 2).contiguous() is a real copy that o_proj saves (transformers 4.48 integrations/sdpa_attention.py L38-62)
         per_tok += a * arch.q_dim
     if cfg.attn_implementation == "eager":
         per_tok += arch.num_heads * seq_len * (a + 4 + 1)  # scores (a), fp32 softmax, dropout mask

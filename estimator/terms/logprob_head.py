@@ -113,11 +113,21 @@ def full_logits(cfg: RunConfig, arch: Arch, batch: int) -> int:
 # (`logits = logits / T`: a second [B, C, V] tensor, after which the first is freed); 1.0-1.9 divide in place.
 
 
+def logits_bytes(cfg: RunConfig) -> int:
+    """Bytes of the logits the trainer sees: fp32 under bf16/fp16 mixed precision, because accelerate wraps the
+    prepared model's forward in `convert_outputs_to_fp32` (accelerate/accelerator.py prepare_model; the TRL 0.19
+    run, results/raw/legacy.jsonl, holds fp32 [B, C, V] logits under CPU bf16 autocast); else the load dtype's."""
+    return 4 if cfg.bf16 else compute_bytes(cfg)
+
+
 def logsoftmax_bytes(cfg: RunConfig) -> int:
-    """Bytes of a log_softmax output: fp32 under CUDA bf16 autocast (log_softmax is on its fp32 list), else the logits' own a bytes (CPU autocast keeps bf16)."""
-    if cfg.device == "cuda" and cfg.bf16:
-        return 4
-    return compute_bytes(cfg)
+    """Bytes of a log_softmax output: the logits' own (fp32 whenever mixed precision is on)."""
+    return logits_bytes(cfg)
+
+
+def _to_fp32_copy(cfg: RunConfig, n1: int, v: int) -> int:
+    """convert_outputs_to_fp32: the a-byte logits [B, C+1, V] and their fp32 copy meet once."""
+    return n1 * v * (compute_bytes(cfg) + 4) if cfg.bf16 and compute_bytes(cfg) != 4 else 0
 
 
 def _release(cfg: RunConfig):
@@ -125,8 +135,8 @@ def _release(cfg: RunConfig):
 
 
 def _keeps_logits(cfg: RunConfig) -> bool:
-    """selective_log_softmax's fp32/fp64 branch: gather + row-wise logsumexp, which saves its input (the logits) for backward (TU 0.15.2:1672-1676)."""
-    return cfg.logprob_head == "selective" and compute_bytes(cfg) == 4
+    """selective_log_softmax's fp32/fp64 branch: gather + row-wise logsumexp, which saves its input (the logits) for backward (TU 0.15.2 L1672-1676)."""
+    return cfg.logprob_head == "selective" and logits_bytes(cfg) == 4
 
 
 def materialized_train(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, int]:
@@ -134,9 +144,10 @@ def materialized_train(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, int
 
     Forward: logits [B, C+1, V] (a bytes); with an out-of-place temperature the copy [B, C, V] meets them. The
     row loop then keeps every row's log_softmax output (lf bytes, saved for its backward) while the logits live
-    (0.14 grpo_trainer.py:430-441; TU 0.15.2:1677-1684); the fp32 branch saves the logits themselves through
-    logsumexp and holds one row's exp temporary [C, V]. With TRL 0.20+'s entropy, each row's no-grad
-    log_softmax, exp and product [C, V] (lf) join them (entropy_from_logits, TU 0.20.0:1482-1489).
+    (0.14 grpo_trainer.py L430-441; TU 0.15.2 L1677-1684); the fp32 branch saves the logits themselves through
+    logsumexp and holds one row's exp temporary [C, V]. With TRL 0.20+'s entropy, a chunk's no-grad
+    log_softmax, exp and product (lf) join them: one sequence [C, V] in 0.20-0.22 (entropy_from_logits,
+    TU 0.20.0 L1482-1489), 128 flattened token rows [128, V] from 0.23 (TU 0.23.1 L1480).
     Backward (16-bit rows): the saved outputs + one row's gather/log_softmax/cast grads [C, V] (4 + lf + a), or
     UnbindBackward's B row grads + their stack (2·B·C·V·a), or the stack + the zero-padded slice grad
     [B, C+1, V]; fp32 branch: saved logits + the stacked row grads + gather's backward, a new_zeros and its
@@ -145,20 +156,27 @@ def materialized_train(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, int
     rel = _release(cfg)
     c, v = cfg.max_completion_length, arch.vocab_size
     n, n1 = batch * c, batch * (c + 1)
-    a, lf = compute_bytes(cfg), logsoftmax_bytes(cfg)
+    a, lf = logits_bytes(cfg), logsoftmax_bytes(cfg)
     held = (n if rel.temperature_copy else n1) * v * a
-    division = (n1 + n) * v * a if rel.temperature_copy else 0
-    entropy = 3 * c * v * lf if rel.entropy_pass else 0
+    division = max((n1 + n) * v * a if rel.temperature_copy else 0, _to_fp32_copy(cfg, n1, v))
+    # lm_head's autocast weight cast [V, H] (a bytes) is saved for its backward until the head's backward runs
+    cast_w = (
+        v * arch.hidden_size * compute_bytes(cfg)
+        if cfg.bf16 and residual_bytes(cfg) != compute_bytes(cfg)
+        else 0
+    )
+    rows = min(rel.entropy_chunk, n) if rel.entropy_chunk else c
+    entropy = 3 * rows * v * lf if rel.entropy_pass else 0  # a chunk's log_softmax, exp and product
     if _keeps_logits(cfg):
         saved = held
         fwd = max(division, held + c * v * 4, held + entropy)
         bwd = saved + 3 * n * v * 4  # + stacked row grads + gather's backward (new_zeros, then scatter_add)
-        return fwd, bwd
+        return fwd + cast_w, bwd + cast_w
     cast = c * v * 4 if lf != a else 0  # CUDA autocast's fp32 copy of one row's input
     saved = n * v * lf
     fwd = max(division, held + saved + cast, held + saved + entropy)
     bwd = max(saved + c * v * (4 + lf + a), 2 * n * v * a, n * v * a + n1 * v * a)
-    return fwd, bwd
+    return fwd + cast_w, bwd + cast_w
 
 
 def materialized_nograd(cfg: RunConfig, arch: Arch, batch: int) -> int:
@@ -166,9 +184,9 @@ def materialized_nograd(cfg: RunConfig, arch: Arch, batch: int) -> int:
     rel = _release(cfg)
     c, v = cfg.max_completion_length, arch.vocab_size
     n, n1 = batch * c, batch * (c + 1)
-    a, lf = compute_bytes(cfg), logsoftmax_bytes(cfg)
+    a, lf = logits_bytes(cfg), logsoftmax_bytes(cfg)
     held = (n if rel.temperature_copy else n1) * v * a
-    division = (n1 + n) * v * a if rel.temperature_copy else 0
+    division = max((n1 + n) * v * a if rel.temperature_copy else 0, _to_fp32_copy(cfg, n1, v))
     row = c * v * (4 if _keeps_logits(cfg) else lf + (4 if lf != a else 0))
     return max(division, held + row)
 

@@ -1,12 +1,12 @@
 """What older TRL releases add to a step's phases (estimator/trl_versions.py says which release does what).
 
 - Generation per micro-batch (TRL 0.14-0.16, `generation_unit == "micro_batch"`): every micro-batch after the
-  first generates and scores with the gradients of the earlier ones resident (0.14 grpo_trainer.py:370-428
+  first generates and scores with the gradients of the earlier ones resident (0.14 grpo_trainer.py L370-428
   generates inside compute_loss; 0.15-0.16 in _prepare_inputs, once per training_step).
 - Gradient accumulation in any release: from the second micro-batch on, the full .grad buffers are resident
   through its forward and backward (transformers Trainer zeroes them only after optimizer.step).
 - TRL 0.14 computes the reference log-probs inside compute_loss, after the policy forward and before backward
-  (grpo_trainer.py:443-451): the reference forward runs on top of everything the policy saved, including the
+  (grpo_trainer.py L443-451): the reference forward runs on top of everything the policy saved, including the
   row-wise log_softmax outputs.
 """
 

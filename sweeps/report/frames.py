@@ -16,7 +16,7 @@ from functools import lru_cache
 import pandas as pd
 
 from estimator.catalog import SHORTHANDS
-from estimator.config import RunConfig
+from estimator.config import NEWEST_TRL, RunConfig
 from estimator.estimate import Estimate, estimate
 from estimator.units import GIB
 from sweeps import records
@@ -91,6 +91,10 @@ def normalize_config(config: dict) -> dict:
     d["model"] = SHORTHANDS.get(model.upper(), model).lower()
     if d.get("lora_target_modules") is not None:
         d["lora_target_modules"] = sorted(d["lora_target_modules"])
+    if (
+        d.get("trl_version", NEWEST_TRL) == NEWEST_TRL
+    ):  # rows from before the field existed: the newest release
+        d.pop("trl_version", None)
     return d
 
 
