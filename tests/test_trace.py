@@ -43,8 +43,12 @@ def tiny_path(tmp_path_factory):
     ],
     ids=["full-fp32", "lora-beta-nogc"],
 )
-def test_fake_trace_matches_real_cpu_run(tiny_path, extra):
+def test_fake_trace_matches_real_cpu_run(tiny_path, extra, tmp_path, monkeypatch):
+    import tempfile
+
     from sweeps.trace import step
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the trainer's output_dir is created
 
     cfg = RunConfig(
         model=tiny_path,
@@ -57,6 +61,7 @@ def test_fake_trace_matches_real_cpu_run(tiny_path, extra):
     )
     fake = step.run(cfg, fake=True).observed
     real = step.run(cfg, fake=False).observed
+    assert list(tmp_path.glob("grpo-vram-trace-*")) == []  # the trainer's output_dir is removed afterwards
     assert fake["peak_bytes"] == pytest.approx(real["peak_bytes"], rel=0.01)
     for ph in ("generate", "score", "train", "optimizer"):
         assert fake["phases"][ph] == pytest.approx(real["phases"][ph], rel=0.01), ph

@@ -83,7 +83,7 @@ def _trainer_settings(cfg: RunConfig, out_dir: str):
     return grpo_setup.grpo_args(traced, variant, Path(out_dir)), grpo_setup.peft_config(cfg, variant)
 
 
-def build(cfg: RunConfig, conf, fake: bool = True):
+def build(cfg: RunConfig, conf, out_dir: str, fake: bool = True):
     """Policy (+ reference) model, GRPOTrainer and optimizer in the currently active tensor mode."""
     from accelerate.utils import set_seed
     from datasets import Dataset
@@ -96,7 +96,6 @@ def build(cfg: RunConfig, conf, fake: bool = True):
     model = fake_model.build_model(conf, dtype)
     if cfg.load_in_4bit:
         fake_model.emulate_4bit(model, dtype, nested=cfg.use_bnb_nested_quant)
-    out_dir = tempfile.mkdtemp(prefix="grpo-vram-trace-")
     args, lora = _trainer_settings(cfg, out_dir)
     ds = Dataset.from_dict({"prompt": ["a b"] * max(16, cfg.generation_sequences)})
     trainer = GRPOTrainer(
@@ -204,8 +203,9 @@ def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) ->
     t0 = time.perf_counter()
     mode = FakeTensorMode(shape_env=ShapeEnv()) if fake else nullcontext()
     step_seconds: list[float] = []
-    with patches.patched(), mode:
-        trainer, opt = build(cfg, conf, fake)
+    out_dir = tempfile.TemporaryDirectory(prefix="grpo-vram-trace-")  # GRPOConfig.output_dir, removed on exit
+    with out_dir, patches.patched(), mode:
+        trainer, opt = build(cfg, conf, out_dir.name, fake)
         policy = trainer.model
         probe = LiveStorageMode(round_to=CUDA_BLOCK if cfg.device == "cuda" else 1)
         probe.register(policy)
