@@ -1,17 +1,25 @@
-"""What to change to make a run fit: single changes re-estimated and ranked, then the smallest set that fits."""
+"""What to change to make a run fit: single changes re-estimated and ranked, then the smallest set that fits.
+
+Every change is re-estimated at this configuration: only changes that save memory are listed (a change that adds
+memory, e.g. ZeRO-3's gathers on a small model, is dropped), each with what it costs in throughput or quality, and
+sizing changes never go below a floor where the run would stop being the run the user asked for.
+"""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
-from estimator.estimate import Estimate
-from estimator.solve import EstimateFn, is_valid, largest_fitting
+from estimator.solve import EstimateFn, PeakCache, is_valid, largest_fitting
+from estimator.units import GIB
 
 FitsFn = Callable[[RunConfig], bool]
+MIN_SAVED_FRACTION = (
+    0.001  # a change saving less than 0.1 % of the peak is not worth listing (or rounds to 0.00 GiB)
+)
 MAX_EXTRA_GPUS = (2, 4, 8)
 
 
@@ -23,6 +31,7 @@ class Change:
     label: str
     cost: int  # 1 = no effect on the result, higher = changes training more (used to break ties)
     config: RunConfig
+    tradeoff: str = ""  # what the change costs: throughput, GPUs or quality
 
 
 @dataclass
@@ -42,6 +51,10 @@ class Option:
     def config(self) -> RunConfig:
         return self.changes[-1].config
 
+    @property
+    def tradeoff(self) -> str:
+        return "; ".join(c.tradeoff for c in self.changes if c.tradeoff)
+
 
 @dataclass
 class Advice:
@@ -60,38 +73,150 @@ def _load_bf16(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     if cfg.dtype != "float32" or cfg.load_in_4bit:
         return []
     return [
-        Change("bf16", "load in bf16 (model_init_kwargs dtype: bfloat16)", 1, cfg.with_(dtype="bfloat16"))
+        Change(
+            "bf16",
+            "load in bf16 (model_init_kwargs dtype: bfloat16)",
+            1,
+            cfg.with_(dtype="bfloat16"),
+            "bf16 weights and optimizer state instead of fp32 (bf16 autocast already computes in bf16)",
+        )
     ]
 
 
 def _grad_ckpt(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     if cfg.gradient_checkpointing:
         return []
-    return [Change("gc", "--gradient-checkpointing", 1, cfg.with_(gradient_checkpointing=True))]
+    return [
+        Change(
+            "gc",
+            "--gradient-checkpointing",
+            1,
+            cfg.with_(gradient_checkpointing=True),
+            "each layer's forward runs twice: the training step is roughly a third slower",
+        )
+    ]
 
 
 def _adam8bit(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     if cfg.device != "cuda" or cfg.optim not in ("adamw_torch_fused", "adamw_torch", "paged_adamw_32bit"):
         return []
-    return [Change("adam8", "--optim adamw_bnb_8bit", 2, cfg.with_(optim="adamw_bnb_8bit"))]
+    return [
+        Change(
+            "adam8",
+            "--optim adamw_bnb_8bit",
+            2,
+            cfg.with_(optim="adamw_bnb_8bit"),
+            "8-bit AdamW moments (block-wise quantized): usually no visible quality change",
+        )
+    ]
 
 
 def _lora(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     if cfg.use_peft:
         return []
-    return [Change("lora", f"--use-peft (LoRA r={cfg.lora_r})", 4, cfg.with_(use_peft=True))]
+    return [
+        Change(
+            "lora",
+            f"--use-peft (LoRA r={cfg.lora_r})",
+            4,
+            cfg.with_(use_peft=True),
+            "trains adapters only: fewer trainable parameters, may learn less than a full fine-tune",
+        )
+    ]
+
+
+def _prequantized(cfg: RunConfig) -> bool:
+    """The model is a GPTQ / AWQ checkpoint (already packed: bitsandbytes 4-bit does not apply to it)."""
+    from estimator.catalog import UnknownModel, resolve_model
+    from estimator.terms.quantized import arch_quant_spec
+
+    try:
+        return arch_quant_spec(resolve_model(cfg.model)) is not None
+    except (UnknownModel, ValueError):
+        return False
 
 
 def _qlora(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
-    if cfg.load_in_4bit or cfg.device != "cuda":
+    if cfg.load_in_4bit or cfg.device != "cuda" or _prequantized(cfg):
         return []
-    return [Change("qlora", "--qlora (LoRA on a 4-bit base)", 5, cfg.with_(use_peft=True, load_in_4bit=True))]
+    return [
+        Change(
+            "qlora",
+            "--qlora (LoRA on a 4-bit base)",
+            5,
+            cfg.with_(use_peft=True, load_in_4bit=True),
+            "4-bit NF4 base: slower (dequantized every matmul), a small quality loss",
+        )
+    ]
 
 
 def _vllm_sleep(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
-    if not (cfg.use_vllm and cfg.vllm_mode == "colocate") or cfg.vllm_enable_sleep_mode:
+    if not (cfg.use_vllm and cfg.vllm_mode == "colocate") or cfg.vllm_sleeps:
         return []
-    return [Change("sleep", "--vllm-enable-sleep-mode", 1, cfg.with_(vllm_enable_sleep_mode=True))]
+    return [
+        Change(
+            "sleep",
+            "--vllm-enable-sleep-mode",
+            1,
+            cfg.with_(vllm_enable_sleep_mode=True, vllm_sleep_level=None),
+            "vLLM frees its weights and KV cache while training (level 2): every step re-pushes the weights",
+        )
+    ]
+
+
+def _vllm_share(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """A smaller vLLM share: the largest that fits, never below what holds one prompt + completion request."""
+    if not (cfg.use_vllm and cfg.vllm_mode == "colocate"):
+        return []
+    floor = vllm_floor(cfg)
+    u = cfg.vllm_gpu_memory_utilization
+    shares = [x / 100 for x in range(int(round(floor * 100)), int(round(u * 100)))]
+    if not shares:
+        return []
+    pick = largest_fitting(shares, lambda x: fits(cfg.with_(vllm_gpu_memory_utilization=x))) if fits else None
+    pick = pick if pick is not None else shares[0]
+    return [
+        Change(
+            "vllm_share",
+            f"--vllm-gpu-memory-utilization {pick}",
+            1,
+            cfg.with_(vllm_gpu_memory_utilization=pick),
+            f"a smaller KV cache (down to {floor} still holds one {cfg.sequence_length}-token request, with "
+            "vllm_max_model_length set to it): fewer sequences at once, generation may run in waves",
+        )
+    ]
+
+
+def _offload_optimizer(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """DeepSpeed ZeRO-Offload of the optimizer state, once RunConfig carries `offload_optimizer` (issue 11)."""
+    if "offload_optimizer" not in RunConfig.field_names() or cfg.sharding not in ("zero2", "zero3"):
+        return []
+    if getattr(cfg, "offload_optimizer", False):
+        return []
+    return [
+        Change(
+            "offload",
+            "--offload-optimizer (DeepSpeed offload_optimizer: cpu)",
+            3,
+            cfg.with_(offload_optimizer=True),
+            "AdamW state and step on the CPU: slower optimizer steps, needs host RAM for the fp32 state",
+        )
+    ]
+
+
+def _vllm_server(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """Move vLLM to a GPU of its own (`trl vllm-serve`): the training GPUs keep none of its share."""
+    if not (cfg.use_vllm and cfg.vllm_mode == "colocate"):
+        return []
+    return [
+        Change(
+            "vllm_server",
+            "--vllm-mode server (vLLM on a GPU of its own: trl vllm-serve)",
+            3,
+            cfg.with_(vllm_mode="server"),
+            "needs one more GPU for vLLM; generation no longer waits on the training GPUs' memory",
+        )
+    ]
 
 
 def _micro_batch(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
@@ -115,14 +240,22 @@ def _micro_batch(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
         return []
     pick = next((c for c in options if fits(c)), options[-1]) if fits else options[len(options) // 2]
     b, ga = pick.per_device_train_batch_size, pick.gradient_accumulation_steps
-    return [Change("micro", f"--per-device-train-batch-size {b} --gradient-accumulation-steps {ga}", 2, pick)]
+    return [
+        Change(
+            "micro",
+            f"--per-device-train-batch-size {b} --gradient-accumulation-steps {ga}",
+            2,
+            pick,
+            "same sequences per optimizer step in smaller micro-batches: slower, same result",
+        )
+    ]
 
 
 def _fewer_generations(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     """Fewer completions per prompt, same prompts per generation batch (so fewer sequences at once)."""
     g, seq = cfg.num_generations, cfg.generation_sequences
     options = []
-    for g2 in range(g - 1, 1, -1):
+    for g2 in range(g - 1, min_generations(g) - 1, -1):
         if (seq * g2) % g:
             continue
         c = _with_sequences(cfg.with_(num_generations=g2), seq * g2 // g)
@@ -133,7 +266,15 @@ def _fewer_generations(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     pick = next((c for c in options if fits(c)), None) if fits else options[len(options) // 2]
     if pick is None:
         return []
-    return [Change("gens", f"--num-generations {pick.num_generations} ({_geometry(pick)})", 6, pick)]
+    return [
+        Change(
+            "gens",
+            f"--num-generations {pick.num_generations} ({_geometry(pick)})",
+            6,
+            pick,
+            "fewer completions per prompt: noisier group-relative advantages",
+        )
+    ]
 
 
 def _with_sequences(cfg: RunConfig, seq: int) -> RunConfig | None:
@@ -153,15 +294,24 @@ def _geometry(c: RunConfig) -> str:
 
 def _shorter_completions(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     n = cfg.max_completion_length
-    if n <= 1:
+    floor = min_completion_length(n)
+    if n <= floor:
         return []
     if fits:
-        best = largest_fitting(range(1, n), lambda m: fits(cfg.with_(max_completion_length=m)))
-        if best is None:
+        best = largest_fitting(range(floor, n), lambda m: fits(cfg.with_(max_completion_length=m)))
+        if best is None:  # even the floor does not fit: length is not what to change
             return []
     else:
-        best = n // 2
-    return [Change("len", f"--max-completion-length {best}", 6, cfg.with_(max_completion_length=best))]
+        best = max(floor, n // 2)
+    return [
+        Change(
+            "len",
+            f"--max-completion-length {best}",
+            6,
+            cfg.with_(max_completion_length=best),
+            f"completions cut at {best} tokens instead of {n}: long answers are truncated",
+        )
+    ]
 
 
 def _more_gpus(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
@@ -174,13 +324,52 @@ def _more_gpus(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
         return []
     pick = next((c for c in options if fits(c)), options[-1]) if fits else options[0]
     how = "--fsdp" if sharding == "fsdp" else "--zero 3"
-    return [Change("gpus", f"--gpus {pick.num_gpus} {how}", 3, pick)]
+    return [
+        Change(
+            "gpus",
+            f"--gpus {pick.num_gpus} {how}",
+            3,
+            pick,
+            f"{pick.num_gpus} GPUs; gathers and reduce-scatters every layer (slower per GPU)",
+        )
+    ]
+
+
+MIN_COMPLETION_TOKENS = 64
+
+
+def min_completion_length(n: int) -> int:
+    """Shortest completion advice proposes: an eighth of the asked length, at least 64 tokens (or n itself)."""
+    return min(n, max(MIN_COMPLETION_TOKENS, n // 8))
+
+
+def min_generations(g: int) -> int:
+    """Fewest completions per prompt advice proposes: a quarter of the asked group, at least 2 (or g itself)."""
+    return min(g, max(2, g // 4))
+
+
+def vllm_floor(cfg: RunConfig) -> float:
+    """Smallest vLLM share (2 decimals) whose KV cache holds one prompt + completion request (layout.py)."""
+    from estimator.catalog import UnknownModel, resolve_model
+    from estimator.layout import VllmSettings, smallest_utilization
+
+    try:
+        arch = resolve_model(cfg.model)
+    except (UnknownModel, ValueError):
+        return 0.01
+    total = int((cfg.gpu_memory_gib or 80.0) * GIB)
+    settings = replace(VllmSettings.of(cfg), max_model_length=cfg.sequence_length)
+    u = smallest_utilization(cfg, arch, settings, total, False)
+    return u if u is not None else cfg.vllm_gpu_memory_utilization
 
 
 GENERATORS = (
     _load_bf16,
     _grad_ckpt,
     _vllm_sleep,
+    _vllm_share,
+    _vllm_server,
+    _offload_optimizer,
     _adam8bit,
     _lora,
     _qlora,
@@ -189,7 +378,7 @@ GENERATORS = (
     _shorter_completions,
     _fewer_generations,
 )
-CONFLICTS = ({"lora", "qlora"}, {"bf16", "qlora"})
+CONFLICTS = ({"lora", "qlora"}, {"bf16", "qlora"}, {"vllm_share", "vllm_server"}, {"sleep", "vllm_server"})
 
 
 def single_changes(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
@@ -216,13 +405,7 @@ def advise(
 ) -> Advice:
     """Rank single changes by bytes saved; with a budget, find the smallest set that fits (exhaustive up to
     `max_set` changes, then greedy)."""
-    cache: dict[RunConfig, Estimate] = {}
-
-    def peak(c: RunConfig) -> int:
-        if c not in cache:
-            cache[c] = estimate_fn(c, arch)
-        return cache[c].peak_device_bytes
-
+    peak = PeakCache(arch, estimate_fn)
     fits: FitsFn | None = (lambda c: peak(c) <= budget_bytes) if budget_bytes is not None else None
     base = peak(cfg)
 
@@ -230,7 +413,9 @@ def advise(
         p = peak(changes[-1].config)
         return Option(changes, p, base - p, (p <= budget_bytes) if budget_bytes is not None else None)
 
-    singles = sorted((option((ch,)) for ch in single_changes(cfg, fits)), key=lambda o: -o.saved_bytes)
+    tried = (option((ch,)) for ch in single_changes(cfg, fits))
+    floor = max(1, int(MIN_SAVED_FRACTION * base))
+    singles = sorted((o for o in tried if o.saved_bytes >= floor), key=lambda o: -o.saved_bytes)
     advice = Advice(base, budget_bytes, singles)
     if fits is None or base <= budget_bytes:
         return advice
@@ -242,7 +427,9 @@ def advise(
                 continue
             changes = apply_keys(cfg, combo, fits)
             if changes is not None and fits(changes[-1].config):
-                found.append(option(changes))
+                o = option(changes)
+                if o.saved_bytes > 0:
+                    found.append(o)
         if found:
             advice.plan = min(found, key=lambda o: (sum(c.cost for c in o.changes), o.peak_device_bytes))
             return advice
@@ -261,7 +448,7 @@ def _greedy(cfg: RunConfig, fits: FitsFn, option: Callable[[tuple[Change, ...]],
             if ch.key in chosen or any(pair <= set(keys) for pair in CONFLICTS):
                 continue
             changes = apply_keys(cfg, keys, fits)
-            if changes is not None:
+            if changes is not None and option(changes).saved_bytes > 0:
                 tried.append(option(changes))
         if not tried:
             return best
@@ -271,3 +458,50 @@ def _greedy(cfg: RunConfig, fits: FitsFn, option: Callable[[tuple[Change, ...]],
         best, chosen = pick, tuple(c.key for c in pick.changes)
         if best.fits:
             return best
+
+
+def layout_fixes(layout, cfg: RunConfig) -> list[str]:
+    """The change that fixes the real cause when vLLM fails by its own accounting (layout.py), with what it frees."""
+    v = layout.vllm
+    if v is None or v.failure is None:
+        return []
+    lines: list[str] = []
+    if "one max_model_len" in v.failure:
+        need = cfg.sequence_length
+        lines.append(
+            f"--vllm-max-model-length {need} (TRL vllm_max_model_length, ms-swift vllm_max_model_len) = prompt + "
+            f"completion: vLLM sizes "
+            f"its start-up check for one request of max_model_len={v.max_model_len} tokens "
+            f"({v.one_sequence / GIB:.2f} GiB of KV), the run never needs more than {need}"
+        )
+    if "no memory left for the KV cache" in v.failure:
+        lo = f" (at least {v.smallest_utilization})" if v.smallest_utilization else ""
+        lines.append(
+            f"vLLM's share {v.utilization} does not hold its own weights ({v.weights / GIB:.2f} GiB) and buffers: "
+            f"raise vllm_gpu_memory_utilization{lo}, or load fewer weights into vLLM (LoRA-only / quantized)"
+        )
+    if "it asks" in v.failure or "training step" in v.failure:
+        if v.largest_safe_utilization is not None:
+            lines.append(
+                f"lower vllm_gpu_memory_utilization to {v.largest_safe_utilization} (the largest that starts and "
+                f"leaves the step room); frees {(v.utilization - v.largest_safe_utilization) * v.requested / max(v.utilization, 1e-9) / GIB:.2f} GiB of vLLM's share"
+            )
+        else:
+            lines.append(
+                "no vllm_gpu_memory_utilization leaves the step room: move vLLM to its own GPU (server mode)"
+            )
+    return lines
+
+
+def role_moves(layout) -> list[str]:
+    """When the training GPUs do not fit: each role beside the policy moved to a GPU of its own, with the bytes it
+    frees on every training GPU (its resident bytes, at least) and the GPU it costs; largest first."""
+    training = layout.groups[0]
+    if training.fits:
+        return []
+    rows = sorted(training.roles[1:], key=lambda r: -r.resident)
+    return [
+        f"move {r.role} to a GPU of its own (MODEL@own): frees at least {r.resident / GIB:.2f} GiB on each "
+        "training GPU, costs one more GPU"
+        for r in rows
+    ]

@@ -1,18 +1,23 @@
 """`vram-estimate`: how much GPU memory a TRL 1.16 GRPO run needs, what to change to make it fit.
 
-Exit codes: 0 fits (or no --gpu given), 1 does not fit on --gpu (or --solve finds nothing), 2 bad input.
+With reward / reference / value models or vLLM it also lays the run out per GPU and per role (estimator/layout.py)
+and checks vLLM's start-up the way vLLM does. Exit codes: 0 fits (or no --gpu given), 1 does not fit on --gpu
+(the policy's step, a GPU of the layout or vLLM's start-up; or --solve finds nothing), 2 bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import sys
 from dataclasses import dataclass
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
 from estimator.flags import FlagError, add_run_flags, resolve_run
+from estimator.solve import SOLVABLE
 
 PROG = "vram-estimate"
 
@@ -45,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--advice", action="store_true", default=False, help="show what to change even if it fits")
     o.add_argument(
         "--solve",
-        choices=("num_generations", "max_completion_length", "per_device_train_batch_size"),
+        choices=SOLVABLE,
         help="largest value of this setting that fits on --gpu",
     )
     o.add_argument(
@@ -87,6 +92,8 @@ def parse(argv: list[str]) -> Request:
     solve = getattr(ns, "solve", None)
     if solve and gpu is None:
         raise UsageError("--solve needs --gpu NAME (the memory to fit in)")
+    if solve == "vllm_gpu_memory_utilization" and not (cfg.use_vllm and cfg.vllm_mode == "colocate"):
+        raise UsageError("--solve vllm_gpu_memory_utilization needs --use-vllm with --vllm-mode colocate")
     if gpu is not None and cfg.device == "cpu":
         raise UsageError("--gpu checks a GPU; drop it with --device cpu")
     return Request(cfg, arch, gpu, ns.json, ns.advice, solve, ns.trace, notes)
@@ -127,36 +134,78 @@ def render_trace(traced: dict) -> str:
 
 
 def execute(req: Request) -> tuple[str, int]:
-    """Estimate, check fits, advise / solve; returns (stdout text, exit code)."""
-    from estimator import advice as adv
-    from estimator import gpus, report
-    from estimator.estimate import estimate
-    from estimator.solve import solve
+    """Estimate, lay out every role and vLLM per GPU, check fits, advise / solve; returns (stdout text, exit code).
 
-    def est_fn(c: RunConfig, arch: Arch):
+    Models beside the policy (reward / reference / value) placed on the training GPUs are part of the estimate
+    that the fit checks, advice and --solve see (`layout.with_roles`); the layout (present with roles or vLLM)
+    adds the per-GPU, per-role bytes, the GPU count and vLLM's own start-up checks.
+    """
+    from estimator import advice as adv
+    from estimator import catalog, gpus, report
+    from estimator.estimate import estimate
+    from estimator.layout import VllmSettings, plan, with_roles
+    from estimator.role_spec import config_roles
+    from estimator.solve import solve
+    from estimator.units import GIB
+
+    def policy_fn(c: RunConfig, arch: Arch):
         return estimate(c, arch)
 
-    est = estimate(req.cfg, req.arch)
-    fits = [] if req.cfg.device == "cpu" else [report.check_fit(est, g) for g in gpus.GPUS]
-    target = report.check_fit(est, req.gpu) if req.gpu is not None else None
+    cfg = req.cfg
+    roles = config_roles(cfg)
+    est_fn = with_roles(policy_fn, roles, catalog.resolve_model) if roles else policy_fn
+    est = est_fn(cfg, req.arch)
+
+    def layout_on(c: RunConfig, total: int):
+        return plan(estimate(c, req.arch), roles, VllmSettings.of(c), catalog.resolve_model, total, policy_fn)
+
+    def fit_on(g):
+        """The step on card `g` (a colocated vLLM takes its share of that card), blocked if the layout fails."""
+        c, e = cfg, est
+        if cfg.use_vllm and cfg.vllm_mode == "colocate" and cfg.gpu_memory_gib != g.memory_gib:
+            c = cfg.with_(gpu_memory_gib=g.memory_gib)
+            e = est_fn(c, req.arch)
+        fit = report.check_fit(e, g)
+        if roles or cfg.use_vllm:  # the training GPU's bytes are the step's own, already in free_bytes
+            why = [
+                b for b in layout_on(c, g.memory_bytes).blockers if b != "training GPU" or fit.free_bytes >= 0
+            ]
+            fit = dataclasses.replace(fit, blocked=", ".join(why))
+        return fit
+
+    fits = [] if cfg.device == "cpu" else [fit_on(g) for g in gpus.GPUS]
+    target = fit_on(req.gpu) if req.gpu is not None else None
     budget = req.gpu.memory_bytes if req.gpu is not None else None
+    layout, fixes, starts = None, [], True
+    if roles or cfg.use_vllm:
+        total = budget if budget is not None else int((cfg.gpu_memory_gib or 80.0) * GIB)
+        layout = layout_on(cfg, total)
+        fixes = adv.layout_fixes(layout, cfg) + adv.role_moves(layout)
+        starts = layout.vllm is None or layout.vllm.failure is None or "start-up" not in layout.vllm.failure
+        if not layout.fits:
+            budget = total
+    fails = (target is not None and not target.fits) or (layout is not None and not layout.fits)
     advice = None
-    if req.advice or (target is not None and not target.fits):
-        advice = adv.advise(req.cfg, req.arch, est_fn, budget)
-    solution = solve(req.cfg, req.arch, req.solve, budget, est_fn) if req.solve else None
-    traced = run_trace(req.cfg) if req.trace else None
-    code = 0
-    if target is not None and not target.fits:
-        code = 1
+    if req.advice or fails:  # vLLM failing at start-up is not fixed by saving training memory: no target then
+        advice = adv.advise(cfg, req.arch, est_fn, budget if starts else None)
+    solution = solve(cfg, req.arch, req.solve, budget, est_fn) if req.solve else None
+    traced = run_trace(cfg) if req.trace else None
+    code = 1 if req.gpu is not None and fails else 0
     if solution is not None:
         code = 0 if solution.value is not None else 1
     if req.as_json:
-        d = report.to_json(est, fits, target, advice, solution)
+        d = report.to_json(est, fits, target, advice, solution, layout, fixes)
         if traced is not None:
             d["trace"] = traced
         return json.dumps(d, indent=2), code
     parts = [report.render(est, fits, target)]
+    if layout is not None:
+        parts.append(report.render_layout(layout, fixes))
     if advice is not None:
+        if not starts:
+            parts.append(
+                "(vLLM fails before the first step: the changes below save memory but do not fix that)"
+            )
         parts.append(report.render_advice(advice))
     if solution is not None:
         parts.append(report.render_solution(solution))
@@ -176,7 +225,14 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    print(text)
+    try:
+        print(text)
+        sys.stdout.flush()
+    except (
+        BrokenPipeError
+    ):  # `| head`: the reader left; the Python docs' recipe (library/signal.html#note-on-sigpipe)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return code
 
 

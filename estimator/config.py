@@ -27,7 +27,15 @@ OPTIMIZERS = (
     "sgd",
 )
 VLLM_MODES = ("colocate", "server")
-LOGPROB_HEADS = ("chunked", "full")  # TRL 1.16's fused chunked head, or the classic [B, C, V] logits path
+SLEEP_LEVELS = (
+    0,
+    1,
+    2,
+)  # vLLM LLM.sleep(level): 1 offloads weights to host RAM, 2 discards them; 0 = never sleeps
+# TRL 1.15+'s fused chunked head, the classic [B, C, V] logits path, and older releases' materialized-logits
+# heads: 0.14's row-wise log_softmax and 0.15-1.14's selective_log_softmax (estimator/trl_versions.py)
+LOGPROB_HEADS = ("chunked", "full", "rowwise", "selective")
+NEWEST_TRL = "1.16"  # the newest TRL release modelled (estimator/trl_versions.py NEWEST)
 DEVICES = ("cuda", "cpu")  # cpu = TRL's `use_cpu=True` path
 SHARDINGS = ("none", "zero2", "zero3", "fsdp")  # DeepSpeed ZeRO-2/3 or FSDP (full shard) over `num_gpus`
 MAX_COUNT = 1 << 20  # upper bound of batch-like counts: beyond it no GPU holds one sequence's state
@@ -169,7 +177,103 @@ class RunConfig:
     vllm_importance_sampling_correction: bool = setting(
         True, "TRL's importance-sampling correction (adds an old-policy pass)"
     )
+    vllm_max_model_length: int | None = setting(
+        None,
+        "longest request vLLM admits; its start-up check needs one such request's KV cache "
+        "(ms-swift vllm_max_model_len; default: the model's max_position_embeddings)",
+        minimum=1,
+        maximum=MAX_TOKENS,
+        file_keys=("vllm_max_model_len",),
+        metavar="N",
+        since="0.2.0",
+    )
+    vllm_tensor_parallel_size: int = setting(
+        1,
+        "GPUs one vLLM engine spans (tensor parallel)",
+        minimum=1,
+        maximum=65536,
+        metavar="N",
+        since="0.2.0",
+    )
+    vllm_sleep_level: int | None = setting(
+        None,
+        "level a colocated vLLM sleeps at: 1 parks its weights in host RAM, 2 drops them, 0 never sleeps "
+        "(ms-swift sleep_level; default: 2 with --vllm-enable-sleep-mode, as TRL 1.16, else no sleep)",
+        choices=SLEEP_LEVELS,
+        file_keys=("sleep_level",),
+        since="0.2.0",
+    )
+    vllm_share_base: bool = setting(
+        False,
+        "vLLM loads only the LoRA weights and shares the trainer's base (Unsloth fast_inference)",
+        ours=True,
+        since="0.2.0",
+    )
+    vllm_starts_first: bool = setting(
+        False,
+        "colocate: vLLM reserves its share before the models load (OpenRLHF / Open-Reasoner-Zero order)",
+        ours=True,
+        since="0.2.0",
+    )
+    vllm_server_gpus: int = setting(
+        1,
+        "server mode: GPUs running trl vllm-serve (data parallel x tensor parallel)",
+        minimum=1,
+        maximum=65536,
+        metavar="N",
+        ours=True,
+        since="0.2.0",
+    )
+    vllm_server_utilization: float = setting(
+        0.9,
+        "server mode: trl vllm-serve --gpu_memory_utilization",
+        above=0.0,
+        maximum=1.0,
+        metavar="X",
+        ours=True,
+        since="0.2.0",
+    )
+    # other models beside the policy: MODEL, MODEL@policy, MODEL@own[=GROUP][:N] (estimator/role_spec.py)
+    reward_models: tuple[str, ...] | None = setting(
+        None,
+        "reward model(s) scoring every completion (sequence classification), as MODEL[@own[=GROUP][:N]]: "
+        "@own puts it on N GPUs of its own, =GROUP shares them with other roles (default: the policy's GPUs); repeatable",
+        group="model",
+        flag="--reward-model",
+        aliases=("--reward-models",),
+        file_keys=("reward_model",),
+        metavar="ROLE",
+        since="0.2.0",
+    )
+    reference_models: tuple[str, ...] | None = setting(
+        None,
+        "separate frozen copies of a policy (an OpenRLHF reference, a sampler's old policy), as "
+        "MODEL[@own[=GROUP][:N]]; TRL's own reference is --beta",
+        group="model",
+        flag="--reference-model",
+        aliases=("--reference-models",),
+        file_keys=("ref_model",),
+        metavar="ROLE",
+        since="0.2.0",
+    )
+    value_model: str | None = setting(
+        None,
+        "a PPO value model (critic) trained beside the policy, as MODEL[@own[=GROUP][:N]]",
+        group="model",
+        metavar="ROLE",
+        since="0.2.0",
+    )
     # ours
+    trl_version: str = setting(
+        NEWEST_TRL,
+        "TRL release whose GRPO semantics to model, MAJOR.MINOR from 0.14 (defaults, what "
+        "per_device_train_batch_size counts (prompts in 0.14), reference model, log-prob head, generation; "
+        "default: the installed TRL when modelled, else the newest)",
+        group="hardware",
+        metavar="X.Y",
+        ours=True,
+        since="0.1.0",
+    )
     logprob_head: str = setting(
         "chunked",
         "TRL's fused chunked log-prob head or full [B, C, V] logits",
@@ -214,8 +318,23 @@ class RunConfig:
 
     # ---- derived geometry (TRL 1.16 GRPOConfig.__post_init__, grpo_config.py:1096-1116) ----
     @property
+    def release(self):
+        """The TRL release row this config models (estimator/trl_versions.py TrlProfile)."""
+        from estimator.trl_versions import profile
+
+        return profile(self.trl_version)
+
+    @property
     def resolved_steps_per_generation(self) -> int:
-        """steps_per_generation = given, or generation_batch_size / (bs × procs), or gradient_accumulation_steps."""
+        """steps_per_generation = given, or generation_batch_size / (bs × procs), or gradient_accumulation_steps.
+
+        TRL ≤0.16 generates per micro-batch (1); 0.17 once per accumulation cycle (GA); 0.18+ as above.
+        """
+        unit = self.release.generation_unit
+        if unit == "micro_batch":
+            return 1
+        if unit == "accumulated":
+            return self.gradient_accumulation_steps
         if self.steps_per_generation is not None:
             return self.steps_per_generation
         if self.generation_batch_size is not None:
@@ -239,22 +358,45 @@ class RunConfig:
 
     @property
     def has_reference_model(self) -> bool:
-        """A separate reference copy exists only with beta != 0 and no PEFT (grpo_trainer.py:982-1003)."""
+        """A separate reference copy exists only with beta != 0 and no PEFT (grpo_trainer.py:982-1003); TRL ≤0.15 makes one whatever beta."""
+        if not self.release.reference_needs_beta:
+            return not self.use_peft
         return self.beta != 0.0 and not self.use_peft
 
     @property
     def runs_reference_pass(self) -> bool:
-        """The no-grad reference log-prob pass runs whenever beta != 0 (on the ref model or adapters disabled)."""
-        return self.beta != 0.0
+        """The no-grad reference log-prob pass runs whenever beta != 0 (on the ref model or adapters disabled); always in TRL ≤0.15."""
+        return self.beta != 0.0 or not self.release.reference_needs_beta
 
     @property
     def runs_old_logprob_pass(self) -> bool:
-        """Old-policy pass: GA % (steps_per_generation × num_iterations) != 0, or vLLM IS correction (GT:2634-2657)."""
+        """Old-policy pass: GA % (steps_per_generation × num_iterations) != 0, or vLLM IS correction (GT:2634-2657).
+
+        Older releases' rules (trl_versions.OLD_PASS_RULES): never (≤0.15), num_iterations > 1 (0.16-0.18),
+        + steps_per_generation > GA (0.19), the GA rule without vLLM's correction (0.20-0.22).
+        """
+        from estimator.release_config import old_pass
+
+        rule = old_pass(self)
+        if rule is not None:
+            return rule
         if self.use_vllm and self.vllm_importance_sampling_correction:
             return True
         return (
             self.gradient_accumulation_steps % (self.resolved_steps_per_generation * self.num_iterations) != 0
         )
+
+    @property
+    def vllm_sleeps(self) -> bool:
+        """A colocated vLLM sleeps between generations: TRL's vllm_enable_sleep_mode or an ms-swift level 1-2."""
+        return self.vllm_enable_sleep_mode or bool(self.vllm_sleep_level)
+
+    @property
+    def resolved_vllm_sleep_level(self) -> int:
+        """The level vLLM sleeps at: the given one, else TRL 1.16's 2 (vllm_generation.py:366); 0 = never."""
+        if not self.vllm_sleeps:
+            return 0
+        return self.vllm_sleep_level or 2
 
     @property
     def quantized(self) -> bool:
@@ -265,18 +407,25 @@ class RunConfig:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
+        """Field values; a setting added after 0.1.0 appears only when it differs from its default, so a run
+        that does not use it keeps the key (`sweeps.records.make_key`) it had before the setting existed."""
         d = asdict(self)
-        if d["lora_target_modules"] is not None:
-            d["lora_target_modules"] = list(d["lora_target_modules"])
+        for f in fields(self):
+            if f.metadata["setting"].since != "0.1.0" and d[f.name] == f.default:
+                del d[f.name]
+        for name, value in d.items():
+            if isinstance(value, tuple):
+                d[name] = list(value)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> RunConfig:
         """Build from a dict of field values (unknown keys are an error: use `field_names()` to filter)."""
         d = dict(d)
-        if d.get("lora_target_modules") is not None:
-            tm = d["lora_target_modules"]
-            d["lora_target_modules"] = (tm,) if isinstance(tm, str) else tuple(tm)
+        for name in ("lora_target_modules", "reward_models", "reference_models"):
+            if d.get(name) is not None:
+                v = d[name]
+                d[name] = (v,) if isinstance(v, str) else tuple(v)
         return cls(**d)
 
     @staticmethod

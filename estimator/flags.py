@@ -67,10 +67,15 @@ def _add(group: argparse._ArgumentGroup, f: Field) -> None:
         kw["action"] = argparse.BooleanOptionalAction
     elif f.name == "dtype":
         kw.update(type=_dtype, metavar="{" + ",".join(DTYPE_CHOICES) + "}")
-    elif f.kind == "strs":
-        kw.update(nargs="+", metavar=f.meta.metavar or "NAME")
+    elif f.kind == "strs":  # repeatable: --reward-model A --reward-model B
+        kw.update(nargs="+", action="extend", metavar=f.meta.metavar or "NAME")
     elif f.meta.choices is not None:
         kw["choices"] = f.meta.choices
+        if f.kind != "str":
+            kw.update(
+                type={"int": _int, "float": _float}[f.kind],
+                metavar="{" + ",".join(map(str, f.meta.choices)) + "}",
+            )
     else:
         kw.update(type={"int": _int, "float": _float, "str": str}[f.kind], metavar=f.meta.metavar)
     group.add_argument(*names, **kw)
@@ -152,7 +157,10 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
     from estimator.architecture import ConfigError
     from estimator.config import RunConfig
     from estimator.configfile import ConfigFileError, read_config_file
+    from estimator.release_config import release_values
+    from estimator.trl_versions import default_version, fmt
     from estimator.validate import InvalidConfig, validate
+    from estimator.validate import notes as setting_notes
 
     values: dict = {}
     notes: list[str] = []
@@ -164,6 +172,11 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
         values.update(settings.values)
         notes += settings.notes
     values.update(run_values(ns))
+    try:  # the modelled TRL release's defaults and batch meaning (given settings are in its terms)
+        version = values.get("trl_version") or fmt(default_version())
+        values = release_values(version, values)
+    except ValueError as e:
+        raise FlagError(str(e)) from None
     model = values.setdefault("model", RunConfig().model)
     try:
         arch = catalog.resolve_model(model)
@@ -179,4 +192,13 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
         raise FlagError(str(e)) from None
     except TypeError as e:
         raise FlagError(f"bad setting: {e}") from None
-    return cfg, arch, notes
+    from estimator.config import flag
+    from estimator.role_spec import config_roles
+
+    field_of = {"reward": "reward_models", "reference": "reference_models", "value": "value_model"}
+    for role in config_roles(cfg):  # every model beside the policy must resolve, like --model
+        try:
+            catalog.resolve_model(role.model)
+        except (catalog.UnknownModel, ConfigError) as e:
+            raise FlagError(f"{flag(field_of[role.kind])}: {e}") from None
+    return cfg, arch, notes + setting_notes(cfg, arch, values)

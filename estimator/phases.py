@@ -14,8 +14,9 @@ from estimator.terms import activations as act
 from estimator.terms import generation as gen
 from estimator.terms import logprob_head as head
 from estimator.terms import optimizer as opt
-from estimator.terms import weights
+from estimator.terms import release, vllm, weights
 from estimator.terms.sharding import deepspeed_dtype_config, gathered_weights, shard
+from estimator.units import nbytes
 
 
 def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
@@ -28,16 +29,18 @@ def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         "master_weights": opt.master_weights(cfg, arch),
     }
     held = {k: shard(cfg, k, v) for k, v in held.items()}
-    if not cfg.vllm_enable_sleep_mode:
-        held["vllm"] = gen.vllm_reservation(cfg)
+    # vLLM colocate: its whole budget, or what stays while it sleeps (terms/vllm.py)
+    held["vllm"] = vllm.colocate_sleeping(cfg) if cfg.vllm_sleeps else vllm.colocate_footprint(cfg)
     return held
 
 
 def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     """KV cache at full length + the larger of the prefill transient and the decode-step transient."""
     if cfg.use_vllm:
-        woken = gen.vllm_reservation(cfg) if cfg.vllm_enable_sleep_mode else 0
-        return {"vllm": woken}
+        woken = vllm.colocate_footprint(cfg) - vllm.colocate_sleeping(cfg) if cfg.vllm_sleeps else 0
+        largest = max(arch.embedding_params, arch.lm_head_params) * nbytes(cfg.dtype)
+        sync = vllm.weight_sync_gather(cfg, weights.policy_weights(cfg, arch), largest)
+        return {"vllm": woken, "gathered_weights": sync}
     prefill = {
         "kv_cache": gen.kv_cache(cfg, arch, cfg.max_prompt_length),
         "activations": act.nograd_forward_peak(cfg, arch, cfg.generation_sequences, cfg.max_prompt_length),
@@ -67,7 +70,7 @@ def score_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     layers = {"activations": act.nograd_forward_peak(cfg, arch, b, seq)}
     at_head = {
         "activations": act.hidden_states(cfg, arch, b * seq),  # last_hidden_state
-        "logprob_head": head.head_forward(cfg, arch, b),
+        "logprob_head": head.nograd_head(cfg, arch, b),
     }
     larger = max(layers, at_head, key=lambda d: sum(d.values()))
     return common | larger
@@ -81,13 +84,7 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
     saved = act.saved_activations(cfg, arch, b, seq)
     norm_saved = tokens * act.rmsnorm_saved_per_token(cfg, arch)
     buffers = gen.rollout_buffers(cfg)
-    if cfg.logprob_head == "full":
-        fwd_head = bwd_head = head.full_logits(cfg, arch, b)
-        saved_head = 0
-    else:
-        fwd_head = head.head_forward(cfg, arch, b)
-        saved_head = head.head_saved(cfg, arch, b)
-        bwd_head = head.head_backward(cfg, arch, b, lm_head_trainable=not cfg.use_peft)
+    fwd_head, saved_head, bwd_head = head.train_head(cfg, arch, b)
     cast_cache = act.autocast_weight_cache(cfg, arch, include_lm_head=False)
     instants = {
         "head_forward": {
@@ -129,7 +126,7 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
     instants["backward_end"] = {"activations": grad_flow, "gradients": grads + shard(cfg, "gradients", tied)}
     for comps in instants.values():
         comps["rollout_buffers"] = buffers
-    return instants
+    return release.train_instants(cfg, arch, instants, saved + norm_saved)
 
 
 def train_phase(cfg: RunConfig, arch: Arch) -> tuple[dict[str, int], str]:
@@ -163,12 +160,19 @@ def build_phases(cfg: RunConfig, arch: Arch) -> tuple[dict[str, dict[str, int]],
     train, instant = train_phase(cfg, arch)
     specific[TRAIN] = train
     specific[OPTIMIZER] = optimizer_phase(cfg, arch)
+    specific = release.phases(cfg, arch, specific)
     for phase, comps in specific.items():
         merged = dict(held)
         for k, v in comps.items():
             merged[k] = merged.get(k, 0) + v
         phases[phase] = {k: v for k, v in merged.items() if v}
     notes.append(f"train peak instant: {instant}")
+    notes.append(f"modelled TRL release: {cfg.trl_version} (semantics of TRL {cfg.release.label})")
+    if cfg.release.batch_unit == "prompts":
+        notes.append(
+            f"TRL {cfg.trl_version} counts per_device_train_batch_size in prompts: "
+            f"{cfg.per_device_train_batch_size} completions per micro-batch (prompts x num_generations)"
+        )
     if cfg.dtype == "float32" and not cfg.load_in_4bit:
         notes.append(
             "weights load in float32 (TRL's default for a model given by name); "

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from estimator.advice import Advice, Option
 from estimator.estimate import SOURCE, Estimate
 from estimator.gpus import GPU
+from estimator.layout import Layout
 from estimator.phase_names import PHASE_HELP, PHASES
 from estimator.solve import Solution
+from estimator.terms.vllm import VERSION as VLLM_VERSION
 from estimator.units import gib
 
 
@@ -18,10 +20,11 @@ class Fit:
 
     gpu: GPU
     free_bytes: int
+    blocked: str = ""  # what fails whatever the bytes say: vLLM's start-up, a GPU of the layout (layout.py)
 
     @property
     def fits(self) -> bool:
-        return self.free_bytes >= 0
+        return self.free_bytes >= 0 and not self.blocked
 
 
 def check_fit(est: Estimate, gpu: GPU) -> Fit:
@@ -99,10 +102,14 @@ def summary_lines(est: Estimate) -> list[str]:
 
 def fits_line(fits: list[Fit]) -> str:
     """'fits on: ✓ A100 80GB (+12.3 GiB free) ✗ T4 (-3.1 GiB missing)'."""
-    cells = [
-        f"✓ {f.gpu.name} (+{_g(f.free_bytes)})" if f.fits else f"✗ {f.gpu.name} (-{_g(-f.free_bytes)})"
-        for f in sorted(fits, key=lambda f: f.gpu.memory_bytes)
-    ]
+
+    def cell(f: Fit) -> str:
+        if f.fits:
+            return f"✓ {f.gpu.name} (+{_g(f.free_bytes)})"
+        why = ([f"-{_g(-f.free_bytes)}"] if f.free_bytes < 0 else []) + ([f.blocked] if f.blocked else [])
+        return f"✗ {f.gpu.name} ({', '.join(why)})"
+
+    cells = [cell(f) for f in sorted(fits, key=lambda f: f.gpu.memory_bytes)]
     return "fits on (GiB free/missing per GPU, estimated): " + "  ".join(cells)
 
 
@@ -126,17 +133,24 @@ def render(est: Estimate, fits: list[Fit], target: Fit | None = None) -> str:
         out.append(fits_line(fits))
     if target is not None:
         verdict = "fits" if target.fits else "does NOT fit"
-        amount = f"{_g(abs(target.free_bytes))} GiB {'free' if target.fits else 'missing'}"
+        amount = f"{_g(abs(target.free_bytes))} GiB {'free' if target.free_bytes >= 0 else 'missing'}"
+        if target.blocked:
+            step = "leaves " + amount if target.free_bytes >= 0 else "is " + amount
+            amount = f"fails at {target.blocked} (see the layout); the step itself {step}"
         out.append(f"{target.gpu.name} ({target.gpu.memory_gib:.2f} GiB): {verdict}, {amount} (estimated)")
     return "\n".join(out)
 
 
 def render_advice(advice: Advice) -> str:
-    """Single changes ranked by GiB saved, then the smallest set that fits."""
-    out = ["what to change (each re-estimated; GiB saved, estimated):"]
+    """Single changes ranked by GiB saved, each with what it costs, then the smallest set that fits."""
+    out = ["what to change (each re-estimated at this configuration; GiB saved, estimated):"]
     for o in advice.singles:
         mark = "" if o.fits is None else ("✓ fits " if o.fits else "✗      ")
         out.append(f"  {mark}saves {_g(o.saved_bytes):>6} GiB -> {_g(o.peak_device_bytes):>6} GiB  {o.label}")
+        if o.tradeoff:
+            out.append(f"  {'':>7}cost: {o.tradeoff}")
+    if not advice.singles:
+        out.append("  no single change saves memory at this configuration")
     if advice.budget_bytes is not None and advice.baseline_bytes > advice.budget_bytes:
         if advice.plan is not None and advice.plan.fits:
             out.append(f"smallest set that fits: {advice.plan.label} -> {_plan_tail(advice.plan)}")
@@ -145,6 +159,62 @@ def render_advice(advice: Advice) -> str:
         else:
             out.append("nothing tried fits")
     return "\n".join(out)
+
+
+def render_layout(layout: Layout, fixes: list[str]) -> str:
+    """Per-GPU, per-role GiB, the number of GPUs, vLLM's own budget, where the run fails (if it does) and the
+    change that fixes that cause (all `estimated`)."""
+    out = [f"layout: {layout.total_gpus} GPU(s), per GPU (GiB, estimated):"]
+    for g in layout.groups:
+        verdict = "fits" if g.fits else f"does NOT fit, {_g(g.peak_device_bytes - g.total_bytes)} GiB missing"
+        out.append(
+            f"  {g.name} × {g.count}: peak {_g(g.peak_device_bytes)} of {_g(g.total_bytes)} GiB ({verdict})"
+        )
+        for r in g.roles:
+            out.append(f"    {r.role:<44} resident {_g(r.resident):>7}  + working {_g(r.working):>7}")
+    v = layout.vllm
+    if v is not None:
+        out.append(f"vLLM {v.mode} as {VLLM_VERSION} counts itself (per GPU, GiB, estimated):")
+        out.append(
+            f"  request {v.utilization} × total = {_g(v.requested)}: weights {_g(v.weights)}, profile activations "
+            f"{_g(v.activation_peak)}, non-torch {_g(v.non_torch)}, CUDA graphs {_g(v.cuda_graphs)}, "
+            f"KV cache {_g(v.kv_cache)} ({v.kv_tokens} tokens)"
+        )
+        out.append(
+            f"  one max_model_len={v.max_model_len} request needs {_g(v.one_sequence)} GiB of KV cache"
+        )
+        if v.sleep_residue:
+            host = f", {_g(v.host_bytes)} GiB of weights in pinned host RAM (level 1)" if v.host_bytes else ""
+            out.append(
+                f"  asleep between generations: {_g(v.sleep_residue)} GiB stays on the GPU (CUDA graphs, NCCL)"
+                + host
+            )
+        if v.free_at_start is not None and v.mode == "colocate":
+            out.append(f"  free when vLLM starts: {_g(v.free_at_start)} GiB")
+        if v.smallest_utilization is not None or v.largest_safe_utilization is not None:
+            lo = v.smallest_utilization if v.smallest_utilization is not None else "none"
+            hi = v.largest_safe_utilization if v.largest_safe_utilization is not None else "none"
+            out.append(
+                f"  vllm_gpu_memory_utilization that works: from {lo} (one request fits) to {hi} (step fits)"
+            )
+        out.append(f"  verdict: {'runs' if v.failure is None else 'fails at ' + v.failure}")
+    for n in layout.notes:
+        out.append(f"  note: {n}")
+    if fixes:
+        out.append("what fixes the cause (estimated):")
+        out += [f"  - {f}" for f in fixes]
+    return "\n".join(out)
+
+
+def layout_dict(layout: Layout, fixes: list[str]) -> dict:
+    """The layout as JSON: every GPU group with its roles, vLLM's accounting, the GPU count, the fixes."""
+    return {
+        "source": SOURCE,
+        "total_gpus": layout.total_gpus,
+        "fits": layout.fits,
+        **asdict(layout),
+        "fixes": fixes,
+    }
 
 
 def _plan_tail(o: Option) -> str:
@@ -169,6 +239,7 @@ def _option_dict(o: Option) -> dict:
         "peak_device_bytes": o.peak_device_bytes,
         "saved_bytes": o.saved_bytes,
         "fits": o.fits,
+        "cost": o.tradeoff,
     }
 
 
@@ -178,6 +249,8 @@ def to_json(
     target: Fit | None = None,
     advice: Advice | None = None,
     solution: Solution | None = None,
+    layout: Layout | None = None,
+    fixes: list[str] | None = None,
 ) -> dict:
     """Estimate.to_dict() plus fit checks, advice and solve results; every number labelled `estimated`."""
     d = est.to_dict()
@@ -190,6 +263,7 @@ def to_json(
             "gpu_memory_source": f.gpu.source,
             "fits": f.fits,
             "free_bytes": f.free_bytes,
+            "blocked": f.blocked or None,
         }
 
     d["fits"] = [fit_dict(f) for f in fits]
@@ -212,4 +286,6 @@ def to_json(
             "budget_bytes": solution.budget_bytes,
             "note": solution.note,
         }
+    if layout is not None:
+        d["layout"] = layout_dict(layout, fixes or [])
     return d

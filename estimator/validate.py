@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from estimator.architecture import Arch
-from estimator.config import RunConfig, check_value, schema
+from estimator.config import RunConfig, check_value, flag, schema
+from estimator.trl_versions import profile
 
 
 class InvalidConfig(ValueError):
@@ -45,12 +48,44 @@ def check_geometry(cfg: RunConfig) -> None:
         )
 
 
+def check_roles(cfg: RunConfig) -> None:
+    """Every reward / reference / value model reads as MODEL[@own[=GROUP][:N]] (estimator/role_spec.py)."""
+    from estimator.role_spec import RoleSpecError, parse_role
+
+    named = [("reward_models", "reward", s) for s in cfg.reward_models or ()]
+    named += [("reference_models", "reference", s) for s in cfg.reference_models or ()]
+    named += [("value_model", "value", cfg.value_model)] if cfg.value_model is not None else []
+    for name, kind, spec in named:
+        try:
+            parse_role(kind, spec)
+        except RoleSpecError as e:
+            raise InvalidConfig(f"{flag(name)} {e}") from None
+
+
 def check_combination(cfg: RunConfig, arch: Arch | None) -> None:
-    """Options that only make sense together (PEFT, 4-bit, vLLM, sharding, LoRA targets)."""
+    """Options that only make sense together (PEFT, 4-bit, GPTQ/AWQ, vLLM, sharding, LoRA targets, roles)."""
+    try:
+        profile(cfg.trl_version)  # a modelled TRL release
+    except ValueError as e:
+        raise InvalidConfig(str(e)) from None
     if cfg.load_in_4bit and not cfg.use_peft:
         raise InvalidConfig(
             "--load-in-4bit needs --use-peft: transformers refuses to fine-tune a purely quantized model"
         )
+    if arch is not None and not cfg.use_peft:
+        from estimator.terms.quantized import arch_quant_spec
+
+        spec = arch_quant_spec(arch)
+        if spec is not None:
+            raise InvalidConfig(
+                f"{arch.name} is a {spec.method.upper()} {spec.bits}-bit checkpoint: its packed weights cannot be "
+                "trained; pass --use-peft (LoRA adapters on the quantized base)"
+            )
+    if cfg.vllm_enable_sleep_mode and cfg.vllm_sleep_level == 0:
+        raise InvalidConfig(
+            "--vllm-enable-sleep-mode with --vllm-sleep-level 0 (never sleeps): drop one, or give level 1 or 2"
+        )
+    check_roles(cfg)
     if cfg.device == "cpu" and cfg.use_vllm:  # bitsandbytes 4-bit runs on CPU (the sweep measures it)
         raise InvalidConfig("--device cpu cannot run --use-vllm (vLLM needs CUDA); drop --use-vllm")
     if cfg.device == "cpu" and (cfg.num_gpus != 1 or cfg.sharding != "none"):
@@ -76,3 +111,44 @@ def validate(cfg: RunConfig, arch: Arch | None = None) -> None:
     check_values(cfg)
     check_geometry(cfg)
     check_combination(cfg, arch)
+
+
+INERT_WITHOUT = {  # settings that change nothing unless another one is on: (the switch, how to turn it on)
+    "lora_r": ("use_peft", "--lora"),
+    "lora_target_modules": ("use_peft", "--lora"),
+    "lora_dropout": ("use_peft", "--lora"),
+    "bnb_4bit_quant_type": ("load_in_4bit", "--load-in-4bit (or --qlora)"),
+    "use_bnb_nested_quant": ("load_in_4bit", "--load-in-4bit (or --qlora)"),
+    "vllm_mode": ("use_vllm", "--use-vllm"),
+    "vllm_gpu_memory_utilization": ("use_vllm", "--use-vllm"),
+    "vllm_enable_sleep_mode": ("use_vllm", "--use-vllm"),
+    "vllm_importance_sampling_correction": ("use_vllm", "--use-vllm"),
+}
+
+
+def notes(cfg: RunConfig, arch: Arch | None, given: Iterable[str] = ()) -> list[str]:
+    """One-line notes for a valid config that may not be what the user meant: settings `given` that have no
+    effect here, sharding over one GPU, and prompt + completion past the model's context. Never an error:
+    TRL accepts all of these."""
+    from estimator.config import flag
+
+    out = []
+    for name in sorted(set(given) & set(INERT_WITHOUT)):
+        switch, how = INERT_WITHOUT[name]
+        if not getattr(cfg, switch):
+            out.append(f"{flag(name)} has no effect without {how} (ignored)")
+    if cfg.sharding != "none" and cfg.num_gpus == 1:
+        out.append(
+            f"--sharding {cfg.sharding} over one GPU shards nothing; give --gpus N for N processes "
+            "(estimated as one process holding everything)"
+        )
+    ctx = (
+        ((arch.extra or {}).get("config") or {}).get("max_position_embeddings") if arch is not None else None
+    )
+    if isinstance(ctx, int) and cfg.sequence_length > ctx:
+        out.append(
+            f"prompt + completion = {cfg.sequence_length} tokens is past {arch.name}'s context "
+            f"(max_position_embeddings {ctx}): transformers generates past it on positions the model never "
+            f"trained on, vLLM stops at its max_model_len; the estimate sizes all {cfg.sequence_length} tokens"
+        )
+    return out

@@ -115,3 +115,54 @@ def test_with_generations_keeps_trl_divisibility():
 def test_nothing_fits():
     sol = solve(QLORA, ARCH, "max_completion_length", 100_000, toy)
     assert sol.value is None and sol.config is None
+
+
+def toy_gather(cfg: RunConfig, arch) -> Estimate:
+    """`toy`, except ZeRO-3 also gathers every other rank's weights for generation: on few GPUs it costs more."""
+    est = toy(cfg, arch)
+    if cfg.sharding == "zero3":
+        est.phases["generate"]["gathered_weights"] = 40_000_000
+    return est
+
+
+def test_advice_never_lists_a_change_that_adds_memory():
+    # ZeRO-3 here adds a 40 MB gather to a 16.6 MB run: the old advice listed it as "saves -23 MB"
+    adv = advise(BASE, ARCH, toy_gather, budget_bytes=None)
+    assert "gpus" not in {o.changes[0].key for o in adv.singles}
+    assert all(o.saved_bytes > 0 for o in adv.singles)
+
+
+def test_no_degenerate_completion_length():
+    # QLoRA (1,234,400) does not fit 700,000; the length that would (L <= 44) is below the floor 64: not proposed
+    adv = advise(QLORA, ARCH, toy, budget_bytes=700_000)
+    assert "len" not in {o.changes[0].key for o in adv.singles}
+    adv = advise(QLORA, ARCH, toy, budget_bytes=1_000_000)  # L <= 219 fits and is above 512 // 8 = 64
+    lens = [o.config.max_completion_length for o in adv.singles if o.changes[0].key == "len"]
+    assert lens == [219]
+
+
+def toy_vllm(cfg: RunConfig, arch) -> Estimate:
+    """`toy` on an 80 MB card with vLLM colocate holding util × 80 MB in every phase."""
+    est = toy(cfg, arch)
+    for comps in est.phases.values():
+        colocate = cfg.use_vllm and cfg.vllm_mode == "colocate"
+        comps["vllm"] = int(cfg.vllm_gpu_memory_utilization * 80_000_000) if colocate else 0
+    return est
+
+
+def test_advice_lowers_vllm_share_to_the_largest_that_fits():
+    cfg = QLORA.with_(use_vllm=True, vllm_gpu_memory_utilization=0.3)  # 1,234,400 + 24,000,000
+    adv = advise(cfg, ARCH, toy_vllm, budget_bytes=10_000_000)
+    share = next(o for o in adv.singles if o.changes[0].key == "vllm_share")
+    # 1,234,400 + u × 80 MB <= 10 MB  ->  u <= 0.1095  ->  0.10
+    assert share.config.vllm_gpu_memory_utilization == 0.10
+    assert share.saved_bytes == 16_000_000 and share.fits
+    assert "KV cache" in share.tradeoff
+    server = next(o for o in adv.singles if o.changes[0].key == "vllm_server")
+    assert server.saved_bytes == 24_000_000
+
+
+def test_solve_vllm_share():
+    cfg = QLORA.with_(use_vllm=True, vllm_gpu_memory_utilization=0.3)
+    sol = solve(cfg, ARCH, "vllm_gpu_memory_utilization", 10_000_000, toy_vllm)
+    assert sol.value == 0.10

@@ -175,6 +175,7 @@ def test_bad_config_file_types(tmp_path, capsys):
 
 def test_trace_without_helper_is_one_line(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "sweeps.trace", None)  # as if the sweep extra were missing
+    monkeypatch.setitem(sys.modules, "sweeps.trace.cli", None)  # even if another test imported it
     code, _, err = run(["--trace"], capsys)
     assert code == 2 and "sweep" in err and err.count("\n") == 1
 

@@ -96,8 +96,10 @@ def test_sweep_runs_records_failures_and_resumes(tmp_path):
 
     again = _sweep(tmp_path, "run.inject_failure=raise,kill,null")
     assert again.returncode == 0, again.stderr[-2000:]
-    assert sum(line.startswith("skip ") for line in again.stdout.splitlines()) == 3
-    assert [r["key"] for r in records.load_rows(path)] == [r["key"] for r in rows]
+    # the ok row is kept; the two error rows never make a rerun skip their configs
+    assert sum(line.startswith("skip ") for line in again.stdout.splitlines()) == 1
+    keys = [r["key"] for r in rows]
+    assert [r["key"] for r in records.load_rows(path)] == [*keys, keys[0], keys[1]]
 
 
 def test_timeout_kills_child_and_is_an_error(tmp_path):
@@ -156,13 +158,14 @@ def test_indivisible_generation_batch_is_bad_input():
         app.to_job(_compose("trainer.num_generations=3"))
 
 
-def test_skip_keys_retry_errors(tmp_path):
+def test_skip_keys_error_rows_are_rerun(tmp_path):
     path = tmp_path / "r.jsonl"
     v = records.package_versions()
-    records.append_row(path, {"key": "e", "status": "error", "versions": v})
-    records.append_row(path, {"key": "o", "status": "ok", "versions": v})
-    assert app.skip_keys(path, v, retry_errors=False) == {"e", "o"}
-    assert app.skip_keys(path, v, retry_errors=True) == {"o"}
+    records.append_row(path, {"schema": 1, "key": "e", "status": "error", "versions": v})
+    records.append_row(path, {"schema": 1, "key": "o", "status": "ok", "versions": v})
+    records.append_row(path, {"schema": 1, "key": "m", "status": "oom", "versions": v})
+    records.append_row(path, {"schema": 1, "key": ["not", "a", "key"], "status": "ok", "versions": v})
+    assert app.skip_keys(path, v) == {"o", "m"}
 
 
 def test_synthetic_prompts_have_exact_token_length():

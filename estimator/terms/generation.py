@@ -1,4 +1,4 @@
-"""Generation: the KV cache of the whole generation batch, last-token logits, and vLLM's reservation.
+"""Generation: the KV cache of the whole generation batch and last-token logits (vLLM's budget: terms/vllm.py).
 
 Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: estimator/terms/SOURCES.md.
 """
@@ -8,9 +8,6 @@ from __future__ import annotations
 from estimator.architecture import Arch
 from estimator.config import RunConfig
 from estimator.terms.activations import residual_bytes
-from estimator.units import GIB
-
-DEFAULT_GPU_GIB = 80.0
 
 
 def kv_cache(cfg: RunConfig, arch: Arch, seq_len: int | None = None) -> int:
@@ -31,14 +28,6 @@ def kv_concat_transient(cfg: RunConfig, arch: Arch) -> int:
 def generation_logits(cfg: RunConfig, arch: Arch) -> int:
     """Last-token logits [G, V]: the compute-dtype output, its fp32 copy, processed scores and probs (transformers generate)."""
     return cfg.generation_sequences * arch.vocab_size * (2 + 3 * 4)
-
-
-def vllm_reservation(cfg: RunConfig) -> int:
-    """vLLM colocate holds vllm_gpu_memory_utilization × total GPU memory (weights + KV pool), unless sleep mode frees it (VG:347-368)."""
-    if not cfg.use_vllm or cfg.vllm_mode != "colocate":
-        return 0
-    total = (cfg.gpu_memory_gib or DEFAULT_GPU_GIB) * GIB
-    return int(cfg.vllm_gpu_memory_utilization * total)
 
 
 def rollout_buffers(cfg: RunConfig) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from estimator.architecture import Arch, Linear
 from estimator.config import RunConfig
+from estimator.terms.quantized import arch_quant_spec, packed_base_weights
 from estimator.units import nbytes
 
 NF4_BLOCK = 64  # bitsandbytes blocksize for 4-bit weights (bnb.functional.quantize_4bit default)
@@ -41,7 +42,12 @@ def qlora_base_weights(arch: Arch, dtype: str, nested: bool = False) -> int:
 
 
 def policy_weights(cfg: RunConfig, arch: Arch) -> int:
-    """Policy weights: dense P × bytes(dtype), or the NF4 base with QLoRA."""
+    """Policy weights: dense P × bytes(dtype), the NF4 base with QLoRA, or a GPTQ/AWQ checkpoint's packed base."""
+    spec = arch_quant_spec(arch)
+    if (
+        spec is not None
+    ):  # the checkpoint is quantized: its packed linears load as they are (terms/quantized.py)
+        return packed_base_weights(arch, spec, nbytes(cfg.dtype))
     if cfg.load_in_4bit:
         return qlora_base_weights(arch, cfg.dtype, cfg.use_bnb_nested_quant)
     return dense_weights(arch, cfg.dtype)

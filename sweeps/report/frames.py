@@ -20,7 +20,6 @@ from estimator.config import RunConfig
 from estimator.estimate import Estimate, estimate
 from estimator.units import GIB
 from sweeps import records
-from sweeps.runner.predict import arch_for
 
 Predict = Callable[[RunConfig], Estimate]
 
@@ -387,50 +386,8 @@ def fits_frame(
     return pd.DataFrame.from_records(recs)
 
 
-# ---------------------------------------------------------------- accuracy and environment
-
-
-def local_accuracy_frame(frame: pd.DataFrame, predict: Predict = DEFAULT_PREDICT) -> pd.DataFrame:
-    """Per ok row with an observed peak: the current estimator's predicted peak allocated vs the observed one."""
-    recs = []
-    for _, r in frame.iterrows():
-        if r["status"] != "ok" or pd.isna(r["observed_bytes"]) or not r["config"]:
-            continue
-        try:
-            cfg = RunConfig.from_dict(r["config"])
-            arch = arch_for(
-                cfg, r.get("hf_config") or None
-            )  # models built in code are sized from their config
-            est = predict(cfg) if arch is None else estimate(cfg, arch)
-        except Exception:  # a row whose model or fields this estimator cannot size
-            continue
-        recs.append(
-            {
-                "key": r["key"],
-                "source": r["source"],
-                "sweep": r["sweep"],
-                "model": r["model"],
-                "method": r["method"],
-                "config": summarize_config(r["config"]),
-                "predicted_bytes": int(est.peak_allocated_bytes),
-                "observed_bytes": int(r["observed_bytes"]),
-                "predicted_phase": est.peak_phase,
-                "observed_phase": r["observed_phase"],
-            }
-        )
-    return add_errors(pd.DataFrame.from_records(recs))
-
-
-def add_errors(acc: pd.DataFrame) -> pd.DataFrame:
-    """Adds abs_error_bytes = predicted − observed and rel_error = that / observed."""
-    if acc.empty:
-        return pd.DataFrame(columns=["source", "method", "predicted_bytes", "observed_bytes", "rel_error"])
-    acc = acc.copy()
-    acc["abs_error_bytes"] = acc["predicted_bytes"] - acc["observed_bytes"]
-    acc["rel_error"] = acc["abs_error_bytes"] / acc["observed_bytes"]
-    return acc.sort_values(["source", "model", "method", "config", "key"], kind="stable").reset_index(
-        drop=True
-    )
+# ---------------------------------------------------------------- config labels and environment
+# (accuracy itself: sweeps/report/accuracy.py, the one implementation)
 
 
 def summarize_config(config: dict) -> str:
@@ -458,21 +415,6 @@ def summarize_config(config: dict) -> str:
     if config.get("device") == "cpu":
         parts.append("cpu")
     return " ".join(parts)
-
-
-def accuracy_summary(acc: pd.DataFrame, by: str) -> pd.DataFrame:
-    """Per value of `by` (source or method): count, median |rel error| and the worst (largest |rel|) error."""
-    cols = [by, "count", "median_abs_rel_error", "worst_rel_error"]
-    if acc.empty:
-        return pd.DataFrame(columns=cols)
-    recs = []
-    for value, g in acc.groupby(by, sort=True):
-        absrel = g["rel_error"].abs()
-        worst = g.loc[absrel.idxmax(), "rel_error"]
-        recs.append(
-            {by: value, "count": len(g), "median_abs_rel_error": absrel.median(), "worst_rel_error": worst}
-        )
-    return pd.DataFrame.from_records(recs, columns=cols)
 
 
 def environment_frame(frame: pd.DataFrame) -> pd.DataFrame:

@@ -99,8 +99,10 @@ def _trainer_settings(cfg: RunConfig, out_dir: str):
     return grpo_setup.grpo_args(traced, variant, Path(out_dir)), grpo_setup.peft_config(cfg, variant)
 
 
-def build(cfg: RunConfig, conf, out_dir: str, fake: bool = True):
-    """Policy (+ reference) model, GRPOTrainer and optimizer in the currently active tensor mode."""
+def build(cfg: RunConfig, conf, fake: bool = True, out_dir: str | None = None):
+    """Policy (+ reference) model, GRPOTrainer and optimizer in the currently active tensor mode.
+
+    `out_dir` is the trainer's output_dir (nothing is saved there); the caller removes it."""
     from accelerate.utils import set_seed
     from datasets import Dataset
     from trl import GRPOTrainer
@@ -112,6 +114,7 @@ def build(cfg: RunConfig, conf, out_dir: str, fake: bool = True):
     model = fake_model.build_model(conf, dtype)
     if cfg.load_in_4bit:
         fake_model.emulate_4bit(model, dtype, nested=cfg.use_bnb_nested_quant)
+    out_dir = out_dir or tempfile.mkdtemp(prefix="grpo-vram-trace-")
     args, lora = _trainer_settings(cfg, out_dir)
     ds = Dataset.from_dict({"prompt": ["a b"] * max(16, cfg.generation_sequences)})
     trainer = GRPOTrainer(
@@ -209,7 +212,14 @@ def _micro_batches(inputs: dict, n: int) -> list[dict]:
 @offline_env()
 @preserved_rng()
 def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) -> TraceResult:
-    """Trace (or, with fake=False, really run on CPU) `steps` GRPO steps of `cfg`; returns the probe result."""
+    """Trace (or, with fake=False, really run on CPU) `steps` GRPO steps of `cfg`; returns the probe result.
+
+    The trainer's output_dir is a temporary folder removed afterwards (none is left in /tmp)."""
+    with tempfile.TemporaryDirectory(prefix="grpo-vram-trace-") as out_dir:
+        return _run(cfg, fake, steps, decode_k, out_dir)
+
+
+def _run(cfg: RunConfig, fake: bool, steps: int, decode_k: int, out_dir: str) -> TraceResult:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
     from trl.models.utils import unwrap_model_for_generation
@@ -220,9 +230,8 @@ def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) ->
     t0 = time.perf_counter()
     mode = FakeTensorMode(shape_env=ShapeEnv()) if fake else nullcontext()
     step_seconds: list[float] = []
-    out_dir = tempfile.TemporaryDirectory(prefix="grpo-vram-trace-")  # GRPOConfig.output_dir, removed on exit
-    with out_dir, patches.patched(), mode:
-        trainer, opt = build(cfg, conf, out_dir.name, fake)
+    with patches.patched(), mode:
+        trainer, opt = build(cfg, conf, fake, out_dir)
         policy = trainer.model
         probe = LiveStorageMode(round_to=CUDA_BLOCK if cfg.device == "cuda" else 1)
         probe.register(policy)

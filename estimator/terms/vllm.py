@@ -1,0 +1,164 @@
+"""vLLM as vLLM accounts for itself: its budget, its own weights, the KV pool, start-up checks and sleep.
+
+Modelled: vLLM 0.22 (V1 engine), the oldest version TRL 1.16 accepts (`trl/import_utils.py`: 0.22.0-0.31.0);
+the rules below are unchanged through 0.31. Sources, all in github.com/vllm-project/vllm:
+
+- `vllm/v1/worker/utils.py` `request_memory`: requested = ceil(total × gpu_memory_utilization), total being
+  `cudaMemGetInfo`'s total; start-up raises "Free memory on device ... is less than desired GPU memory
+  utilization" when free < requested. The snapshot is taken after NCCL init, before the weights load.
+- `vllm/v1/worker/gpu_worker.py` `determine_available_memory`: KV = requested − weights − torch peak increase
+  of `profile_run` − non-torch increase − CUDA-graph estimate (charged to the budget since v0.21,
+  `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`). So vLLM's footprint is `requested`, whatever the parts.
+- `vllm/v1/core/kv_cache_utils.py` `_check_enough_kv_cache_memory`: start-up fails when KV <= 0 ("No available
+  memory for the cache blocks") or KV < one `max_model_len` request ("To serve at least one request...").
+- `vllm/v1/kv_cache_interface.py` `AttentionSpec.page_size_bytes`: 2 × block_size × kv_heads × head_dim ×
+  dtype bytes per layer; block_size 16; KV heads are split over tensor-parallel ranks.
+- `vllm/v1/worker/gpu_worker.py` `sleep`: level 1 copies the "weights" pool to pinned host RAM and discards
+  the KV cache; level 2 discards both. CUDA graphs and NCCL buffers live outside the pool and stay.
+
+TRL 1.16 colocate (`trl/generation/vllm_generation.py:347-366`): `LLM(model=name_or_path, ...,
+max_model_len=vllm_max_model_length, max_num_seqs=bs × tp × steps_per_generation, max_num_batched_tokens=4096)`,
+its own copy of the weights in the checkpoint's dtype, and `sleep(level=2)` when `vllm_enable_sleep_mode`.
+Prefix caching (on by default) reuses KV blocks; it never reserves memory of its own, so it is not a term.
+"""
+
+from __future__ import annotations
+
+import math
+
+from estimator.architecture import Arch
+from estimator.terms.quantized import arch_quant_spec, packed_base_weights
+from estimator.units import GIB
+
+VERSION = "vLLM 0.22 (V1 engine)"
+BLOCK_SIZE = 16  # CacheConfig default block size (vllm/config/cache.py)
+TRL_MAX_NUM_BATCHED_TOKENS = 4096  # TRL 1.16 passes this to LLM(...) in colocate mode
+SERVER_MAX_NUM_BATCHED_TOKENS = (
+    8192  # vLLM's LLM-class default on A100-class cards (arg_utils get_batch_defaults)
+)
+SERVER_MAX_NUM_SEQS = 256
+TRL_SERVE_UTILIZATION = 0.9  # `trl vllm-serve --gpu_memory_utilization` default
+# Published, not derived (../shared/notes/gpu-overheads.md):
+CUDA_GRAPH_BYTES = int(
+    0.65 * GIB
+)  # largest single-GPU pool logged by vLLM (gemma-3-4b, B200, vLLM PR #21489)
+TP_NON_TORCH_BYTES = int(
+    1.79 * GIB
+)  # NCCL + custom all-reduce per rank at TP > 1: 3.58 − 1.79 GiB (PR #10511)
+SLEEP_RESIDUE_BYTES = int(1.14e9)  # measured after level-1 sleep (RTX 3090, vLLM 0.13); graphs + NCCL stay
+
+
+def requested_memory(total_bytes: int, utilization: float) -> int:
+    """ceil(total × gpu_memory_utilization): vLLM's whole budget (weights + activations + graphs + KV)."""
+    return math.ceil(total_bytes * utilization)
+
+
+def starts(free_at_start: int, total_bytes: int, utilization: float) -> bool:
+    """vLLM starts only if the free memory it sees at start-up covers its request (utils.py request_memory)."""
+    return free_at_start >= requested_memory(total_bytes, utilization)
+
+
+def largest_startable_utilization(free_at_start: int, total_bytes: int) -> float:
+    """floor(free / total, 2 decimals): the largest gpu_memory_utilization start-up accepts."""
+    return math.floor(100 * free_at_start / total_bytes) / 100
+
+
+def checkpoint_weight_bytes(arch: Arch, tp: int = 1, dtype_bytes: int = 2) -> int:
+    """vLLM's own copy per rank: the packed GPTQ/AWQ base or P × dtype bytes (dtype 'auto' = the checkpoint's
+    16-bit dtype), split over `tp` ranks (ceil)."""
+    spec = arch_quant_spec(arch)
+    total = packed_base_weights(arch, spec, dtype_bytes) if spec else arch.total_params * dtype_bytes
+    return -(-total // tp)
+
+
+def lora_buffer_bytes(
+    arch: Arch, max_lora_rank: int, target_in_out: list[tuple[int, int]], tp: int = 1
+) -> int:
+    """vLLM's static LoRA slots when it serves adapters only (base shared): layers × Σ r × (in + out) × 2 bytes,
+    for max_loras = 1 (vllm/lora: buffers sized max_loras × max_lora_rank per target), split over `tp`."""
+    per_layer = sum(max_lora_rank * (i + o) for i, o in target_in_out)
+    return -(-(arch.num_layers * per_layer * 2) // tp)
+
+
+def kv_bytes_per_token(arch: Arch, tp: int = 1, dtype_bytes: int = 2) -> int:
+    """2 (K, V) × layers × ceil(kv_heads / tp) × head_dim × dtype bytes, per rank."""
+    return 2 * arch.num_layers * -(-arch.num_kv_heads // tp) * arch.head_dim * dtype_bytes
+
+
+def one_sequence_kv(arch: Arch, max_model_len: int, tp: int = 1, dtype_bytes: int = 2) -> int:
+    """KV of one max_model_len request, in whole 16-token blocks (the start-up check's `needed_memory`)."""
+    blocks = -(-max_model_len // BLOCK_SIZE)
+    return blocks * BLOCK_SIZE * kv_bytes_per_token(arch, tp, dtype_bytes)
+
+
+def profile_activation_peak(
+    arch: Arch, num_tokens: int, max_num_seqs: int, tp: int = 1, dtype_bytes: int = 2
+) -> int:
+    """profile_run's torch peak above the weights: one layer of a `num_tokens` dummy batch, T × (3·I/tp +
+    4·H + (q + 2·kv)/tp) × bytes (gate_up output, activation, residual and norm copies, qkv), plus the dummy
+    sampler's fp32 logits and probs over max_num_seqs rows, 2 × 4 × S × V. Shapes-based, estimated; for
+    Llama-3-8B at 8192 tokens and 256 sequences it gives 1.26 GiB, vLLM logged 1.26 GiB (PR #10511)."""
+    per_token = 3 * arch.intermediate_size // tp + 4 * arch.hidden_size + (arch.q_dim + 2 * arch.kv_dim) // tp
+    return num_tokens * per_token * dtype_bytes + 2 * 4 * max_num_seqs * arch.vocab_size
+
+
+def non_torch_bytes(tp: int) -> int:
+    """NCCL + custom all-reduce buffers per rank: none at TP 1 (the trainer's context is counted once)."""
+    return TP_NON_TORCH_BYTES if tp > 1 else 0
+
+
+def kv_pool(requested: int, weights: int, activation_peak: int, non_torch: int, cuda_graphs: int) -> int:
+    """determine_available_memory: requested − weights − activation peak − non-torch − CUDA graphs (may be <= 0)."""
+    return requested - weights - activation_peak - non_torch - cuda_graphs
+
+
+def kv_tokens(kv_bytes: int, arch: Arch, tp: int = 1, dtype_bytes: int = 2) -> int:
+    """Tokens the pool holds, in whole blocks (kv_cache_utils get_num_blocks)."""
+    if kv_bytes <= 0:
+        return 0
+    per_block = BLOCK_SIZE * kv_bytes_per_token(arch, tp, dtype_bytes)
+    return kv_bytes // per_block * BLOCK_SIZE
+
+
+def sleep_residue(level: int, tp: int = 1) -> int:
+    """What stays on the GPU while vLLM sleeps: nothing asleep-able at level 0; at levels 1 and 2 the CUDA graphs
+    and NCCL buffers (a published measurement, plus the TP communicators)."""
+    if level == 0:
+        return 0
+    return SLEEP_RESIDUE_BYTES + non_torch_bytes(tp)
+
+
+def sleep_host_bytes(level: int, weights: int) -> int:
+    """Pinned host RAM a sleeping vLLM holds: its weights at level 1, nothing at level 2."""
+    return weights if level == 1 else 0
+
+
+DEFAULT_GPU_GIB = 80.0
+
+
+def colocate_footprint(cfg) -> int:
+    """vLLM colocate's bytes on each training GPU: `requested` of the card (cfg.gpu_memory_gib, 80 GiB if not
+    given); 0 in server mode or without vLLM."""
+    if not cfg.use_vllm or cfg.vllm_mode != "colocate":
+        return 0
+    total = int((cfg.gpu_memory_gib or DEFAULT_GPU_GIB) * GIB)
+    return requested_memory(total, cfg.vllm_gpu_memory_utilization)
+
+
+def colocate_sleeping(cfg) -> int:
+    """vLLM colocate's bytes while it sleeps between generations (TRL 1.16 uses level 2), 0 otherwise."""
+    if not cfg.use_vllm or cfg.vllm_mode != "colocate" or not cfg.vllm_sleeps:
+        return 0
+    return sleep_residue(cfg.resolved_vllm_sleep_level, cfg.vllm_tensor_parallel_size)
+
+
+def weight_sync_gather(cfg, full_weights: int, largest_param: int) -> int:
+    """Bytes ZeRO-3 gathers on each rank to push weights to vLLM (TRL 1.16 `vllm_generation.py:435-475`
+    `_iter_named_params`): with PEFT the whole model at once to merge the adapters (full − own shard); without,
+    one parameter at a time (the largest, less its shard). 0 without vLLM, ZeRO-3 or more than one GPU."""
+    if not cfg.use_vllm or cfg.sharding != "zero3" or cfg.num_gpus <= 1:
+        return 0
+    n = cfg.num_gpus
+    if cfg.use_peft:
+        return full_weights - -(-full_weights // n)
+    return largest_param - -(-largest_param // n)

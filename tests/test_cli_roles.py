@@ -1,0 +1,203 @@
+"""vram-estimate with roles and vLLM's own settings: schema fields read from flags, --config files and the tracer's
+flags; bad values one line and exit 2; a layout that does not fit on --gpu exits 1; JSON carries the layout."""
+
+import json
+
+import pytest
+
+from estimator import cli
+from estimator.config import RunConfig
+from estimator.flags import FlagError, resolve_run
+from estimator.role_spec import Role, RoleSpecError, config_roles, parse_role
+
+GPTQ = "examples/case1_gptq_qlora_vllm_colocate/Qwen2.5-7B-Instruct-GPTQ-Int4.config.json"
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--value-model", "1.5B@moon"], "--value-model '1.5B@moon' is not a role"),
+        (["--reward-model", "1.5B@own:0"], "MODEL@own:N"),
+        (["--reference-model", "1.5B@policy:2"], "--reference-model '1.5B@policy:2'"),
+        (["--vllm-max-model-length", "0"], "integer >= 1"),
+        (["--vllm-server-utilization", "1.5"], "> 0 and <= 1"),
+        (["--vllm-sleep-level", "3"], "invalid choice"),
+        (["--vllm-sleep-level", "0", "--vllm-enable-sleep-mode"], "drop one"),
+        (["--reward-model", "no-such-model"], "--reward-model: unknown model 'no-such-model'"),
+        (["--model", GPTQ], "pass --use-peft"),
+    ],
+)
+def test_bad_input_is_one_line(argv, needle, capsys):
+    assert cli.main(["--model", "0.5B", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+
+
+def test_role_specs():
+    assert parse_role("reward", "1.5B") == Role("reward", "1.5B")
+    assert parse_role("reference", "1.5B@own=sampler:2") == Role("reference", "1.5B", "own", 2, "sampler")
+    for bad in ("", "@own", "1.5B@own:x", "1.5B@elsewhere"):
+        with pytest.raises(RoleSpecError):
+            parse_role("value", bad)
+    cfg = RunConfig(reward_models=("0.5B", "1.5B@own"), reference_models=("1.5B",), value_model="3B")
+    assert [(r.kind, r.model, r.placement) for r in config_roles(cfg)] == [
+        ("reward", "0.5B", "policy"),
+        ("reward", "1.5B", "own"),
+        ("reference", "1.5B", "policy"),
+        ("value", "3B", "policy"),
+    ]
+
+
+def test_flags_repeat_and_config_file_keys(tmp_path):
+    # the tracer derives the same flags (estimator/flags.py): every new setting parses there too
+    from sweeps.trace.cli import build_parser
+
+    ns = build_parser().parse_args(
+        ["--model", "0.5B", "--reward-model", "0.5B", "--reward-model", "0.5B@own", "--vllm-sleep-level", "1"]
+    )
+    cfg, _, _ = resolve_run(ns)
+    assert cfg.reward_models == ("0.5B", "0.5B@own") and cfg.vllm_sleep_level == 1
+    # ms-swift / TRL keys in a config file
+    f = tmp_path / "swift.yaml"
+    f.write_text(
+        "model_name_or_path: 0.5B\nuse_vllm: true\nvllm_max_model_len: 2500\nsleep_level: 1\n"
+        "ref_model: 0.5B\nreward_model: [0.5B, 0.5B@own]\nvllm_tensor_parallel_size: 2\n"
+    )
+    cfg, _, notes = resolve_run(cli.build_parser().parse_args(["--config", str(f)]))
+    assert cfg.vllm_max_model_length == 2500 and cfg.vllm_tensor_parallel_size == 2
+    assert cfg.reference_models == ("0.5B",) and cfg.reward_models == ("0.5B", "0.5B@own")
+    assert cfg.vllm_sleeps and cfg.resolved_vllm_sleep_level == 1 and not notes
+    f.write_text("model_name_or_path: 0.5B\nreward_model: 0.5B@nowhere\n")
+    with pytest.raises(FlagError, match="--reward-model '0.5B@nowhere' is not a role"):
+        resolve_run(cli.build_parser().parse_args(["--config", str(f)]))
+
+
+def test_new_settings_leave_old_run_keys_unchanged():
+    """A committed row's key was computed before these settings existed; recomputing it must give the same key
+    (RunConfig.to_dict leaves out 0.2.0 settings at their default)."""
+    from sweeps import records
+
+    row = next(r for r in records.load_rows("results/traced/core.jsonl") if isinstance(r.get("config"), dict))
+    cfg = RunConfig.from_dict(row["config"])
+    assert records.make_key(cfg.to_dict(), row["variant"]) == row["key"]
+    d = cfg.with_(vllm_max_model_length=2048).to_dict()
+    assert d["vllm_max_model_length"] == 2048 and "value_model" not in d
+
+
+def test_vllm_start_up_failure_exits_1_and_names_the_fix(capsys):
+    argv = [
+        "--model",
+        "7B",
+        "--dtype",
+        "bfloat16",
+        "--lora",
+        "--use-vllm",
+        "--vllm-gpu-memory-utilization",
+        "0.3",
+        "--per-device-train-batch-size",
+        "2",
+        "--gens",
+        "2",
+        "--gpu",
+        "A100-40",
+    ]
+    assert cli.main(argv) == 1
+    out = capsys.readouterr().out
+    # 0.3 × 40 GiB = 12 GiB is less than the 14.19 GiB of bf16 weights vLLM loads: no KV cache at all
+    assert "fails at vLLM start-up: no memory left for the KV cache" in out
+    assert "raise vllm_gpu_memory_utilization" in out
+    assert "(vLLM fails before the first step" in out
+    # the GPU line agrees with the layout: the step alone would leave room, vLLM does not start
+    assert "A100 40GB (40.00 GiB): does NOT fit, fails at vLLM start-up" in out
+    # the same run without --gpu: no fit question asked, exit 0 (the layout still shows the failure on 80 GiB)
+    assert cli.main(argv[:-2]) == 0
+
+
+def test_json_layout_and_solve_vllm_share(capsys):
+    argv = [
+        "--model",
+        "1.5B",
+        "--dtype",
+        "bfloat16",
+        "--use-vllm",
+        "--vllm-gpu-memory-utilization",
+        "0.9",
+        "--per-device-train-batch-size",
+        "2",
+        "--gens",
+        "2",
+        "--vllm-max-model-length",
+        "1024",
+        "--value-model",
+        "1.5B",
+        "--gpu",
+        "A100-80",
+        "--json",
+    ]
+    assert cli.main(argv) in (0, 1)
+    d = json.loads(capsys.readouterr().out)
+    assert d["layout"]["source"] == "estimated" and d["layout"]["total_gpus"] == 1
+    assert [r["role"] for r in d["layout"]["groups"][0]["roles"]] == ["policy (TRL step)", "value 1.5B"]
+    assert d["layout"]["vllm"]["requested"] == -(-81920 * 2**20 * 9 // 10)
+    assert d["config"]["value_model"] == "1.5B" and d["config"]["vllm_max_model_length"] == 1024
+    assert all("cost" in o for o in d["advice"]["singles"])
+    assert cli.main([a for a in argv if a != "--json"] + ["--solve", "vllm_gpu_memory_utilization"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "solve: largest vllm_gpu_memory_utilization that fits = 0." in out
+
+
+def test_roles_and_gpu_count_in_the_text_report(capsys):
+    argv = ["--model", "1.5B", "--dtype", "bfloat16", "--gpus", "2", "--zero", "2", "--gens", "4"]
+    argv += [
+        "--reference-model",
+        "1.5B@own=sampler",
+        "--reference-model",
+        "1.5B@own=sampler",
+        "--gpu",
+        "A100-80",
+    ]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "layout: 3 GPU(s)" in out and "sampler × 1" in out
+    # two bf16 copies of Qwen2.5-1.5B (1,543,714,304 params) resident on the sampler GPU
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("reference 1.5B"))
+    assert f"{2 * 1_543_714_304 / 2**30:.2f}" in line
+
+
+def test_with_roles_adds_resident_roles_to_every_phase():
+    from estimator.catalog import resolve_model
+    from estimator.estimate import estimate
+    from estimator.layout import with_roles
+
+    cfg = RunConfig(model="1.5B", dtype="bfloat16", per_device_train_batch_size=2, num_generations=2)
+    plain = estimate(cfg)
+    fn = with_roles(lambda c, a: estimate(c, a), [Role("reward", "1.5B")], resolve_model)
+    both = fn(cfg, plain.arch)
+    rm = 2 * (1_543_714_304 + 1536)  # the reward model's bf16 weights
+    assert both.phases["train"]["roles"] == rm
+    assert both.phases["score"]["roles"] > rm  # its scoring pass happens with the no-grad passes
+    assert both.peak_allocated_bytes >= plain.peak_allocated_bytes + rm
+
+
+def test_fits_line_gives_vllm_its_share_of_each_card(capsys):
+    """vLLM colocate at 0.5 takes half of each card: a bf16 0.5B step (~1 GiB of weights, small batches) fits in the
+    other half of a 16 GiB T4, though half of the 80 GiB card named by --gpu would not fit on it."""
+    argv = ["--model", "0.5B", "--dtype", "bfloat16", "--gens", "2", "--per-device-train-batch-size", "2"]
+    argv += ["--use-vllm", "--vllm-gpu-memory-utilization", "0.5", "--vllm-max-model-length", "1024"]
+    assert cli.main([*argv, "--gpu", "A100-80", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    t4 = next(f for f in d["fits"] if f["gpu"].startswith("T4"))
+    assert t4["fits"] and t4["free_bytes"] < t4["gpu_memory_bytes"] // 2
+    assert d["target"]["fits"] and d["target"]["free_bytes"] < d["target"]["gpu_memory_bytes"] // 2
+
+
+def test_no_qlora_advice_for_a_gptq_base(capsys):
+    argv = [
+        "--config",
+        "examples/case1_gptq_qlora_vllm_colocate/grpo_config.yaml",
+        "--model",
+        GPTQ,
+        "--advice",
+    ]
+    assert cli.main(argv) == 0
+    assert "--qlora" not in capsys.readouterr().out

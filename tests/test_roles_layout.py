@@ -1,0 +1,166 @@
+"""Reward, reference and value models and their placement (terms/roles.py, layout.py), hand-computed."""
+
+from estimator.catalog import resolve_model
+from estimator.config import RunConfig
+from estimator.estimate import estimate
+from estimator.layout import Role, VllmSettings, plan
+from estimator.terms import roles as rt
+from estimator.units import GIB
+
+Q15 = resolve_model("1.5B")  # tied embeddings, H = 1536, V = 151936, 28 layers
+P15 = 1_543_714_304
+A100_80 = 81920 * 2**20
+
+
+def test_reward_model_is_backbone_plus_scalar_head():
+    assert Q15.total_params == P15 and Q15.lm_head_params == 0  # tied: nothing to drop
+    assert rt.scalar_head_params(Q15) == P15 + 1536
+    q7 = resolve_model("7B")  # untied: its [V, H] lm_head goes, a [1, H] score head comes
+    assert rt.scalar_head_params(q7) == 7_615_616_512 - 152_064 * 3584 + 3584
+    cfg = RunConfig(model="1.5B", dtype="bfloat16")
+    assert rt.reward_weights(cfg, Q15) == 2 * (P15 + 1536)
+
+
+def test_reward_scores_the_whole_generation_batch_at_once():
+    cfg = RunConfig(
+        model="1.5B",
+        dtype="bfloat16",
+        bf16=True,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        gradient_accumulation_steps=2,
+        max_prompt_length=100,
+        max_completion_length=100,
+    )
+    # G = 4 × 2 = 8 sequences of 200 tokens = 1600 tokens, bf16 residual (r = a = 2):
+    # layer: 1600 × (2·2·1536 + 4·1536 + 3·2·8960) = 1600 × 66,048; final hidden states 1600 × 1536 × 2
+    assert rt.reward_forward_peak(cfg, Q15) == 1600 * 66_048 + 1600 * 1536 * 2
+
+
+def test_critic_states_full_fine_tune_bf16_adamw():
+    cfg = RunConfig(model="1.5B", dtype="bfloat16", use_peft=True)  # the critic ignores the policy's PEFT
+    n = P15 + 1536
+    states = rt.critic_states(cfg, Q15)
+    assert states["weights"] == 2 * n and states["gradients"] == 2 * n
+    assert states["optimizer_state"] == 2 * 2 * n  # fused AdamW keeps m, v in the parameter dtype
+    assert states["master_weights"] == 0
+
+
+def test_layout_counts_gpus_and_shards_roles_under_zero3():
+    cfg = RunConfig(
+        model="1.5B",
+        dtype="bfloat16",
+        num_gpus=4,
+        sharding="zero3",
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=256,
+        gpu_memory_gib=80.0,
+    )
+    est = estimate(cfg)
+    roles = [Role("reference", "1.5B"), Role("reward", "1.5B", placement="own", gpus=1)]
+    lay = plan(est, roles, VllmSettings(), resolve_model, A100_80)
+    assert lay.total_gpus == 5
+    training, reward = lay.groups
+    ref = training.roles[1]
+    assert ref.resident == -(-2 * P15 // 4)  # ZeRO-3 partitions the reference over the 4 training GPUs
+    assert reward.roles[0].resident == 2 * (P15 + 1536)  # on its own GPU: whole
+    assert training.peak_device_bytes > est.peak_device_bytes  # the reference sits beside the policy
+
+
+def test_colocate_fails_at_start_up_when_one_request_does_not_fit():
+    cfg = RunConfig(
+        model="7B",
+        dtype="bfloat16",
+        use_peft=True,
+        use_vllm=True,
+        vllm_gpu_memory_utilization=0.2,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_prompt_length=512,
+        max_completion_length=1024,
+        gpu_memory_gib=40.0,
+    )
+    q7 = resolve_model("7B")
+    est = estimate(cfg, q7)
+    total = 40 * GIB
+    default = plan(est, [], VllmSettings(), resolve_model, total)
+    # request 8 GiB − bf16 weights 14.2 GiB < 0: no KV at all
+    assert default.vllm.kv_cache < 0 and "no memory left for the KV cache" in default.vllm.failure
+    assert default.vllm.requested == 8 * GIB
+
+
+def test_colocate_start_up_needs_its_request_free():
+    cfg = RunConfig(
+        model="1.5B",
+        dtype="float32",
+        use_vllm=True,
+        vllm_gpu_memory_utilization=0.9,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        gpu_memory_gib=80.0,
+    )
+    lay = plan(estimate(cfg), [], VllmSettings(max_model_length=1024), resolve_model, 80 * GIB)
+    # fp32 policy 5.75 GiB + context ~1 GiB leave ~73 GiB free, the request is 72 GiB: starts; at 0.95 it does not
+    assert lay.vllm.failure is None or "training step" in lay.vllm.failure
+    lay2 = plan(
+        estimate(cfg.with_(vllm_gpu_memory_utilization=0.95)),
+        [],
+        VllmSettings(max_model_length=1024),
+        resolve_model,
+        80 * GIB,
+    )
+    assert lay2.vllm.failure.startswith("vLLM start-up: it asks 0.95")
+
+
+def test_server_mode_reports_the_vllm_cards_with_tensor_parallelism():
+    cfg = RunConfig(
+        model="7B",
+        dtype="bfloat16",
+        use_peft=True,
+        use_vllm=True,
+        vllm_mode="server",
+        per_device_train_batch_size=2,
+        num_generations=2,
+        gpu_memory_gib=80.0,
+    )
+    settings = VllmSettings(
+        tensor_parallel_size=2, server_gpus=2, server_utilization=0.9, max_model_length=4096
+    )
+    lay = plan(estimate(cfg), [], settings, resolve_model, A100_80)
+    assert lay.total_gpus == 3  # 1 training + 2 vLLM
+    assert lay.vllm.mode == "server" and lay.vllm.failure is None
+    assert lay.vllm.weights == -(-2 * 7_615_616_512 // 2)  # each TP rank holds half the bf16 weights
+    assert lay.vllm.requested == -(-A100_80 * 9 // 10)
+    assert lay.vllm.non_torch == int(1.79 * GIB)  # TP communicators (PR #10511)
+
+
+def test_sleep_level_1_parks_weights_in_host_ram():
+    cfg = RunConfig(
+        model="1.5B",
+        dtype="bfloat16",
+        use_vllm=True,
+        vllm_enable_sleep_mode=True,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        gpu_memory_gib=80.0,
+    )
+    lay1 = plan(estimate(cfg), [], VllmSettings(sleep_level=1, max_model_length=1024), resolve_model, A100_80)
+    assert lay1.vllm.sleep_residue == 1_140_000_000
+    assert lay1.vllm.host_bytes == 2 * P15  # the bf16 checkpoint vLLM loaded
+    lay2 = plan(estimate(cfg), [], VllmSettings(sleep_level=2, max_model_length=1024), resolve_model, A100_80)
+    assert lay2.vllm.host_bytes == 0
+
+
+def test_role_moves_when_training_gpus_do_not_fit():
+    from estimator.advice import role_moves
+
+    cfg = RunConfig(
+        model="7B", dtype="bfloat16", per_device_train_batch_size=2, num_generations=2, gpu_memory_gib=40.0
+    )
+    roles = [Role("reference", "7B"), Role("reward", "1.5B")]
+    lay = plan(estimate(cfg), roles, VllmSettings(), resolve_model, 40 * GIB)
+    assert not lay.fits
+    moves = role_moves(lay)
+    assert moves[0].startswith("move reference 7B") and "14.19 GiB" in moves[0]  # 2 × 7.62 B params
+    assert moves[1].startswith("move reward 1.5B")
