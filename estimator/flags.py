@@ -172,6 +172,7 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
         values.update(settings.values)
         notes += settings.notes
     values.update(run_values(ns))
+    given = set(values)  # what the file and flags set (the release's defaults below are not "given")
     try:  # the modelled TRL release's defaults and batch meaning (given settings are in its terms)
         version = values.get("trl_version") or fmt(default_version())
         values = release_values(version, values)
@@ -201,4 +202,4 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
             catalog.resolve_model(role.model)
         except (catalog.UnknownModel, ConfigError) as e:
             raise FlagError(f"{flag(field_of[role.kind])}: {e}") from None
-    return cfg, arch, notes + setting_notes(cfg, arch, values)
+    return cfg, arch, notes + setting_notes(cfg, arch, given)

@@ -25,6 +25,10 @@ def check_values(cfg: RunConfig) -> None:
         problem = check_value(f, value)
         if problem:
             raise InvalidConfig(f"{f.flag} {value!r}: {problem}")
+    try:  # a release this estimator models (MAJOR.MINOR within the release table)
+        profile(cfg.trl_version)
+    except ValueError as e:
+        raise InvalidConfig(str(e).splitlines()[0]) from None
 
 
 def check_geometry(cfg: RunConfig) -> None:
@@ -64,10 +68,6 @@ def check_roles(cfg: RunConfig) -> None:
 
 def check_combination(cfg: RunConfig, arch: Arch | None) -> None:
     """Options that only make sense together (PEFT, 4-bit, GPTQ/AWQ, vLLM, sharding, LoRA targets, roles)."""
-    try:
-        profile(cfg.trl_version)  # a modelled TRL release
-    except ValueError as e:
-        raise InvalidConfig(str(e)) from None
     if cfg.load_in_4bit and not cfg.use_peft:
         raise InvalidConfig(
             "--load-in-4bit needs --use-peft: transformers refuses to fine-tune a purely quantized model"

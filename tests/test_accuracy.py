@@ -98,3 +98,13 @@ def test_main_rejects_missing_path(tmp_path, capsys):
     assert accuracy.main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and len(err.strip().splitlines()) == 1
+
+
+def test_main_reports_skipped_lines(tmp_path, capsys):
+    row = _tiny_row()
+    text = json.dumps(row) + "\n{broken\n" + json.dumps({**row, "schema": 99}) + "\n"
+    (tmp_path / "s.jsonl").write_text(text)
+    assert accuracy.main([str(tmp_path)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("skipped 2 line(s) of ")
+    assert "1 corrupt (not JSON) (first: line 2)" in err[0] and "unknown schema version 99" in err[0]

@@ -52,27 +52,35 @@ def test_variant_names_random_weights_and_pretrained_keys_are_unchanged():
     assert "weights" not in tiny_job.variant  # tiny models are random whatever the setting
 
 
+SMALL_RUN = (
+    "model=smollm2-135m",
+    "run.weights=random",
+    "trainer.bf16=false",
+    "trainer.per_device_train_batch_size=2",
+    "trainer.num_generations=2",
+    "trainer.max_prompt_length=6",
+    "trainer.max_completion_length=5",
+    "trainer.gradient_checkpointing=false",
+    "run.num_prompts=4",
+)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One random SmolLM2-135M checkpoint for the module (built by the first test that needs it)."""
+    path = tmp_path_factory.mktemp("random-weights")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(tiny.CACHE_ENV, str(path))
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        yield path
+
+
 @pytest.mark.slow
-def test_random_smollm2_loads_by_path_in_the_run_dtype_and_generates_full_length(tmp_path, monkeypatch):
-    monkeypatch.setenv(tiny.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    job = app.to_job(
-        _compose(
-            "model=smollm2-135m",
-            "run.weights=random",
-            "trainer.dtype=float32",
-            "trainer.bf16=false",
-            "trainer.per_device_train_batch_size=2",
-            "trainer.num_generations=2",
-            "trainer.max_prompt_length=6",
-            "trainer.max_completion_length=5",
-            "trainer.gradient_checkpointing=false",
-            "run.num_prompts=4",
-        )
-    )
+def test_random_smollm2_loads_by_path_in_the_run_dtype_and_generates_full_length(tmp_path, cache):
+    job = app.to_job(_compose(*SMALL_RUN, "trainer.dtype=float32"))
     built = grpo_setup.build(job.config, job.variant, tmp_path / "run")
     saved = Path(built.model_path)
-    assert saved.parent == tmp_path / "cache" and (saved / "model.safetensors").is_file()
+    assert saved.parent == cache and (saved / "model.safetensors").is_file()
 
     # the checkpoint: the catalog's shape, the hub's dtype, every tensor the architecture has (tied head once)
     catalog = json.loads(CATALOG_JSON.read_text())
@@ -103,3 +111,20 @@ def test_random_smollm2_loads_by_path_in_the_run_dtype_and_generates_full_length
     mtime = (saved / "model.safetensors").stat().st_mtime_ns
     assert tiny.save_random(SMOL, seed=0) == saved
     assert (saved / "model.safetensors").stat().st_mtime_ns == mtime
+
+
+@pytest.mark.slow
+def test_random_smollm2_qlora_takes_the_bitsandbytes_load_path(tmp_path, cache):
+    """The same checkpoint with method=qlora: transformers' bnb quantizer packs every Linear but the head."""
+    import bitsandbytes as bnb
+    import torch
+
+    job = app.to_job(_compose(*SMALL_RUN, "method=qlora", "trainer.dtype=bfloat16"))
+    model = grpo_setup.build(job.config, job.variant, tmp_path / "run").trainer.model
+    catalog = json.loads(CATALOG_JSON.read_text())
+    linear4 = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert len(linear4) == 7 * catalog["num_hidden_layers"]  # q k v o gate up down per layer; lm_head stays
+    assert all(m.weight.dtype == torch.uint8 for m in linear4)
+    base, trainable = grpo_setup.count_params(model)
+    assert base == _meta_params(catalog)  # 4-bit weights counted unpacked: the same architecture
+    assert 0 < trainable < base // 100  # LoRA adapters only

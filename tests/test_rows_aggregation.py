@@ -120,3 +120,15 @@ def test_the_validator_can_fail():
     assert records.validate_row(bad_obs) == ["observed.peak_bytes is not a positive integer"]
     assert records.validate_row({**r, "schema": 7})[0].startswith("unknown schema version 7")
     assert "missing field 'device'" in records.validate_row({k: v for k, v in r.items() if k != "device"})
+
+
+def test_rows_that_predate_a_new_setting_still_match_their_config():
+    from sweeps.report import frames as rd
+
+    cfg = RunConfig(model="7B", dtype="bfloat16")
+    old = cfg.to_dict()
+    old.pop("trl_version")  # rows of the newest TRL release do not carry it
+    assert rd.config_id(old) == rd.config_id(cfg)
+    rows = records.load_rows([REPO / "results" / "raw", REPO / "results" / "traced"])
+    head = rd.headline_frame(rd.rows_frame(rows))
+    assert (head["source"] == "traced").sum() == 25  # results/traced/headline.jsonl covers every cell

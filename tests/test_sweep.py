@@ -120,7 +120,7 @@ def test_bad_input_is_one_line_on_stderr(tmp_path):
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert lines == ["grpo-vram-sweep: trainer.dtype='fp8': accepted values are float32, bfloat16, float16"]
+    assert lines == ["grpo-vram-sweep: trainer.dtype=fp8: accepted: float32, bfloat16, float16"]
     assert not list(tmp_path.glob("*.jsonl"))
 
 
@@ -185,7 +185,7 @@ def test_sizes_trl_rejects_are_one_line_and_exit_2(tmp_path):
     import sys
 
     for override, expected in (
-        ("trainer.num_generations=0", "--num-generations 0: must be an integer >= 2"),
+        ("trainer.num_generations=0", "trainer.num_generations=0: must be an integer >= 2"),
         ("trainer.num_generations=3", "divisible by num_generations (3)"),
     ):
         proc = subprocess.run(

@@ -80,9 +80,13 @@ def model_label(name: str) -> str:
     return by_id.get(str(name).lower(), str(name))
 
 
+_DEFAULT_FIELDS = RunConfig().to_dict()
+
+
 def normalize_config(config: dict) -> dict:
     """A row's config with the model spelled as its HF id and memory-irrelevant fields dropped."""
-    d = {k: v for k, v in config.items() if k not in IGNORED_FIELDS}
+    # a field the row predates (e.g. trl_version, absent from rows of the newest release) has its default
+    d = {k: v for k, v in {**_DEFAULT_FIELDS, **config}.items() if k not in IGNORED_FIELDS}
     model = str(d.get("model", ""))
     d["model"] = SHORTHANDS.get(model.upper(), model).lower()
     if d.get("lora_target_modules") is not None:

@@ -220,9 +220,8 @@ def to_job(cfg: DictConfig) -> Job:
     variant = {k: run[k] for k in RUN_KEYS if k in run}
     _check(variant.get("prompts", "synthetic"), PROMPTS, "run.prompts")
     _check_run(variant)
-    weights = run.get(
-        "weights", "pretrained"
-    )  # in the variant only when random (pretrained rows keep their keys)
+    # run.weights enters the variant only when random, so rows measured before it existed keep their keys
+    weights = run.get("weights", "pretrained")
     _check(weights, tiny.WEIGHTS, "run.weights")
     if weights == "random" and not tiny.is_tiny(config.model):
         try:
@@ -588,6 +587,8 @@ def check_overrides(args: list[str]) -> None:
                 from estimator.config import check_value, schema_field
 
                 v = OmegaConf.to_container(cfg, resolve=False)["trainer"][name]
+                if isinstance(v, str) and "${" in v:  # an interpolation: checked once resolved, per job
+                    continue
                 f = schema_field(name)
                 v = tuple(v) if f.kind == "strs" and isinstance(v, list) else v
                 problem = check_value(f, v)

@@ -132,10 +132,10 @@ def grpo_args(cfg: RunConfig, variant: dict, output_dir: Path):
     )
     if cfg.bf16 is False:
         kwargs["fp16"] = False
-    if variant["force_length"]:  # EOS is masked until the last token (a random model emits EOS at random)
-        key = (
-            "min_tokens" if cfg.use_vllm else "min_new_tokens"
-        )  # vLLM SamplingParams vs transformers generate
+    if variant["force_length"]:
+        # EOS is masked until the last token (a random model emits EOS at random); vLLM's SamplingParams name it
+        # min_tokens, transformers' generate min_new_tokens
+        key = "min_tokens" if cfg.use_vllm else "min_new_tokens"
         kwargs["generation_kwargs"] = {key: cfg.max_completion_length}
     if cfg.use_vllm:
         kwargs.update(
@@ -167,9 +167,8 @@ def build(cfg: RunConfig, variant: dict, workdir: Path) -> Built:
         )
     workdir = Path(workdir)
     info: dict = {}
-    if (
-        cfg.device == "cuda"
-    ):  # the bare CUDA context, before anything (random init, model load) touches the GPU
+    if cfg.device == "cuda":
+        # the bare CUDA context, before anything (random init, model load) touches the GPU
         from sweeps.probes.torch_cuda import context_baseline
 
         info["cuda_context"] = context_baseline()
