@@ -10,6 +10,7 @@ from estimator.catalog import resolve_model
 from estimator.config import RunConfig
 
 pytestmark = pytest.mark.slow
+TRACED_PACKAGES = {"torch", "transformers", "trl", "accelerate", "peft"}
 
 TINY = {
     "model_type": "qwen2",
@@ -43,8 +44,12 @@ def tiny_path(tmp_path_factory):
     ],
     ids=["full-fp32", "lora-beta-nogc"],
 )
-def test_fake_trace_matches_real_cpu_run(tiny_path, extra):
+def test_fake_trace_matches_real_cpu_run(tiny_path, extra, tmp_path, monkeypatch):
+    import tempfile
+
     from sweeps.trace import step
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the trainer's output_dir is created
 
     cfg = RunConfig(
         model=tiny_path,
@@ -57,6 +62,7 @@ def test_fake_trace_matches_real_cpu_run(tiny_path, extra):
     )
     fake = step.run(cfg, fake=True).observed
     real = step.run(cfg, fake=False).observed
+    assert list(tmp_path.glob("grpo-vram-trace-*")) == []  # the trainer's output_dir is removed afterwards
     assert fake["peak_bytes"] == pytest.approx(real["peak_bytes"], rel=0.01)
     for ph in ("generate", "score", "train", "optimizer"):
         assert fake["phases"][ph] == pytest.approx(real["phases"][ph], rel=0.01), ph
@@ -105,6 +111,58 @@ def test_mid_config_trace_matches_hand_counted_bytes():
         sum(obs["at_peak_by_label"].values()) == obs["peak_bytes"]
     )  # the snapshot at the peak adds up to it
     assert obs["at_peak_by_label"]["param"] == w
+
+
+def test_a_trace_leaves_torch_transformers_and_trl_as_it_found_them(tiny_path):
+    """Every callable of every torch / transformers / TRL / accelerate / PEFT module (and of the classes they
+    define), the RNG states and the environment are the same objects and values after a traced run."""
+    import os
+    import random
+    import sys
+    import types
+
+    import numpy as np
+    import torch
+
+    from sweeps.trace import step
+
+    cfg = RunConfig(
+        model=tiny_path,
+        dtype="bfloat16",
+        use_peft=True,
+        beta=0.04,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_prompt_length=24,
+        max_completion_length=32,
+        device="cpu",
+    )
+    step.run(cfg, fake=True)  # first run: imports everything the trace imports
+
+    def snapshot() -> dict:
+        out = {}
+        for name, mod in list(sys.modules.items()):
+            if not isinstance(mod, types.ModuleType) or name.split(".")[0] not in TRACED_PACKAGES:
+                continue
+            for k, v in list(vars(mod).items()):
+                if callable(v):
+                    out[name, k] = v
+                if isinstance(v, type) and v.__module__ == name:
+                    out.update(
+                        {(f"{name}.{v.__name__}", a): b for a, b in list(vars(v).items()) if callable(b)}
+                    )
+        return out
+
+    before, env = snapshot(), dict(os.environ)
+    rng = (random.getstate(), np.random.get_state()[1].copy(), torch.random.get_rng_state())
+    step.run(cfg, fake=True)
+    after = snapshot()
+    assert len(before) > 10_000
+    assert sorted(k for k, v in before.items() if after.get(k, v) is not v) == []
+    assert dict(os.environ) == env
+    assert random.getstate() == rng[0]
+    assert (np.random.get_state()[1] == rng[1]).all()
+    assert torch.equal(torch.random.get_rng_state(), rng[2])
 
 
 def test_bad_trace_input_is_one_line_and_exit_2(capsys):

@@ -56,6 +56,22 @@ def offline_env() -> Iterator[None]:
             os.environ.pop(k, None)
 
 
+@contextlib.contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Python's, NumPy's and torch's CPU random states as they were, on exit (`build` seeds them all)."""
+    import random
+
+    import numpy as np
+
+    py, npy = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(npy)
+
+
 @dataclass
 class TraceResult:
     """What one traced (or real CPU) run observed."""
@@ -194,6 +210,7 @@ def _micro_batches(inputs: dict, n: int) -> list[dict]:
 
 
 @offline_env()
+@preserved_rng()
 def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) -> TraceResult:
     """Trace (or, with fake=False, really run on CPU) `steps` GRPO steps of `cfg`; returns the probe result.
 
