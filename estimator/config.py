@@ -401,10 +401,6 @@ class RunConfig:
             return 0
         return self.vllm_sleep_level or 2
 
-    @property
-    def quantized(self) -> bool:
-        return self.load_in_4bit
-
     def with_(self, **changes) -> RunConfig:
         """A copy with some fields changed."""
         return replace(self, **changes)
@@ -544,6 +540,3 @@ def check_value(f: Field, value: Any) -> str | None:
         if low or high:
             return f"must be {describe_bounds(f)}"
     return None
-
-
-DEFAULT = RunConfig()

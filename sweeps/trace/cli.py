@@ -24,11 +24,11 @@ import warnings
 from pathlib import Path
 
 from estimator.config import RunConfig
+from estimator.units import GIB
 from sweeps import records
 from sweeps.trace.grid import GRIDS, grid_configs
 
 REPO = Path(__file__).resolve().parents[2]
-GIB = 2**30
 ROW_WRITTEN_WITH_ERROR = 2  # exit code of `--one` when it recorded the failure itself
 DECODE_K = 2
 STEPS = 2
