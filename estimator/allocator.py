@@ -54,8 +54,9 @@ ROUNDUP_INTERVALS = 16  # kRoundUpPowerOfTwoIntervals: 1 MiB .. 64 GiB, one divi
 UNLIMITED = 1 << 62  # std::numeric_limits<size_t>::max() stand-in
 VA_SPAN = 1 << 44  # address space between two simulated segments (never touched by a real size)
 
-# event kinds in a stream
-ALLOC, FREE, EMPTY_CACHE, MARK = "a", "f", "e", "m"
+# event kinds in a stream: alloc, free, empty_cache, phase mark, and a named point the replay ignores (where a
+# setting may add an event, e.g. Trainer.training_step's empty_cache after the loss)
+ALLOC, FREE, EMPTY_CACHE, MARK, POINT = "a", "f", "e", "m", "x"
 
 
 @dataclass(frozen=True)
@@ -242,6 +243,17 @@ class SimResult:
     oom_event: int | None = None
     oom_request: int | None = None
     phase_peaks: dict = field(default_factory=dict)  # label -> [peak reserved, peak allocated]
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the fields, plus fragmentation (bytes and fraction of peak allocated)."""
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d.update(
+            fragmentation=self.fragmentation,
+            fragmentation_at_peak=self.fragmentation_at_peak,
+            fragmentation_fraction=round(self.fragmentation_fraction, 6),
+            source="simulated (estimator.allocator)",
+        )
+        return d
 
     @property
     def fragmentation(self) -> int:
@@ -586,12 +598,14 @@ def simulate(events: Iterable[Event], settings: AllocatorSettings | None = None)
             a.free(ev[1])
         elif kind == EMPTY_CACHE:
             a.empty_cache()
+        elif kind == POINT:
+            continue
         elif kind == MARK:
             label = ev[1]
             cur = phase.setdefault(label, [a.reserved, a.allocated])
             cur[0], cur[1] = max(cur[0], a.reserved), max(cur[1], a.allocated)
         else:
-            raise ValueError(f"event {n}: unknown kind {kind!r} (accepted: a, f, e, m)")
+            raise ValueError(f"event {n}: unknown kind {kind!r} (accepted: a, f, e, m, x)")
     return SimResult(
         peak_r,
         peak_a,
@@ -634,14 +648,14 @@ def load_stream(path: str | Path) -> list[Event]:
     out: list[Event] = []
     with gzip.open(path, "rt") as fh:
         for line in fh:
-            p = line.rstrip("\n").split(" ", 1) if line[0] == MARK else line.split()
+            p = line.rstrip("\n").split(" ", 1) if line[0] in (MARK, POINT) else line.split()
             k = p[0]
             if k == ALLOC:
                 out.append((ALLOC, int(p[1]), int(p[2]), int(p[3]) if len(p) > 3 else 0))
             elif k == FREE:
                 out.append((FREE, int(p[1])))
-            elif k == MARK:
-                out.append((MARK, p[1]))
+            elif k in (MARK, POINT):
+                out.append((k, p[1]))
             else:
                 out.append((EMPTY_CACHE,))
     return out

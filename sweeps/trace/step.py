@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from estimator.allocator import simulate
 from estimator.config import RunConfig
 from sweeps.probes.tensors import LiveStorageMode
 from sweeps.runner import tiny
@@ -51,6 +52,7 @@ class TraceResult:
     params: int
     trainable_params: int
     variant: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)  # ordered alloc/free/phase events (estimator.allocator format)
 
 
 def _reward(completions, **kwargs):
@@ -193,7 +195,7 @@ def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) ->
     with mode:
         trainer, opt = build(cfg, conf, fake)
         policy = trainer.model
-        probe = LiveStorageMode(round_to=CUDA_BLOCK if cfg.device == "cuda" else 1)
+        probe = LiveStorageMode(round_to=CUDA_BLOCK if cfg.device == "cuda" else 1, record_events=True)
         probe.register(policy)
         if trainer.ref_model is not None:
             probe.register(trainer.ref_model, "ref_param")
@@ -227,6 +229,7 @@ def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) ->
                 with probe.phase("train"):
                     for mb in buffered[: cfg.gradient_accumulation_steps]:
                         loss = trainer.compute_loss(policy, mb)
+                        probe.events.append(("x", "loss"))  # where Trainer.training_step may empty_cache
                         trainer.accelerator.backward(loss)
                         del loss
                     probe.register([p.grad for p in policy.parameters() if p.grad is not None], "grad")
@@ -244,4 +247,7 @@ def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) ->
         trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     variant = {"decode": "fast-forward", "k": decode_k} if decode_k < cfg.max_completion_length else {}
     variant.update({"head": "fused-gpu", "steps": steps, "tensors": "fake" if fake else "real-cpu"})
-    return TraceResult(observed, step_seconds, setup, params, trainable, variant)
+    observed["allocator"] = simulate(
+        probe.events
+    ).to_dict()  # the caching allocator's reserve for this stream
+    return TraceResult(observed, step_seconds, setup, params, trainable, variant, probe.events)
