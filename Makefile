@@ -9,7 +9,7 @@ TORCH_CPU := torch==2.13.0
 EXTRAS ?= sweep,dev
 SWEEP_ARGS ?=
 
-.PHONY: install estimate test lint format sweep sweep-smoke trace accuracy tables fit-overheads bench clean
+.PHONY: install estimate test lint format sweep sweep-smoke trace accuracy tables fit-overheads bench clean allocator-check allocator-streams
 
 install: $(STAMP)
 
@@ -57,6 +57,15 @@ tables: install
 
 fit-overheads: install
 	.venv/bin/grpo-vram-fit-overheads
+
+# Replays results/streams/ through torch's real caching allocator and compares with the simulation (skips without CUDA).
+allocator-check: install
+	$(PY) -m sweeps.report.allocator_check
+	$(PY) -m sweeps.report.allocator_check --conf expandable_segments:True
+
+# Records the allocation streams of a few 3-step traced runs and simulates them (results/streams/).
+allocator-streams: install
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m sweeps.trace.streams
 
 bench: install
 	$(PY) benchmarks/bench_cli.py

@@ -622,6 +622,21 @@ def simulate(events: Iterable[Event], settings: AllocatorSettings | None = None)
     )
 
 
+def with_empty_cache_steps(events: Iterable[Event], every: int, step_mark: str = "generate") -> list[Event]:
+    """The stream as it runs with TRL's `torch_empty_cache_steps=every`: transformers' `Trainer.training_step`
+    calls `empty_cache()` after `compute_loss` when `global_step % every == 0`. Steps start at each `step_mark`
+    phase mark (global_step 0 for the first); the loss points are the stream's `("x", "loss")` events."""
+    out: list[Event] = []
+    step = -1
+    for ev in events:
+        out.append(ev)
+        if ev[0] == MARK and ev[1] == step_mark:
+            step += 1
+        elif ev[0] == POINT and ev[1] == "loss" and max(step, 0) % every == 0:
+            out.append((EMPTY_CACHE,))
+    return out
+
+
 def _unlimited(s: AllocatorSettings) -> AllocatorSettings:
     return AllocatorSettings(
         s.max_split_size, s.max_non_split_rounding, s.roundup_power2_divisions, s.expandable_segments,

@@ -259,3 +259,22 @@ def test_conf_parsing():
     # intervals: index = log2(MiB) ; 256 MiB -> 8, 512 MiB -> 9, ">" fills 10..15
     assert s.roundup_power2_divisions[8] == 1 and s.roundup_power2_divisions[9] == 2
     assert s.roundup_power2_divisions[10:] == (4,) * 6
+
+
+def test_torch_empty_cache_steps_releases_the_cache_after_the_loss():
+    # Trainer.training_step: empty_cache() after compute_loss when global_step % N == 0.
+    # Step: 30 MiB transient freed before the loss, then 20 MiB on another stream (no reuse across streams).
+    # Without emptying: 30 + 20 = 50 MiB reserved. With N=1 the cached 30 MiB segment is released at the
+    # loss point first: peak 30 MiB.
+    from estimator.allocator import with_empty_cache_steps
+
+    ev = [
+        ("m", "generate"),
+        ("a", 1, 30 * M, 0),
+        ("f", 1),
+        ("m", "train"),
+        ("x", "loss"),
+        ("a", 2, 20 * M, 1),
+    ]
+    assert simulate(ev).peak_reserved == 50 * M
+    assert simulate(with_empty_cache_steps(ev, 1)).peak_reserved == 30 * M

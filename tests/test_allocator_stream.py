@@ -35,3 +35,16 @@ def test_replayed_stream_allocates_at_least_the_rounded_peak():
     assert probe.peak_bytes == 6656
     assert r.peak_allocated >= 6656
     assert r.peak_reserved == 2 * 1024**2  # both in one 2 MiB small-pool segment
+
+
+def test_allocator_check_skips_without_cuda(capsys):
+    # make allocator-check on a machine without CUDA: one clear line saying it was skipped and why, exit 0.
+    import pytest
+
+    from sweeps.report import allocator_check
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the check runs instead of skipping")
+    assert allocator_check.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("allocator-check: skipped: no CUDA device")

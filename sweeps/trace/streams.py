@@ -15,7 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from estimator.allocator import AllocatorSettings, dump_stream, simulate
+from estimator import allocator_term
+from estimator.allocator import AllocatorSettings, dump_stream, load_stream, simulate, with_empty_cache_steps
 from estimator.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,10 +48,100 @@ def stream_key(cfg: RunConfig, steps: int) -> str:
 
 
 def simulate_variants(events: list) -> dict:
-    """The stream under each allocator setting of VARIANTS (SimResult.to_dict)."""
-    return {
+    """The stream under each allocator setting of VARIANTS, and with torch_empty_cache_steps=1 (SimResult.to_dict)."""
+    out = {
         name: simulate(events, AllocatorSettings.from_conf(conf)).to_dict() for name, conf in VARIANTS.items()
     }
+    out["torch_empty_cache_steps_1"] = simulate(with_empty_cache_steps(events, 1)).to_dict()
+    return out
+
+
+def _lstsq(xs: list[list[float]], ys: list[float]) -> list[float]:
+    """Least squares with a ridge of 1e-9 (normal equations, Gauss-Jordan): stdlib, for a handful of columns."""
+    k = len(xs[0])
+    a = [[sum(r[i] * r[j] for r in xs) + (1e-9 if i == j else 0.0) for j in range(k)] for i in range(k)]
+    b = [sum(r[i] * y for r, y in zip(xs, ys, strict=True)) for i in range(k)]
+    for c in range(k):
+        p = max(range(c, k), key=lambda r: abs(a[r][c]))
+        a[c], a[p], b[c], b[p] = a[p], a[c], b[p], b[c]
+        for r in range(k):
+            if r != c and a[c][c]:
+                f = a[r][c] / a[c][c]
+                a[r] = [x - f * y for x, y in zip(a[r], a[c], strict=True)]
+                b[r] -= f * b[c]
+    return [b[i] / a[i][i] if a[i][i] else 0.0 for i in range(k)]
+
+
+def fit_variant(rows: list[tuple[RunConfig, float]]) -> dict:
+    """Fit reserve/allocated = intercept + sum(coef * feature) over (config, simulated fraction) pairs, with its
+    in-sample and leave-one-out errors (absolute, in fraction of the allocated peak)."""
+    names = list(allocator_term.features(rows[0][0]))
+
+    def design(cfgs):
+        return [[1.0] + [allocator_term.features(c)[n] for n in names] for c in cfgs]
+
+    def solve(sub):
+        return _lstsq(design([c for c, _ in sub]), [y for _, y in sub])
+
+    w = solve(rows)
+    pred = [sum(a * b for a, b in zip(w, x, strict=True)) for x in design([c for c, _ in rows])]
+    loo = []
+    for i in range(len(rows)):
+        wi = solve(rows[:i] + rows[i + 1 :]) if len(rows) > len(w) else w
+        xi = design([rows[i][0]])[0]
+        loo.append(sum(a * b for a, b in zip(wi, xi, strict=True)) - rows[i][1])
+    errs = [p - y for p, (_, y) in zip(pred, rows, strict=True)]
+    return {
+        "intercept": w[0],
+        "coef": dict(zip(names, w[1:], strict=True)),
+        "n": len(rows),
+        "in_sample_max_abs": max(abs(e) for e in errs),
+        "loo_max_abs": max(abs(e) for e in loo),
+        "loo_errors": loo,
+        "source": "fitted (sweeps.trace.streams --table) over simulated traced streams",
+    }
+
+
+def build_table(out: Path) -> dict:
+    """Re-simulate every recorded stream under every variant; the estimator's table with the fitted model."""
+    streams, by_variant = [], {}
+    keep = ("peak_reserved", "peak_allocated", "fragmentation", "fragmentation_at_peak", "peak_label")
+    for line in (out / "index.jsonl").read_text().splitlines():
+        idx = json.loads(line)
+        events = load_stream(out / idx["stream"])
+        cfg = RunConfig.from_dict(idx["config"])
+        variants = {}
+        for name, r in simulate_variants(events).items():
+            variants[name] = {k: r[k] for k in keep} | {"stream": idx["stream"], "source": "simulated"}
+            by_variant.setdefault(name, []).append((cfg, r["fragmentation"] / r["peak_allocated"]))
+        streams.append({"config": idx["config"], "events": len(events), "variants": variants})
+    fit = {name: fit_variant(rows) for name, rows in by_variant.items()}
+    src = "simulated (estimator.allocator) on traced streams (results/streams)"
+    return {"source": src, "streams": streams, "fit": fit}
+
+
+def _median(xs: list[float]) -> float:
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def report(table: dict) -> str:
+    """Simulated fragmentation per variant (min / median / max over the streams) and the fit's errors."""
+    lines = []
+    for name in allocator_term.VARIANTS:
+        fr = sorted(
+            s["variants"][name]["fragmentation"] / s["variants"][name]["peak_allocated"]
+            for s in table["streams"]
+        )
+        if not fr:
+            continue
+        f = table["fit"][name]
+        lines.append(
+            f"{name:26s} simulated reserve/allocated over {len(fr)} traced streams: min {100 * fr[0]:.1f}% "
+            f"median {100 * _median(fr):.1f}% max {100 * fr[-1]:.1f}%; fitted model error: in-sample max "
+            f"{100 * f['in_sample_max_abs']:.1f} pts, leave-one-out max {100 * f['loo_max_abs']:.1f} pts"
+        )
+    return "\n".join(lines)
 
 
 def record(cfg: RunConfig, out: Path, steps: int) -> dict | None:
@@ -85,7 +176,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--index", type=int, nargs="*", default=None, help="config indices in --grid")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument(
+        "--table", action="store_true", help=f"write {allocator_term.TABLE.name} from the streams"
+    )
+    ap.add_argument("--report", action="store_true", help="print simulated fragmentation and the fit's error")
     a = ap.parse_args(argv)
+    if a.table or a.report:
+        table = build_table(a.out)
+        if a.table:
+            tmp = allocator_term.TABLE.with_suffix(".tmp")
+            tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+            tmp.replace(allocator_term.TABLE)
+        print(report(table))
+        return 0
     from sweeps.trace.grid import grid_configs
 
     picks = [(a.grid, i) for i in a.index] if a.grid and a.index is not None else list(DEFAULT_PICKS)

@@ -1,0 +1,127 @@
+"""The allocator's reserve (max_memory_reserved - max_memory_allocated) for a config, and what settings save.
+
+Where the config's allocation stream was traced and simulated (`sweeps.trace.streams` -> the table
+`estimator/catalog/allocator_streams.json`), the reserve is that simulation's. Otherwise it comes from a small
+model fitted over those simulations (`fit` in the same table, written by `python -m sweeps.trace.streams
+--table`); the fit's error against the simulations is stored next to it and printed by `make accuracy`-style
+`python -m sweeps.trace.streams --report`. Stdlib only: the estimator never replays a stream at run time (a
+7B stream takes ~0.3 s; the table holds the results).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from estimator.config import RunConfig
+
+TABLE = Path(__file__).resolve().parent / "catalog" / "allocator_streams.json"
+VARIANTS = ("default", "expandable_segments", "max_split_size_mb_128", "torch_empty_cache_steps_1")
+IGNORED_FIELDS = ("gpu_memory_gib",)  # fields that do not change the stream
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """Reserve beyond the allocated peak, and where the number came from."""
+
+    bytes: int
+    fraction: float  # of the allocated peak
+    source: str  # "simulated (traced stream <key>)" or "fitted (...)"
+
+
+@cache
+def _table() -> dict:
+    if not TABLE.exists():
+        return {"streams": [], "fit": {}}
+    return json.loads(TABLE.read_text())
+
+
+def _match_key(cfg: RunConfig | dict) -> tuple:
+    d = cfg.to_dict() if isinstance(cfg, RunConfig) else dict(cfg)
+    for f in IGNORED_FIELDS:
+        d.pop(f, None)
+    return tuple(sorted((k, json.dumps(v)) for k, v in d.items()))
+
+
+def simulated(cfg: RunConfig, variant: str = "default") -> dict | None:
+    """The simulation of this exact config's traced stream under `variant`, if one was recorded."""
+    key = _match_key(cfg)
+    for s in _table()["streams"]:
+        if _match_key(s["config"]) == key:
+            return s["variants"].get(variant)
+    return None
+
+
+def features(cfg: RunConfig) -> dict[str, float]:
+    """What the fitted model sees of a config (see `fitted_fraction`)."""
+    return {
+        "gradient_checkpointing": float(cfg.gradient_checkpointing),
+        "peft": float(cfg.use_peft),
+    }
+
+
+def fitted_fraction(cfg: RunConfig, variant: str = "default") -> float:
+    """Reserve / allocated peak from the model fitted over the simulated streams (constants in the table).
+
+    Fitted: the coefficients are least-squares over the traced streams' simulations (`sweeps.trace.streams
+    --table`), one set per allocator variant; the table stores their in-sample and leave-one-out errors.
+    """
+    fit = _table()["fit"].get(variant)
+    if not fit:
+        return 0.07  # no table: AgileRL arena's measured slack (the estimator's former flat fraction)
+    f = features(cfg)
+    return max(0.0, fit["intercept"] + sum(fit["coef"][k] * f[k] for k in fit["coef"]))
+
+
+def reserve(cfg: RunConfig, peak_allocated: int, variant: str = "default") -> Reserve:
+    """The reserve for `cfg` at `peak_allocated`: simulated where its stream exists, else fitted."""
+    sim = simulated(cfg, variant)
+    if sim is not None:
+        frac = sim["fragmentation"] / sim["peak_allocated"]
+        return Reserve(int(frac * peak_allocated), frac, f"simulated (traced stream {sim['stream']})")
+    frac = fitted_fraction(cfg, variant)
+    fit = _table()["fit"].get(variant, {})
+    note = f"fitted over {fit.get('n', 0)} simulated streams, LOO max error {fit.get('loo_max_abs', 0):.3f}"
+    return Reserve(int(frac * peak_allocated), frac, note)
+
+
+@dataclass(frozen=True)
+class SettingSaving:
+    """What one allocator setting saves on the reserve for a config (bytes; negative = costs)."""
+
+    setting: str  # as a user writes it
+    saves_bytes: int
+    source: str
+    caveat: str = ""
+
+
+SETTINGS = {
+    "expandable_segments": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+    "max_split_size_mb_128": "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128",
+    "torch_empty_cache_steps_1": "GRPOConfig(torch_empty_cache_steps=1)",
+}
+
+
+def setting_savings(cfg: RunConfig, peak_allocated: int) -> list[SettingSaving]:
+    """For each fragmentation setting, the reserve it saves against the default allocator at this config.
+
+    `expandable_segments` cannot apply inside vLLM's own memory pool (CuMemAllocator) in colocate mode
+    (pytorch#147851; NeMo-RL #2319, #2471; vLLM >= 0.20.1 turns it off around its pool): the saving shown is
+    the trainer's. `torch_empty_cache_steps` empties the cache after the loss of every step where
+    global_step % N == 0 (transformers Trainer.training_step), at ~10 % step time (its TRL help text).
+    """
+    if cfg.device != "cuda":
+        return []
+    base = reserve(cfg, peak_allocated)
+    out = []
+    for variant, text in SETTINGS.items():
+        r = reserve(cfg, peak_allocated, variant)
+        caveat = ""
+        if variant == "expandable_segments" and cfg.use_vllm and cfg.vllm_mode == "colocate":
+            caveat = "not inside vLLM's colocated memory pool (pytorch#147851): applies to the trainer's tensors only"
+        if variant == "torch_empty_cache_steps_1":
+            caveat = "about 10% slower steps (TRL's help for torch_empty_cache_steps)"
+        out.append(SettingSaving(text, base.bytes - r.bytes, r.source, caveat))
+    return out
