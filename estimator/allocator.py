@@ -243,6 +243,9 @@ class SimResult:
     oom_event: int | None = None
     oom_request: int | None = None
     phase_peaks: dict = field(default_factory=dict)  # label -> [peak reserved, peak allocated]
+    # reserved-but-free bytes at the peak of reserved, by where they sit: small pool; large pool in segments
+    # that are split (carved for other sizes); large pool in whole cached segments (freeable by empty_cache)
+    free_at_peak: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """JSON-ready: the fields, plus fragmentation (bytes and fraction of peak allocated)."""
@@ -405,6 +408,15 @@ class CachingAllocator:
                 elif not b.is_split():
                     self._release_block(b)
         return True
+
+    def free_by_kind(self) -> dict[str, int]:
+        """Cached free bytes now: small pool, large pool split blocks, large pool whole segments."""
+        out = {"small": 0, "large_split": 0, "large_whole": 0}
+        for (_, small), lst in self.free_lists.items():
+            for size, _, b in lst:
+                k = "small" if small else ("large_split" if b.is_split() else "large_whole")
+                out[k] += size
+        return out
 
     def empty_cache(self) -> None:
         """`emptyCache` ({CPP}) = `release_cached_blocks`."""
@@ -571,6 +583,7 @@ def simulate(events: Iterable[Event], settings: AllocatorSettings | None = None)
     label = peak_label = ""
     phase: dict[str, list[int]] = {}
     oom_event = oom_request = None
+    free_at_peak: dict[str, int] = {}
     n = 0
     cur = [0, 0]
     for n, ev in enumerate(events, 1):
@@ -586,6 +599,7 @@ def simulate(events: Iterable[Event], settings: AllocatorSettings | None = None)
                 a.malloc(ev[1], ev[2], stream)
             if a.reserved > peak_r:
                 peak_r, a_at_r, peak_label = a.reserved, a.allocated, label
+                free_at_peak = a.free_by_kind()
             if a.allocated > peak_a:
                 peak_a, r_at_a = a.allocated, a.reserved
             if a.reserved > cur[0]:
@@ -619,6 +633,7 @@ def simulate(events: Iterable[Event], settings: AllocatorSettings | None = None)
         oom_event,
         oom_request,
         phase,
+        free_at_peak,
     )
 
 

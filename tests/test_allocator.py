@@ -278,3 +278,11 @@ def test_torch_empty_cache_steps_releases_the_cache_after_the_loss():
     ]
     assert simulate(ev).peak_reserved == 50 * M
     assert simulate(with_empty_cache_steps(ev, 1)).peak_reserved == 30 * M
+
+
+def test_free_at_peak_by_kind():
+    # At the peak of reserved (12 + 20 = 32 MiB): A's cached 12 MiB segment is whole (release_cached_blocks
+    # could free it); the 20 MiB segment holds B = 5 MiB and a split-off free 15 MiB (large pool, split).
+    r = simulate([("a", 1, 12 * M, 0), ("f", 1), ("a", 2, 5 * M, 1)])
+    assert r.peak_reserved == 32 * M
+    assert r.free_at_peak == {"small": 0, "large_split": 15 * M, "large_whole": 12 * M}
