@@ -189,7 +189,11 @@ def main(argv: list[str] | None = None) -> int:
             tmp.replace(allocator_term.TABLE)
         print(report(table))
         return 0
-    from sweeps.trace.grid import grid_configs
+    from sweeps.trace.grid import grid_configs as _grid
+
+    def grid_configs(name: str) -> list[RunConfig]:
+        """The trace grids, plus "cli": the estimator's defaults as `vram-estimate --model 7B [--lora]` sees them."""
+        return [RunConfig(model="7B", use_peft=True), RunConfig(model="7B")] if name == "cli" else _grid(name)
 
     picks = [(a.grid, i) for i in a.index] if a.grid and a.index is not None else list(DEFAULT_PICKS)
     a.out.mkdir(parents=True, exist_ok=True)
