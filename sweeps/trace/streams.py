@@ -72,25 +72,25 @@ def _lstsq(xs: list[list[float]], ys: list[float]) -> list[float]:
     return [b[i] / a[i][i] if a[i][i] else 0.0 for i in range(k)]
 
 
-def fit_variant(rows: list[tuple[RunConfig, float]]) -> dict:
-    """Fit reserve/allocated = intercept + sum(coef * feature) over (config, simulated fraction) pairs, with its
-    in-sample and leave-one-out errors (absolute, in fraction of the allocated peak)."""
-    names = list(allocator_term.features(rows[0][0]))
+def fit_variant(rows: list[tuple[RunConfig, int, float]]) -> dict:
+    """Fit reserve/allocated = intercept + sum(coef * feature) over (config, peak allocated, simulated fraction),
+    with its in-sample and leave-one-out errors (absolute, in fraction of the allocated peak)."""
+    names = list(allocator_term.features(rows[0][0], rows[0][1]))
 
-    def design(cfgs):
-        return [[1.0] + [allocator_term.features(c)[n] for n in names] for c in cfgs]
+    def design(sub):
+        return [[1.0] + [allocator_term.features(c, p)[n] for n in names] for c, p in sub]
 
     def solve(sub):
-        return _lstsq(design([c for c, _ in sub]), [y for _, y in sub])
+        return _lstsq(design([(c, p) for c, p, _ in sub]), [y for _, _, y in sub])
 
     w = solve(rows)
-    pred = [sum(a * b for a, b in zip(w, x, strict=True)) for x in design([c for c, _ in rows])]
+    pred = [sum(a * b for a, b in zip(w, x, strict=True)) for x in design([(c, p) for c, p, _ in rows])]
     loo = []
     for i in range(len(rows)):
         wi = solve(rows[:i] + rows[i + 1 :]) if len(rows) > len(w) else w
-        xi = design([rows[i][0]])[0]
-        loo.append(sum(a * b for a, b in zip(wi, xi, strict=True)) - rows[i][1])
-    errs = [p - y for p, (_, y) in zip(pred, rows, strict=True)]
+        xi = design([rows[i][:2]])[0]
+        loo.append(sum(a * b for a, b in zip(wi, xi, strict=True)) - rows[i][2])
+    errs = [p - y for p, (_, _, y) in zip(pred, rows, strict=True)]
     return {
         "intercept": w[0],
         "coef": dict(zip(names, w[1:], strict=True)),
@@ -113,7 +113,9 @@ def build_table(out: Path) -> dict:
         variants = {}
         for name, r in simulate_variants(events).items():
             variants[name] = {k: r[k] for k in keep} | {"stream": idx["stream"], "source": "simulated"}
-            by_variant.setdefault(name, []).append((cfg, r["fragmentation"] / r["peak_allocated"]))
+            by_variant.setdefault(name, []).append(
+                (cfg, r["peak_allocated"], r["fragmentation"] / r["peak_allocated"])
+            )
         streams.append({"config": idx["config"], "events": len(events), "variants": variants})
     fit = {name: fit_variant(rows) for name, rows in by_variant.items()}
     src = "simulated (estimator.allocator) on traced streams (results/streams)"
