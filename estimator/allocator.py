@@ -246,6 +246,8 @@ class SimResult:
     # reserved-but-free bytes at the peak of reserved, by where they sit: small pool; large pool in segments
     # that are split (carved for other sizes); large pool in whole cached segments (freeable by empty_cache)
     free_at_peak: dict = field(default_factory=dict)
+    # per training step (a step starts at each "generate" mark; 0 = before the first): [peak reserved, allocated]
+    step_peaks: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """JSON-ready: the fields, plus fragmentation (bytes and fraction of peak allocated)."""
@@ -584,6 +586,8 @@ def simulate(events: Iterable[Event], settings: AllocatorSettings | None = None)
     phase: dict[str, list[int]] = {}
     oom_event = oom_request = None
     free_at_peak: dict[str, int] = {}
+    steps: dict[int, list[int]] = {0: [0, 0]}
+    step_cur = steps[0]
     n = 0
     cur = [0, 0]
     for n, ev in enumerate(events, 1):
@@ -606,6 +610,10 @@ def simulate(events: Iterable[Event], settings: AllocatorSettings | None = None)
                 cur[0] = a.reserved
             if a.allocated > cur[1]:
                 cur[1] = a.allocated
+            if a.reserved > step_cur[0]:
+                step_cur[0] = a.reserved
+            if a.allocated > step_cur[1]:
+                step_cur[1] = a.allocated
         elif kind == FREE:
             if ev[1] not in a.live:
                 raise ValueError(f"event {n}: free of id {ev[1]} which is not live")
@@ -616,6 +624,8 @@ def simulate(events: Iterable[Event], settings: AllocatorSettings | None = None)
             continue
         elif kind == MARK:
             label = ev[1]
+            if label == "generate":
+                step_cur = steps[len(steps)] = [a.reserved, a.allocated]
             cur = phase.setdefault(label, [a.reserved, a.allocated])
             cur[0], cur[1] = max(cur[0], a.reserved), max(cur[1], a.allocated)
         else:
@@ -634,6 +644,7 @@ def simulate(events: Iterable[Event], settings: AllocatorSettings | None = None)
         oom_request,
         phase,
         free_at_peak,
+        steps,
     )
 
 

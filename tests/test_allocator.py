@@ -286,3 +286,47 @@ def test_free_at_peak_by_kind():
     r = simulate([("a", 1, 12 * M, 0), ("f", 1), ("a", 2, 5 * M, 1)])
     assert r.peak_reserved == 32 * M
     assert r.free_at_peak == {"small": 0, "large_split": 15 * M, "large_whole": 12 * M}
+
+
+@pytest.mark.parametrize("expandable", [False, True])
+def test_random_streams_return_every_byte(expandable):
+    # free_block / try_merge_blocks / unmap_block: once every block is freed, merging must rebuild whole segments
+    # (or whole free pages), so empty_cache returns reserved to 0; at every step allocated <= reserved and the
+    # allocated total equals the sum of live blocks (>= the 512-rounded requests).
+    import random
+
+    rng = random.Random(7)
+    sizes = [1, 700, 300 * K, M, M + 1, 3 * M, 9 * M, 12 * M + 5, 47 * M]
+    for seed in range(20):
+        rng.seed(seed)
+        a = CachingAllocator(AllocatorSettings(expandable_segments=expandable))
+        live, nid, requested = {}, 0, 0
+        for _ in range(400):
+            if live and rng.random() < 0.45:
+                k = rng.choice(list(live))
+                requested -= live.pop(k)
+                a.free(k)
+            else:
+                nid += 1
+                s = rng.choice(sizes) * rng.randint(1, 3)
+                live[nid] = -(-s // 512) * 512
+                requested += live[nid]
+                a.malloc(nid, s, rng.choice([0, 0, 1]))
+            assert requested <= a.allocated <= a.reserved
+            if rng.random() < 0.02:
+                a.empty_cache()
+        for k in list(live):
+            a.free(k)
+        a.empty_cache()
+        assert a.allocated == 0
+        assert a.reserved == 0, (seed, expandable)
+
+
+def test_step_peaks_show_fragmentation_building_across_steps():
+    # Step 1: 12 MiB then freed (cached). Step 2: two 7 MiB requests: the first splits the cached 12 MiB segment
+    # (remainder 5 MiB > 1 MiB), the second finds no 7 MiB block and opens a 20 MiB segment: 32 MiB reserved in
+    # step 2 for 14 MiB allocated, against 12 MiB for 12 MiB in step 1.
+    ev = [("m", "generate"), ("a", 1, 12 * M), ("f", 1), ("m", "generate"), ("a", 2, 7 * M), ("a", 3, 7 * M)]
+    r = simulate(ev)
+    assert r.step_peaks[1] == [12 * M, 12 * M]
+    assert r.step_peaks[2] == [32 * M, 14 * M]

@@ -105,7 +105,14 @@ def fit_variant(rows: list[tuple[RunConfig, int, float]]) -> dict:
 def build_table(out: Path) -> dict:
     """Re-simulate every recorded stream under every variant; the estimator's table with the fitted model."""
     streams, by_variant = [], {}
-    keep = ("peak_reserved", "peak_allocated", "fragmentation", "fragmentation_at_peak", "peak_label")
+    keep = (
+        "peak_reserved",
+        "peak_allocated",
+        "fragmentation",
+        "fragmentation_at_peak",
+        "peak_label",
+        "step_peaks",
+    )
     for line in (out / "index.jsonl").read_text().splitlines():
         idx = json.loads(line)
         events = load_stream(out / idx["stream"])
