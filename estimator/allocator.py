@@ -648,6 +648,36 @@ def simulate(events: Iterable[Event], settings: AllocatorSettings | None = None)
     )
 
 
+def min_device_limit(
+    events: list[Event], settings: AllocatorSettings | None = None, resolution: int = 64 * MIB
+) -> tuple[int, SimResult]:
+    """The smallest allocator limit (to `resolution`) at which the stream runs without an OOM, and its replay.
+
+    Under a limit the allocator frees cached blocks and retries before failing (`malloc`), so a run can fit in
+    less than its unlimited peak reserved; never less than its peak allocated. Bisection between the two
+    (assumes no OOM above a limit that passes, which the retry rules make the usual case).
+    """
+    s = settings or AllocatorSettings()
+    free = simulate(events, _unlimited(s))
+    lo, hi = free.peak_allocated, free.peak_reserved
+    best = free
+    while hi - lo > resolution:
+        mid = (lo + hi) // 2
+        r = simulate(events, _with_limit(s, mid))
+        if r.oom:
+            lo = mid
+        else:
+            hi, best = mid, r
+    return hi, best
+
+
+def _with_limit(s: AllocatorSettings, limit: int) -> AllocatorSettings:
+    return AllocatorSettings(
+        s.max_split_size, s.max_non_split_rounding, s.roundup_power2_divisions, s.expandable_segments,
+        s.large_segment_size, limit,
+    )  # fmt: skip
+
+
 def with_empty_cache_steps(events: Iterable[Event], every: int, step_mark: str = "generate") -> list[Event]:
     """The stream as it runs with TRL's `torch_empty_cache_steps=every`: transformers' `Trainer.training_step`
     calls `empty_cache()` after `compute_loss` when `global_step % every == 0`. Steps start at each `step_mark`

@@ -68,11 +68,12 @@ def features(cfg: RunConfig, peak_allocated: int) -> dict[str, float]:
 def fitted_fraction(cfg: RunConfig, peak_allocated: int, variant: str = "default") -> float:
     """Reserve / allocated peak from the model fitted over the simulated streams (constants in the table), raised
     by the fit's worst leave-one-out under-prediction so that none of the held-out streams is predicted low.
+    `variant` may be "need:<variant>": the fit of (smallest passing limit - peak allocated) / peak allocated.
 
     Fitted: intercept + coefficients of `features` are least squares over the traced streams' simulated
     fractions (`sweeps.trace.streams --table`), one set per allocator variant; `margin` (the worst LOO
     under-prediction, in fraction of the allocated peak) is added: the fallback errs high by up to
-    `loo_max_abs + margin` (about 0.11 of the allocated peak for the default allocator over 8 streams).
+    `loo_max_abs + margin` (see results/streams/REPORT.txt for the current figures).
     """
     fit = _table()["fit"].get(variant)
     if not fit:
@@ -98,13 +99,27 @@ def variant_for(alloc_conf: str = "", torch_empty_cache_steps: int | None = None
 
 
 def reserve(cfg: RunConfig, peak_allocated: int, variant: str = "default") -> Reserve:
-    """The reserve for `cfg` at `peak_allocated`: simulated where its stream exists, else fitted."""
+    """The reserve for `cfg` at `peak_allocated` (max_memory_reserved - max_memory_allocated on a card with
+    room): simulated where its stream exists, else fitted."""
+    return _extra(cfg, peak_allocated, variant, need=False)
+
+
+def need(cfg: RunConfig, peak_allocated: int, variant: str = "default") -> Reserve:
+    """What the card must hold beyond `peak_allocated` for the run not to OOM: the smallest allocator limit at
+    which the simulated stream passes (the allocator frees its cache and retries before failing), minus the
+    allocated peak. At most `reserve`; the fit verdict should use this one."""
+    return _extra(cfg, peak_allocated, variant, need=True)
+
+
+def _extra(cfg: RunConfig, peak_allocated: int, variant: str, need: bool) -> Reserve:
     sim = simulated(cfg, variant)
     if sim is not None:
-        frac = sim["fragmentation"] / sim["peak_allocated"]
+        extra = sim["min_limit"] - sim["peak_allocated"] if need else sim["fragmentation"]
+        frac = extra / sim["peak_allocated"]
         return Reserve(int(frac * peak_allocated), frac, f"simulated (traced stream {sim['stream']})")
-    frac = fitted_fraction(cfg, peak_allocated, variant)
-    fit = _table()["fit"].get(variant, {})
+    key = "need:" + variant if need else variant
+    frac = fitted_fraction(cfg, peak_allocated, key)
+    fit = _table()["fit"].get(key, {})
     n, loo = fit.get("n", 0), fit.get("loo_max_abs", 0.0)
     note = (
         f"fitted over {n} simulated streams (+ worst LOO under-prediction; LOO max error {100 * loo:.1f} pts)"
@@ -117,7 +132,8 @@ class SettingSaving:
     """What one allocator setting saves on the reserve for a config (bytes; negative = costs)."""
 
     setting: str  # as a user writes it
-    saves_bytes: int
+    saves_bytes: int  # on what the card must hold (`need`): the number for "will it fit"
+    saves_reserved_bytes: int  # on max_memory_reserved with room to spare (`reserve`); can be negative
     source: str
     caveat: str = ""
 
@@ -139,14 +155,16 @@ def setting_savings(cfg: RunConfig, peak_allocated: int) -> list[SettingSaving]:
     """
     if cfg.device != "cuda":
         return []
-    base = reserve(cfg, peak_allocated)
+    base, base_need = reserve(cfg, peak_allocated), need(cfg, peak_allocated)
     out = []
     for variant, text in SETTINGS.items():
-        r = reserve(cfg, peak_allocated, variant)
+        r, n = reserve(cfg, peak_allocated, variant), need(cfg, peak_allocated, variant)
         caveat = ""
         if variant == "expandable_segments" and cfg.use_vllm and cfg.vllm_mode == "colocate":
             caveat = "not inside vLLM's colocated memory pool (pytorch#147851): applies to the trainer's tensors only"
         if variant == "torch_empty_cache_steps_1":
             caveat = "about 10% slower steps (TRL's help for torch_empty_cache_steps)"
-        out.append(SettingSaving(text, base.bytes - r.bytes, r.source, caveat))
+        if variant == "max_split_size_mb_128":
+            caveat = "saves only near the limit (lets the allocator free oversize cached blocks); costs reserve otherwise"
+        out.append(SettingSaving(text, base_need.bytes - n.bytes, base.bytes - r.bytes, n.source, caveat))
     return out

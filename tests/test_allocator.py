@@ -330,3 +330,16 @@ def test_step_peaks_show_fragmentation_building_across_steps():
     r = simulate(ev)
     assert r.step_peaks[1] == [12 * M, 12 * M]
     assert r.step_peaks[2] == [32 * M, 14 * M]
+
+
+def test_min_device_limit_uses_release_and_retry():
+    # malloc's retry: 30 MiB cached on stream 1, 20 MiB wanted on stream 0. Unlimited: 50 MiB reserved. With a
+    # limit of 30 MiB or a little more, the cudaMalloc fails, release_cached_blocks frees the 30 MiB, the retry
+    # succeeds: the card needs only the 30 MiB allocated peak (bisection to 1 MiB: within (30, 31] MiB).
+    from estimator.allocator import min_device_limit
+
+    ev = [("a", 1, 30 * M, 1), ("f", 1), ("a", 2, 20 * M, 0)]
+    assert simulate(ev).peak_reserved == 50 * M
+    lim, r = min_device_limit(ev, resolution=M)
+    assert 30 * M < lim <= 31 * M
+    assert not r.oom and r.retries == 1

@@ -53,3 +53,13 @@ def test_settings_flag_vllm_colocate():
     s = {x.setting: x for x in allocator_term.setting_savings(cfg, 20 * 2**30)}
     assert "vLLM" in s["PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"].caveat
     assert allocator_term.setting_savings(cfg.with_(device="cpu"), 2**30) == []
+
+
+@pytest.mark.skipif(not INDEX, reason="no recorded streams in results/streams")
+def test_need_is_between_allocated_and_reserve():
+    # The smallest passing limit lies between the allocated peak and the unlimited reserved peak.
+    for row in INDEX:
+        cfg = RunConfig.from_dict(row["config"])
+        peak = row["simulated"]["default"]["peak_allocated"]
+        need, res = allocator_term.need(cfg, peak), allocator_term.reserve(cfg, peak)
+        assert 0 <= need.bytes <= res.bytes, row["key"]

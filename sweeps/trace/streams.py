@@ -16,7 +16,14 @@ import sys
 from pathlib import Path
 
 from estimator import allocator_term
-from estimator.allocator import AllocatorSettings, dump_stream, load_stream, simulate, with_empty_cache_steps
+from estimator.allocator import (
+    AllocatorSettings,
+    dump_stream,
+    load_stream,
+    min_device_limit,
+    simulate,
+    with_empty_cache_steps,
+)
 from estimator.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,8 +109,20 @@ def fit_variant(rows: list[tuple[RunConfig, int, float]]) -> dict:
     }
 
 
+def min_limits(events: list) -> dict[str, int]:
+    """Per variant, the smallest allocator limit (64 MiB steps) at which the stream runs: what the card must hold
+    for the tensors once the allocator frees its cache and retries before an OOM."""
+    out = {
+        name: min_device_limit(events, AllocatorSettings.from_conf(conf))[0]
+        for name, conf in VARIANTS.items()
+    }
+    out["torch_empty_cache_steps_1"] = min_device_limit(with_empty_cache_steps(events, 1))[0]
+    return out
+
+
 def build_table(out: Path) -> dict:
-    """Re-simulate every recorded stream under every variant; the estimator's table with the fitted model."""
+    """Re-simulate every recorded stream under every variant (unlimited, and its smallest passing limit); the
+    estimator's table with the fitted models of both (`fit[variant]`, `fit["need:" + variant]`)."""
     streams, by_variant = [], {}
     keep = (
         "peak_reserved",
@@ -117,12 +136,17 @@ def build_table(out: Path) -> dict:
         idx = json.loads(line)
         events = load_stream(out / idx["stream"])
         cfg = RunConfig.from_dict(idx["config"])
+        limits = min_limits(events)
         variants = {}
         for name, r in simulate_variants(events).items():
-            variants[name] = {k: r[k] for k in keep} | {"stream": idx["stream"], "source": "simulated"}
-            by_variant.setdefault(name, []).append(
-                (cfg, r["peak_allocated"], r["fragmentation"] / r["peak_allocated"])
-            )
+            variants[name] = {k: r[k] for k in keep} | {
+                "stream": idx["stream"],
+                "source": "simulated",
+                "min_limit": limits[name],
+            }
+            pa = r["peak_allocated"]
+            by_variant.setdefault(name, []).append((cfg, pa, r["fragmentation"] / pa))
+            by_variant.setdefault("need:" + name, []).append((cfg, pa, (limits[name] - pa) / pa))
         streams.append({"config": idx["config"], "events": len(events), "variants": variants})
     fit = {name: fit_variant(rows) for name, rows in by_variant.items()}
     src = "simulated (estimator.allocator) on traced streams (results/streams)"
@@ -135,21 +159,25 @@ def _median(xs: list[float]) -> float:
 
 
 def report(table: dict) -> str:
-    """Simulated fragmentation per variant (min / median / max over the streams) and the fit's errors."""
+    """Simulated fragmentation per variant (min / median / max over the streams) and the fits' errors: the
+    unlimited reserve (max_memory_reserved - max_memory_allocated) and the need (smallest passing limit - peak
+    allocated), both as fractions of the allocated peak."""
     lines = []
     for name in allocator_term.VARIANTS:
-        fr = sorted(
-            s["variants"][name]["fragmentation"] / s["variants"][name]["peak_allocated"]
-            for s in table["streams"]
-        )
-        if not fr:
-            continue
-        f = table["fit"][name]
-        lines.append(
-            f"{name:26s} simulated reserve/allocated over {len(fr)} traced streams: min {100 * fr[0]:.1f}% "
-            f"median {100 * _median(fr):.1f}% max {100 * fr[-1]:.1f}%; fitted model error: in-sample max "
-            f"{100 * f['in_sample_max_abs']:.1f} pts, leave-one-out max {100 * f['loo_max_abs']:.1f} pts"
-        )
+        for kind, label in (("reserve", "reserve"), ("need", "need   ")):
+            fr = []
+            for s in table["streams"]:
+                v = s["variants"][name]
+                extra = v["fragmentation"] if kind == "reserve" else v["min_limit"] - v["peak_allocated"]
+                fr.append(extra / v["peak_allocated"])
+            fr.sort()
+            f = table["fit"][name if kind == "reserve" else "need:" + name]
+            lines.append(
+                f"{name:26s} {label} over {len(fr)} traced streams (simulated): min {100 * fr[0]:.1f}% "
+                f"median {100 * _median(fr):.1f}% max {100 * fr[-1]:.1f}% of peak allocated; fitted model: "
+                f"in-sample max error {100 * f['in_sample_max_abs']:.1f} pts, leave-one-out max "
+                f"{100 * f['loo_max_abs']:.1f} pts"
+            )
     return "\n".join(lines)
 
 
