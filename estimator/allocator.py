@@ -147,9 +147,11 @@ def _interval_index(size: int) -> int:
 
 
 def roundup_power2_next_division(size: int, divisions: int) -> int:
-    """`roundup_power2_next_division` ({CPP}): the next of `divisions` equal steps between two powers of two.
+    """`roundup_power2_next_division`: the next of `divisions` equal steps between two powers of two.
 
     1200 with 4 divisions: steps 1024, 1280, 1536, 1792 -> 1280. Powers of two are returned as they are.
+
+    Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
     """
     if size & (size - 1) == 0:
         return size
@@ -162,8 +164,11 @@ def roundup_power2_next_division(size: int, divisions: int) -> int:
 
 
 def round_size(size: int, s: AllocatorSettings) -> int:
-    """`round_size` ({CPP}): at least 512 B; a multiple of 512 B, or the next power-of-two division when
-    `roundup_power2_divisions` gives this size's interval more than one division and size > 512 × divisions."""
+    """`round_size`: at least 512 B; a multiple of 512 B, or the next power-of-two division when
+    `roundup_power2_divisions` gives this size's interval more than one division and size > 512 × divisions.
+
+    Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+    """
     if size < K_MIN_BLOCK_SIZE:
         return K_MIN_BLOCK_SIZE
     divisions = s.roundup_power2_divisions[_interval_index(size)] if s.roundup_power2_divisions else 0
@@ -173,14 +178,19 @@ def round_size(size: int, s: AllocatorSettings) -> int:
 
 
 def is_small(size: int) -> bool:
-    """`get_pool` ({CPP}): rounded requests <= 1 MiB use the small pool."""
+    """`get_pool`: rounded requests <= 1 MiB use the small pool.
+
+    Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+    """
     return size <= K_SMALL_SIZE
 
 
 def allocation_size(size: int, s: AllocatorSettings) -> int:
-    """`get_allocation_size` ({CPP}): the cudaMalloc size for a new segment serving a rounded request.
+    """`get_allocation_size`: the cudaMalloc size for a new segment serving a rounded request.
 
     <= 1 MiB: 2 MiB; < 10 MiB: `large_segment_size` (20 MiB); otherwise the request rounded up to 2 MiB.
+
+    Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
     """
     if size <= K_SMALL_SIZE:
         return K_SMALL_BUFFER
@@ -190,16 +200,15 @@ def allocation_size(size: int, s: AllocatorSettings) -> int:
 
 
 def should_split(block_size: int, size: int, small: bool, s: AllocatorSettings) -> bool:
-    """`should_split` ({CPP}): small pool or expandable segments split a remainder >= 512 B; the large pool
-    splits a remainder > 1 MiB, and only for requests under `max_split_size`."""
+    """`should_split`: small pool or expandable segments split a remainder >= 512 B; the large pool
+    splits a remainder > 1 MiB, and only for requests under `max_split_size`.
+
+    Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+    """
     remaining = block_size - size
     if small or s.expandable_segments:
         return remaining >= K_MIN_BLOCK_SIZE
     return size < s.max_split_size and remaining > K_SMALL_SIZE
-
-
-for _f in (roundup_power2_next_division, round_size, is_small, allocation_size, should_split):
-    _f.__doc__ = (_f.__doc__ or "").replace("{CPP}", CPP)
 
 
 class _Block:
@@ -303,7 +312,10 @@ class CachingAllocator:
 
     # ---- malloc -------------------------------------------------------------------------------------------
     def malloc(self, key: int, orig_size: int, stream: int = 0) -> bool:
-        """`malloc` ({CPP}): cached block, else new segment, else release and retry twice. False on OOM."""
+        """`malloc`: cached block, else new segment, else release and retry twice. False on OOM.
+
+        Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+        """
         s = self.s
         size = round_size(orig_size, s)
         small = is_small(size)
@@ -337,7 +349,10 @@ class CachingAllocator:
         return self._alloc_block(size, small, stream)
 
     def _get_free_block(self, size: int, small: bool, stream: int) -> _Block | None:
-        """`get_free_block` ({CPP}): best fit of the same stream and pool, with the oversize-block rules."""
+        """`get_free_block`: best fit of the same stream and pool, with the oversize-block rules.
+
+        Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+        """
         s = self.s
         lst = self.free_lists.get((stream, small))
         if not lst:
@@ -363,7 +378,10 @@ class CachingAllocator:
         return b
 
     def _alloc_block(self, size: int, small: bool, stream: int) -> _Block | None:
-        """`alloc_block` ({CPP}): a new cudaMalloc segment of `get_allocation_size`, or map expandable pages."""
+        """`alloc_block`: a new cudaMalloc segment of `get_allocation_size`, or map expandable pages.
+
+        Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+        """
         if self.s.expandable_segments:
             return self._try_allocate_expandable_block(size, small, stream)
         alloc = allocation_size(size, self.s)
@@ -377,13 +395,19 @@ class CachingAllocator:
 
     # ---- release -----------------------------------------------------------------------------------------
     def _release_block(self, b: _Block) -> None:
-        """`release_block` ({CPP}): cudaFree a whole cached segment."""
+        """`release_block`: cudaFree a whole cached segment.
+
+        Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+        """
         self._erase(b)
         self.reserved -= b.size
 
     def _release_available_cached_blocks(self, size: int, small: bool, stream: int) -> bool:
-        """`release_available_cached_blocks` ({CPP}): only with max_split_size set; free the smallest cached
-        oversize block >= max(size, max_split_size), else the largest oversize ones until enough is freed."""
+        """`release_available_cached_blocks`: only with max_split_size set; free the smallest cached
+        oversize block >= max(size, max_split_size), else the largest oversize ones until enough is freed.
+
+        Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+        """
         s = self.s
         if s.max_split_size == UNLIMITED:
             return False
@@ -401,8 +425,11 @@ class CachingAllocator:
         return released >= want
 
     def _release_cached_blocks(self) -> bool:
-        """`release_cached_blocks` / `release_blocks` ({CPP}): free every cached unsplit segment; expandable
-        segments unmap their whole free pages."""
+        """`release_cached_blocks` / `release_blocks`: free every cached unsplit segment; expandable
+        segments unmap their whole free pages.
+
+        Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+        """
         for lst in list(self.free_lists.values()):
             for _, _, b in list(lst):
                 if b.expandable:
@@ -421,12 +448,18 @@ class CachingAllocator:
         return out
 
     def empty_cache(self) -> None:
-        """`emptyCache` ({CPP}) = `release_cached_blocks`."""
+        """`emptyCache` = `release_cached_blocks`.
+
+        Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+        """
         self._release_cached_blocks()
 
     # ---- free --------------------------------------------------------------------------------------------
     def free(self, key: int) -> None:
-        """`free` -> `free_block` ({CPP}): merge with free neighbours of the segment, back into the pool."""
+        """`free` -> `free_block`: merge with free neighbours of the segment, back into the pool.
+
+        Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+        """
         b = self.live.pop(key)
         b.allocated = False
         self.allocated -= b.size
@@ -436,7 +469,10 @@ class CachingAllocator:
         self._insert(b)
 
     def _merge(self, dst: _Block, src: _Block) -> None:
-        """`try_merge_blocks` ({CPP}): dst absorbs its free neighbour src (src leaves its pool)."""
+        """`try_merge_blocks`: dst absorbs its free neighbour src (src leaves its pool).
+
+        Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+        """
         if src.mapped:
             self._erase(src)
         else:
@@ -467,8 +503,11 @@ class CachingAllocator:
         bisect.insort(self.unmapped.setdefault((b.stream, b.small), []), (b.addr, b))
 
     def _find_expandable_block(self, size: int, small: bool, stream: int) -> _Block:
-        """`find_expandable_block` ({CPP}): the lowest-address unmapped range (with the free block before it)
-        that has `size` bytes of free or unmapped space; else a new segment spanning the address space."""
+        """`find_expandable_block`: the lowest-address unmapped range (with the free block before it)
+        that has `size` bytes of free or unmapped space; else a new segment spanning the address space.
+
+        Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+        """
 
         def allocatable(x: _Block | None) -> bool:
             return x is not None and not x.allocated
@@ -490,7 +529,10 @@ class CachingAllocator:
         return seg
 
     def _map_block(self, b: _Block, size: int) -> bool:
-        """`map_block` ({CPP}): map whole pages covering `size` bytes from the start of unmapped `b`."""
+        """`map_block`: map whole pages covering `size` bytes from the start of unmapped `b`.
+
+        Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+        """
         page = self._page(b.small)
         mapped = min(-(-size // page) * page, b.size)
         if self.s.device_limit is not None and self.reserved + mapped > self.s.device_limit:
@@ -515,7 +557,10 @@ class CachingAllocator:
         return True
 
     def _try_allocate_expandable_block(self, size: int, small: bool, stream: int) -> _Block | None:
-        """`try_allocate_expandable_block` ({CPP}): map pages until the candidate range holds `size` bytes."""
+        """`try_allocate_expandable_block`: map pages until the candidate range holds `size` bytes.
+
+        Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+        """
         c = self._find_expandable_block(size, small, stream)
         if not c.mapped and not self._map_block(c, min(c.size, size)):
             return None
@@ -529,7 +574,10 @@ class CachingAllocator:
         return c
 
     def _unmap_block(self, b: _Block) -> None:
-        """`unmap_block` ({CPP}): unmap the whole pages inside a free block; the edges stay mapped and free."""
+        """`unmap_block`: unmap the whole pages inside a free block; the edges stay mapped and free.
+
+        Source: https://github.com/pytorch/pytorch/blob/v2.13.0/c10/cuda/CUDACachingAllocator.cpp
+        """
         page = self._page(b.small)
         base = self._segment_base(b)  # pages are counted from the segment's start
         begin = base + -(-(b.addr - base) // page) * page
@@ -562,12 +610,6 @@ class CachingAllocator:
     def _segment_base(b: _Block) -> int:
         """An expandable segment spans [base, base + VA_SPAN) with base a multiple of VA_SPAN."""
         return b.addr - b.addr % VA_SPAN
-
-
-for _name in dir(CachingAllocator):
-    _m = getattr(CachingAllocator, _name)
-    if callable(_m) and _m.__doc__ and "{CPP}" in _m.__doc__:
-        _m.__doc__ = _m.__doc__.replace("{CPP}", CPP)
 
 
 # ---- replay ----------------------------------------------------------------------------------------------------
