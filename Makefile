@@ -17,7 +17,7 @@ SMOKE_DIR ?= results/raw/scratch
 
 LEGACY_TRL ?= 0.14 0.17 0.19 0.23
 
-.PHONY: install estimate test lint format sweep sweep-smoke sweep-legacy gpu-validate trace accuracy tables fit-overheads bench examples clean wheelhouse
+.PHONY: install estimate test lint format sweep sweep-smoke sweep-legacy gpu-validate trace accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams
 
 install: $(STAMP)
 
@@ -119,6 +119,15 @@ fit-overheads: install
 # The worked examples (issue 12's four cases): what vram-estimate says, regenerated from their config files.
 examples: install
 	$(PY) examples/make_examples.py
+
+# Replays results/streams/ through torch's real caching allocator and compares with the simulation (skips without CUDA).
+allocator-check: install
+	$(PY) -m sweeps.report.allocator_check
+	$(PY) -m sweeps.report.allocator_check --conf expandable_segments:True
+
+# Records the allocation streams of a few 3-step traced runs and simulates them (results/streams/).
+allocator-streams: install
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m sweeps.trace.streams
 
 bench: install
 	$(PY) benchmarks/bench_cli.py

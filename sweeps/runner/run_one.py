@@ -70,7 +70,7 @@ def _make_probes(names: list[str], device: str) -> dict:
         if name == "tensors":
             from sweeps.probes.tensors import LiveStorageMode
 
-            probes[name] = LiveStorageMode(round_to=512 if device == "cuda" else 1)
+            probes[name] = LiveStorageMode(round_to=512 if device == "cuda" else 1, record_events=True)
         elif name == "torch_cuda":
             from sweeps.probes.torch_cuda import TorchCudaProbe
 
@@ -194,6 +194,10 @@ def execute(spec: dict) -> dict:
     results = {name: p.result() for name, p in probes.items()}
     if "tensors" in results:
         results["tensors"].pop("phase_at_peak", None)
+        from estimator.allocator import simulate
+
+        # the caching allocator's reserve for the stream the probe saw (simulated)
+        results["tensors"]["allocator"] = simulate(tensors.events).to_dict()
     obs = _observed(cfg.device, results, phase_hooks.PHASES)
     obs["shapes"] = shapes
     obs["phases_seen"] = tracker.seen

@@ -25,11 +25,12 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from estimator.allocator import simulate
 from estimator.config import RunConfig
 from sweeps.probes.tensors import LiveStorageMode
 from sweeps.runner import tiny
@@ -81,6 +82,8 @@ class TraceResult:
     setup_seconds: float
     params: int
     trainable_params: int
+    variant: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)  # ordered alloc/free/phase events (estimator.allocator format)
 
 
 def _reward(completions, **kwargs):
@@ -233,7 +236,7 @@ def _run(cfg: RunConfig, fake: bool, steps: int, decode_k: int, out_dir: str) ->
     with patches.patched(), mode:
         trainer, opt = build(cfg, conf, fake, out_dir)
         policy = trainer.model
-        probe = LiveStorageMode(round_to=CUDA_BLOCK if cfg.device == "cuda" else 1)
+        probe = LiveStorageMode(round_to=CUDA_BLOCK if cfg.device == "cuda" else 1, record_events=True)
         probe.register(policy)
         if trainer.ref_model is not None:
             probe.register(trainer.ref_model, "ref_param")
@@ -267,6 +270,7 @@ def _run(cfg: RunConfig, fake: bool, steps: int, decode_k: int, out_dir: str) ->
                 with probe.phase("train"):
                     for mb in buffered[: cfg.gradient_accumulation_steps]:
                         loss = trainer.compute_loss(policy, mb)
+                        probe.events.append(("x", "loss"))  # where Trainer.training_step may empty_cache
                         trainer.accelerator.backward(loss)
                         del loss
                     probe.register([p.grad for p in policy.parameters() if p.grad is not None], "grad")
@@ -282,4 +286,9 @@ def _run(cfg: RunConfig, fake: bool, steps: int, decode_k: int, out_dir: str) ->
         observed["phase_at_peak_by_label"].pop("(between steps)", None)
         params = sum(p.numel() for p in policy.parameters())
         trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    return TraceResult(observed, step_seconds, setup, params, trainable)
+    variant = {"decode": "fast-forward", "k": decode_k} if decode_k < cfg.max_completion_length else {}
+    variant.update({"head": "fused-gpu", "steps": steps, "tensors": "fake" if fake else "real-cpu"})
+    observed["allocator"] = simulate(
+        probe.events
+    ).to_dict()  # the caching allocator's reserve for this stream
+    return TraceResult(observed, step_seconds, setup, params, trainable, variant, probe.events)
