@@ -17,7 +17,7 @@ SMOKE_DIR ?= results/raw/scratch
 
 LEGACY_TRL ?= 0.14 0.17 0.19 0.23
 
-.PHONY: install estimate test lint format sweep sweep-smoke sweep-legacy gpu-validate trace accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams
+.PHONY: install estimate test lint format sweep sweep-smoke sweep-legacy gpu-validate trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams
 
 install: $(STAMP)
 
@@ -106,6 +106,10 @@ sweep-legacy:
 trace: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-trace --grid default
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-trace --grid headline
+
+# Rank 0 of 2/4/8 FSDP2 ranks on a fake process group (results/traced/multigpu.jsonl; resumes).
+trace-multigpu: install
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -m sweeps.trace.multigpu
 
 accuracy: install
 	.venv/bin/grpo-vram-accuracy

@@ -39,7 +39,11 @@ SLEEP_LEVELS = (
 LOGPROB_HEADS = ("chunked", "full", "rowwise", "selective")
 NEWEST_TRL = MODELLED[-1]  # the newest TRL release modelled (estimator/trl_versions.py)
 DEVICES = ("cuda", "cpu")  # cpu = TRL's `use_cpu=True` path
-SHARDINGS = ("none", "zero2", "zero3", "fsdp")  # DeepSpeed ZeRO-2/3 or FSDP (full shard) over `num_gpus`
+SHARDINGS = ("none", "zero2", "zero3", "fsdp")  # DeepSpeed ZeRO-2/3 or FSDP over `num_gpus`
+FSDP_STRATEGIES = (
+    "FULL_SHARD",
+    "SHARD_GRAD_OP",
+)  # accelerate fsdp_sharding_strategy (FSDP2: reshard_after_forward)
 MAX_COUNT = 1 << 20  # upper bound of batch-like counts: beyond it no GPU holds one sequence's state
 MAX_TOKENS = 1 << 22  # upper bound of token lengths (4M): far past every catalog model's context
 
@@ -313,10 +317,44 @@ class RunConfig:
     )
     sharding: str = setting(
         "none",
-        "DeepSpeed ZeRO-2/3 or FSDP full shard over --gpus (shortcuts: --zero 2|3, --fsdp)",
+        "DeepSpeed ZeRO-2/3 or FSDP over --gpus (shortcuts: --zero 2|3, --fsdp)",
         group="hardware",
         choices=SHARDINGS,
         ours=True,
+    )
+    fsdp_sharding_strategy: str = setting(
+        "FULL_SHARD",
+        "FSDP: FULL_SHARD reshards each layer after forward, SHARD_GRAD_OP keeps it gathered until backward "
+        "(accelerate fsdp_config.fsdp_sharding_strategy; FSDP2 fsdp_reshard_after_forward true/false)",
+        group="hardware",
+        choices=FSDP_STRATEGIES,
+        file_keys=("fsdp_sharding_strategy",),
+        since="0.2.0",
+    )
+    offload_optimizer: bool = setting(
+        False,
+        "optimizer state, fp32 master weights and gradients on the host (DeepSpeed "
+        "zero_optimization.offload_optimizer.device: cpu; accelerate deepspeed_config.offload_optimizer_device)",
+        group="hardware",
+        since="0.2.0",
+    )
+    offload_param: bool = setting(
+        False,
+        "parameters on the host too (DeepSpeed ZeRO-3 zero_optimization.offload_param.device: cpu; FSDP "
+        "fsdp_offload_params / CPUOffloadPolicy, which also moves gradients and optimizer state)",
+        group="hardware",
+        since="0.2.0",
+    )
+    host_ram_gib: float | None = setting(
+        None,
+        "host RAM per node in GiB: checks what offload and loading need there",
+        group="hardware",
+        flag="--host-ram",
+        above=0.0,
+        maximum=1e7,
+        metavar="GIB",
+        ours=True,
+        since="0.2.0",
     )
 
     # ---- derived geometry (TRL 1.16 GRPOConfig.__post_init__, grpo_config.py:1096-1116) ----

@@ -147,4 +147,14 @@ def read_config_file(path: str) -> FileSettings:
         raise ConfigFileError(
             f"--config {path}: expected a mapping of GRPOConfig keys, got {type(data).__name__}"
         )
+    from estimator import (
+        launchfile,
+    )  # an accelerate config YAML or a DeepSpeed JSON says how the run is spread
+
+    if launchfile.is_deepspeed_config(data) or launchfile.is_accelerate_config(data):
+        try:
+            launch = launchfile.translate_file(data, p)
+        except launchfile.LaunchFileError as e:
+            raise ConfigFileError(f"--config {e}") from None
+        return FileSettings(values=launch.values, notes=launch.notes)
     return translate(data, p.name)

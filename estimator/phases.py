@@ -7,6 +7,8 @@ micro-batch; its peak is the largest of a few instants) → `optimizer` (step wi
 
 from __future__ import annotations
 
+import sys
+
 from estimator.architecture import Arch
 from estimator.config import RunConfig
 from estimator.phase_names import GENERATE, OPTIMIZER, SCORE, TRAIN
@@ -15,7 +17,7 @@ from estimator.terms import generation as gen
 from estimator.terms import logprob_head as head
 from estimator.terms import optimizer as opt
 from estimator.terms import release, vllm, weights
-from estimator.terms.sharding import deepspeed_dtype_config, gathered_weights, shard
+from estimator.terms.sharding import deepspeed_dtype_config, gathered_weights, is_fsdp, shard
 from estimator.units import nbytes
 
 
@@ -153,14 +155,26 @@ def build_phases(cfg: RunConfig, arch: Arch) -> tuple[dict[str, dict[str, int]],
     """
     given = cfg
     cfg = deepspeed_dtype_config(cfg)
-    held = resident(cfg, arch)
     phases: dict[str, dict[str, int]] = {}
     notes: list[str] = []
-    specific = {GENERATE: generate_phase(cfg, arch), SCORE: score_phase(cfg, arch)}
-    train, instant = train_phase(cfg, arch)
-    specific[TRAIN] = train
-    specific[OPTIMIZER] = optimizer_phase(cfg, arch)
-    specific = release.phases(cfg, arch, specific)
+    if is_fsdp(given):  # rank 0 of N FSDP2 ranks: assembled in estimator/phases_fsdp.py from these terms
+        from estimator import phases_fsdp
+
+        phases = phases_fsdp.build(given, arch, sys.modules[__name__])
+        instant = next(iter(phases.pop("_train_instant")))
+        specific = {}
+        notes.append(
+            f"rank 0 of {given.num_gpus} FSDP2 ranks ({given.fsdp_sharding_strategy}): accelerate upcasts trainable "
+            "parameters to fp32 under mixed precision, so shards, gradients and AdamW state are fp32; "
+            "held to traced rank-0 steps (results/traced/multigpu.jsonl)"
+        )
+    else:
+        held = resident(cfg, arch)
+        specific = {GENERATE: generate_phase(cfg, arch), SCORE: score_phase(cfg, arch)}
+        train, instant = train_phase(cfg, arch)
+        specific[TRAIN] = train
+        specific[OPTIMIZER] = optimizer_phase(cfg, arch)
+        specific = release.phases(cfg, arch, specific)
     for phase, comps in specific.items():
         merged = dict(held)
         for k, v in comps.items():
@@ -173,11 +187,19 @@ def build_phases(cfg: RunConfig, arch: Arch) -> tuple[dict[str, dict[str, int]],
             f"TRL {cfg.trl_version} counts per_device_train_batch_size in prompts: "
             f"{cfg.per_device_train_batch_size} completions per micro-batch (prompts x num_generations)"
         )
+    if given.offload_optimizer or given.offload_param or given.host_ram_gib:  # estimator/offload_phases.py
+        from estimator import offload_phases
+
+        phases, offload_notes = offload_phases.apply(given, arch, phases)
+        notes += offload_notes
+        notes.append(offload_phases.host_ram_line(given, arch))
     if cfg.dtype == "float32" and not cfg.load_in_4bit:
         notes.append(
             "weights load in float32 (TRL's default for a model given by name); "
             "model_init_kwargs={'dtype': 'bfloat16'} halves weights, gradients and AdamW state"
         )
+    if given.sharding == "fsdp" and given.num_gpus > 1 and not is_fsdp(given):
+        notes.append("FSDP with QLoRA: states divided by --gpus, gathers not modelled (not traced)")
     if cfg is not given:
         notes.append(
             "DeepSpeed casts the model to bf16 under ZeRO; fp32 master weights and AdamW state are sharded"

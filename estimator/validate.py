@@ -90,6 +90,11 @@ def check_combination(cfg: RunConfig, arch: Arch | None) -> None:
         raise InvalidConfig("--device cpu cannot run --use-vllm (vLLM needs CUDA); drop --use-vllm")
     if cfg.device == "cpu" and (cfg.num_gpus != 1 or cfg.sharding != "none"):
         raise InvalidConfig("--device cpu is a single process: drop --gpus / --zero / --fsdp")
+    from estimator.offload_phases import offload_problem
+
+    problem = offload_problem(cfg)
+    if problem:
+        raise InvalidConfig(problem)
     targets = cfg.lora_target_modules
     if cfg.use_peft and targets and arch is not None:
         if "lm_head" in targets:

@@ -46,8 +46,9 @@ REPOS = {  # GitHub repository -> (distribution, path prefix in the repository t
     "huggingface/peft": ("peft", "src/"),
     "pytorch/pytorch": ("torch", ""),
     "bitsandbytes-foundation/bitsandbytes": ("bitsandbytes", ""),
+    "huggingface/accelerate": ("accelerate", "src/"),
 }
-PERMALINK = re.compile(r"https://github\.com/([\w-]+/[\w-]+)/blob/v([\w.]+)/([\w/.]+)#L(\d+)")
+PERMALINK = re.compile(r"https://github\.com/([\w-]+/[\w-]+)/blob/v([\w.]+)/([\w/.]+)#L(\d+)(?:-L\d+)?")
 
 
 def _files():

@@ -3,9 +3,10 @@
 Rajbhandari et al. 2020 (ZeRO), Fig. 1: with mixed precision every parameter costs 2 (bf16 weights) + 2
 (bf16 grads) + K = 12 (fp32 master, m, v) bytes. ZeRO-2 shards gradients and optimizer state
 (2Ψ + (2 + K)Ψ/N); ZeRO-3 also shards the parameters ((2 + 2 + K)Ψ/N). DeepSpeed casts the module to bf16
-when `bf16=True`, so TRL's fp32 default load does not apply under ZeRO. FSDP FULL_SHARD shards weights,
-gradients and optimizer state in the parameter dtype. Activations are never sharded: each rank runs its own
-micro-batch.
+when `bf16=True`, so TRL's fp32 default load does not apply under ZeRO. FSDP (accelerate's FSDP2) is assembled
+in `estimator/phases_fsdp.py` from the FSDP2 terms below and held to rank-0 traces: accelerate upcasts trainable
+parameters to fp32 under mixed precision, so the shards are fp32 whatever the load dtype. Activations are never
+sharded: each rank runs its own micro-batch.
 
 Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: estimator/terms/SOURCES.md.
 """
@@ -49,7 +50,98 @@ def shard(cfg: RunConfig, component: str, nbytes: int) -> int:
 
 
 def gathered_weights(cfg: RunConfig, full_weights: int) -> int:
-    """ZeRO-3 / FSDP gather the full policy for generate (ds3_gather_for_generation=True, MU:141-150): full − own shard."""
+    """ZeRO-3 gathers the full policy for generate (ds3_gather_for_generation=True, MU:141-150): full − own shard.
+    (FSDP2 does not: TRL's summon_full_params is a no-op for it, trl/distributed.py `DistributedBackend.summon_full_params`; see phases_fsdp.)"""
     if cfg.sharding in ("zero3", "fsdp") and cfg.num_gpus > 1:
         return full_weights - shard(cfg, "weights", full_weights)
     return 0
+
+
+# ---- FSDP2 as accelerate 1.15 applies it under TRL (traced: sweeps/trace/distributed.py) -----------------------
+# accelerate `fsdp2_prepare_model` (accelerate/utils/fsdp_utils.py): trainable parameters upcast to fp32 when
+# mixed_precision != "no"; `fully_shard` on every decoder layer (transformer_based_wrap); the untied input
+# embedding gets its own group; final norm + lm_head (+ the tied embedding) form the tail group with
+# reshard_after_forward=False; then the root. MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16).
+# torch 2.13 FSDP2 (`_fully_shard/_fsdp_param.py`): each parameter is chunked on dim 0, rank 0 holds
+# ceil(dim0 / N) rows, so padding falls on the last ranks; rank 0 holds the full chunk.
+
+
+def is_fsdp(cfg: RunConfig) -> bool:
+    """FSDP (accelerate fsdp_version 2) over more than one GPU, full fine-tune or LoRA: the traced cases. QLoRA
+    under FSDP keeps the simple `shard` model (not traced: accelerate leaves uint8 4-bit weights unsharded)."""
+    return cfg.sharding == "fsdp" and cfg.num_gpus > 1 and not cfg.load_in_4bit
+
+
+def fsdp_shard_dtype_bytes(cfg: RunConfig) -> int:
+    """Bytes per element of a sharded trainable parameter: fp32 under mixed precision (accelerate upcasts), else the load dtype."""
+    return 4 if cfg.bf16 or cfg.dtype == "float32" else 2
+
+
+def fsdp_gather_bytes(cfg: RunConfig) -> int:
+    """Bytes per element of an all-gathered (unsharded) parameter: MixedPrecisionPolicy.param_dtype (bf16) or the shard's."""
+    return 2 if cfg.bf16 else fsdp_shard_dtype_bytes(cfg)
+
+
+def chunk_rows(rows: int, n: int) -> int:
+    """Rows of rank 0's chunk of a dim-0 of `rows` over n ranks: ceil(rows / n) (torch.chunk, FSDPParam._init_sharded_param)."""
+    return -(-rows // n)
+
+
+def _layer_tensors(arch) -> list[tuple[int, int]]:
+    """(dim0, numel / dim0) of every parameter of one decoder layer: linear weights, biases, norms."""
+    out = []
+    for lin in arch.layer_linears:
+        out.append((lin.count * lin.out_features if lin.count > 1 else lin.out_features, lin.in_features))
+        if lin.bias:
+            out.append((lin.out_features * lin.count, 1))
+    if arch.layer_norm_params:
+        out.append((arch.layer_norm_params, 1))  # the layer's 1-D norms, taken as one for chunking
+    return out
+
+
+def fsdp_groups(arch) -> dict[str, tuple[int, list[tuple[int, int]]]]:
+    """FSDP2 groups as accelerate makes them: name -> (count, parameter shapes as (dim0, rest))."""
+    v, h = arch.vocab_size, arch.hidden_size
+    tail = [(arch.final_norm_params, 1), (v, h)]  # final norm + lm_head (tied: the shared embedding)
+    groups = {"layer": (arch.num_layers, _layer_tensors(arch)), "tail": (1, tail)}
+    if not arch.tie_word_embeddings:
+        groups["embedding"] = (1, [(v, h)])
+    return groups
+
+
+def fsdp_shard_numel(arch, n: int) -> int:
+    """Elements rank 0 holds of every parameter: Σ ceil(dim0 / n) · rest over all groups."""
+    return sum(
+        count * sum(chunk_rows(d0, n) * rest for d0, rest in shapes)
+        for count, shapes in fsdp_groups(arch).values()
+    )
+
+
+def fsdp_group_unsharded_numel(arch, name: str, n: int) -> int:
+    """Elements of one group's all-gather output (= its unsharded parameters): n × rank 0's padded chunk."""
+    _, shapes = fsdp_groups(arch)[name]
+    return sum(n * chunk_rows(d0, n) * rest for d0, rest in shapes)
+
+
+def fsdp_sharded_params(cfg: RunConfig, arch) -> int:
+    """Rank 0's parameter shards: Σ ceil(dim0/N)·rest × (4 under mixed precision: accelerate upcasts to fp32)."""
+    return fsdp_shard_numel(arch, cfg.num_gpus) * fsdp_shard_dtype_bytes(cfg)
+
+
+def fsdp_tail_unsharded(cfg: RunConfig, arch) -> int:
+    """The tail group (final norm + lm_head, tied embedding) is never resharded after forward: gathered in bf16 from
+    the first forward of the step until its post-backward reshard (accelerate passes reshard_after_forward=False)."""
+    return fsdp_group_unsharded_numel(arch, "tail", cfg.num_gpus) * fsdp_gather_bytes(cfg)
+
+
+def fsdp_layer_unsharded(cfg: RunConfig, arch) -> int:
+    """One decoder layer's all-gather output (or its unsharded parameters), in param_dtype."""
+    return fsdp_group_unsharded_numel(arch, "layer", cfg.num_gpus) * fsdp_gather_bytes(cfg)
+
+
+def fsdp_all_unsharded(cfg: RunConfig, arch) -> int:
+    """Every group gathered at once (SHARD_GRAD_OP after a forward): Σ groups' all-gather outputs, in param_dtype."""
+    n = cfg.num_gpus
+    return sum(
+        count * fsdp_group_unsharded_numel(arch, name, n) for name, (count, _) in fsdp_groups(arch).items()
+    ) * fsdp_gather_bytes(cfg)

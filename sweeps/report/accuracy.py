@@ -25,6 +25,7 @@ from sweeps.report.frames import method_of, model_label, summarize_config
 from sweeps.runner.predict import arch_for, predict
 
 SOURCES = ("traced", "measured-cpu", "measured-gpu")
+SETS = {"multi-gpu": ("traced", "multigpu")}  # set name -> (source, sweep): rank 0 of N FSDP2 ranks
 DEFAULT_DIRS = ("results/raw", "results/traced")
 
 # (row config dict, stored config.json of a model built in code) -> (Estimate.to_dict()-like dict, error)
@@ -197,6 +198,13 @@ def summary_lines(acc: pd.DataFrame) -> list[str]:
         old = old.assign(release=old["trl_version"].map(lambda v: f"TRL {profile(v).label}"))
         for _, m in summary_frame(old, ("source", "release")).iterrows():
             lines.append(f"accuracy[{m['source']}, {m['release']}]: {_stats(m)}")
+    for name, (source, sweep) in SETS.items():  # sets reported on their own line as well
+        sub = with_prediction(acc)
+        sub = sub[(sub["source"] == source) & (sub["sweep"] == sweep)]
+        if len(sub):
+            s = summary_frame(sub.assign(set=name), ("set",)).iloc[0]
+            low = int((sub["rel_error"] < -0.02).sum())
+            lines.append(f"accuracy[{source}, {name}]: {_stats(s)}, {low} under-predicted by more than 2%")
     return lines
 
 

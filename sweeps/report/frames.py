@@ -422,6 +422,10 @@ def summarize_config(config: dict) -> str:
         parts.append(f"ga{config.get('gradient_accumulation_steps')}")
     if config.get("device") == "cpu":
         parts.append("cpu")
+    if (config.get("num_gpus") or 1) > 1:
+        parts.append(f"{config['num_gpus']}x{config.get('sharding')}")
+        if config.get("fsdp_sharding_strategy"):
+            parts.append(str(config["fsdp_sharding_strategy"]))
     return " ".join(parts)
 
 

@@ -98,6 +98,11 @@ def quiet_libraries():
 
 def make_row(cfg: RunConfig, sweep: str, k: int = DECODE_K) -> dict:
     """Trace `cfg` and build its result row (status error with the message if the trace raises)."""
+    if cfg.num_gpus > 1:  # rank 0 of N ranks on a fake process group (sweeps/trace/multigpu.py)
+        from sweeps.trace import multigpu
+
+        layout = {"world_size": cfg.num_gpus, "strategy": cfg.fsdp_sharding_strategy}
+        return multigpu.make_row(cfg, layout, sweep)
     row = _row_header(cfg, sweep, variant(cfg, k))
     row["prediction"] = _prediction(cfg)
     try:

@@ -225,14 +225,12 @@ def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) ->
 def _run(cfg: RunConfig, fake: bool, steps: int, decode_k: int, out_dir: str) -> TraceResult:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
-    from trl.models.utils import unwrap_model_for_generation
 
-    from sweeps.trace import fake_model, generate, patches
+    from sweeps.trace import fake_model, patches
 
     conf = fake_model.hf_config(cfg.model, cfg.attn_implementation)
     t0 = time.perf_counter()
     mode = FakeTensorMode(shape_env=ShapeEnv()) if fake else nullcontext()
-    step_seconds: list[float] = []
     with patches.patched(), mode:
         trainer, opt = build(cfg, conf, fake, out_dir)
         policy = trainer.model
@@ -241,45 +239,8 @@ def _run(cfg: RunConfig, fake: bool, steps: int, decode_k: int, out_dir: str) ->
         if trainer.ref_model is not None:
             probe.register(trainer.ref_model, "ref_param")
         setup = time.perf_counter() - t0
-        n_micro = cfg.resolved_steps_per_generation
         with probe:
-            buffered = None
-            for step in range(1, steps + 1):
-                ts = time.perf_counter()
-                probe.set_step(step)
-                with (
-                    probe.phase("generate"),
-                    unwrap_model_for_generation(
-                        policy,
-                        trainer.accelerator,
-                        gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
-                    ) as gen_model,
-                ):
-                    ids = generate.generate(
-                        gen_model,
-                        cfg.generation_sequences,
-                        cfg.max_prompt_length,
-                        cfg.max_completion_length,
-                        cfg.bf16,
-                        decode_k,
-                    )
-                with probe.phase("score"):
-                    buffered = None
-                    buffered = _micro_batches(_score(trainer, cfg, ids), n_micro)
-                    del ids
-                with probe.phase("train"):
-                    for mb in buffered[: cfg.gradient_accumulation_steps]:
-                        loss = trainer.compute_loss(policy, mb)
-                        probe.events.append(("x", "loss"))  # where Trainer.training_step may empty_cache
-                        trainer.accelerator.backward(loss)
-                        del loss
-                    probe.register([p.grad for p in policy.parameters() if p.grad is not None], "grad")
-                with probe.phase("optimizer"):
-                    opt.step()
-                    probe.register(opt)
-                    opt.zero_grad(set_to_none=True)
-                probe.set_phase("(between steps)")
-                step_seconds.append(time.perf_counter() - ts)
+            step_seconds = run_steps(cfg, trainer, opt, probe, steps, decode_k)
         observed = probe.result()
         for d in (observed["phases"], *observed["steps"].values(), observed["phase_at_peak"]):
             d.pop("(between steps)", None)
@@ -292,3 +253,55 @@ def _run(cfg: RunConfig, fake: bool, steps: int, decode_k: int, out_dir: str) ->
         probe.events
     ).to_dict()  # the caching allocator's reserve for this stream
     return TraceResult(observed, step_seconds, setup, params, trainable, variant, probe.events)
+
+
+def run_steps(cfg: RunConfig, trainer, opt, probe: LiveStorageMode, steps: int, decode_k: int) -> list[float]:
+    """Run `steps` GRPO steps (generate, score, train, optimizer) inside an active `probe`; seconds per step.
+
+    Shared by the single-process trace and `sweeps.trace.distributed` (which wraps the policy in FSDP2 first).
+    """
+    from trl.models.utils import unwrap_model_for_generation
+
+    from sweeps.trace import generate
+
+    policy = trainer.model
+    n_micro = cfg.resolved_steps_per_generation
+    step_seconds: list[float] = []
+    buffered = None
+    for step in range(1, steps + 1):
+        ts = time.perf_counter()
+        probe.set_step(step)
+        with (
+            probe.phase("generate"),
+            unwrap_model_for_generation(
+                policy,
+                trainer.accelerator,
+                gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+            ) as gen_model,
+        ):
+            ids = generate.generate(
+                gen_model,
+                cfg.generation_sequences,
+                cfg.max_prompt_length,
+                cfg.max_completion_length,
+                cfg.bf16,
+                decode_k,
+            )
+        with probe.phase("score"):
+            buffered = None
+            buffered = _micro_batches(_score(trainer, cfg, ids), n_micro)
+            del ids
+        with probe.phase("train"):
+            for mb in buffered[: cfg.gradient_accumulation_steps]:
+                loss = trainer.compute_loss(policy, mb)
+                probe.events.append(("x", "loss"))  # where Trainer.training_step may empty_cache
+                trainer.accelerator.backward(loss)
+                del loss
+            probe.register([p.grad for p in policy.parameters() if p.grad is not None], "grad")
+        with probe.phase("optimizer"):
+            opt.step()
+            probe.register(opt)
+            opt.zero_grad(set_to_none=True)
+        probe.set_phase("(between steps)")
+        step_seconds.append(time.perf_counter() - ts)
+    return step_seconds

@@ -1,0 +1,79 @@
+"""CPU offload terms against bytes computed by hand from DeepSpeed 0.19.8 / torch 2.13 FSDP2 allocation sites."""
+
+from estimator.terms import offload as off
+
+GIB = 2**30
+
+
+def test_deepspeed_zero2_optimizer_offload_host_bytes_by_hand():
+    # 1.5B trainable on 4 ranks: 375M each; fp32 master 1.5e9 B, Adam 3e9 B, fp32 grads 1.5e9 B, bf16 copy 0.75e9 B
+    host = off.ds_host_per_rank(1_500_000_000, 1_500_000_000, 4, 2, off.Offload(optimizer=True), 10)
+    assert host == {
+        "master_weights": 1_500_000_000,
+        "optimizer_state": 3_000_000_000,
+        "gradients": 1_500_000_000,
+        "bit16_partition": 750_000_000,
+        "grad_staging": 20,
+    }
+    assert off.host_ram_node(host, 4) == 4 * 6_750_000_020
+
+
+def test_zero3_param_offload_adds_the_bf16_partition_and_stage2_ignores_it():
+    z3 = off.ds_host_per_rank(8, 10, 4, 3, off.Offload(optimizer=False, param=True), 1)
+    assert z3 == {"weights": 2 * 3}  # ceil(10 / 4) = 3 elements of 2 bytes
+    assert off.ds_host_per_rank(8, 10, 4, 2, off.Offload(param=True), 1) == {}
+    assert "weights" in off.ds_gpu_moved(3, off.Offload(param=True))
+    assert "weights" not in off.ds_gpu_moved(2, off.Offload(optimizer=True, param=True))
+
+
+def test_fsdp_offload_host_and_pinned():
+    host = off.fsdp_host_per_rank(shard_numel=100, shard_bytes=4)
+    assert host == {"weights": 400, "gradients": 400, "optimizer_state": 800}
+    assert off.pinned_bytes(host, off.Offload(param=True)) == 800
+    assert off.pinned_bytes(host, off.Offload(param=True, pin_memory=False)) == 0
+
+
+def test_model_load_every_rank_or_only_rank0():
+    assert off.model_load_host(7_000_000_000, 2, 8, efficient_loading=False) == 112_000_000_000
+    assert off.model_load_host(7_000_000_000, 2, 8, efficient_loading=True) == 14_000_000_000
+
+
+def test_host_ram_check_says_how_short():
+    assert off.check_host_ram(10 * GIB, 16) is None
+    msg = off.check_host_ram(20 * GIB, 16)
+    assert msg is not None and "4.0 GiB short" in msg and "\n" not in msg
+
+
+def test_zero2_optimizer_offload_leaves_the_gpu_and_lands_on_the_host():
+    from estimator.catalog import resolve_model
+    from estimator.config import RunConfig
+    from estimator.estimate import estimate
+    from estimator.offload_phases import host_ram
+
+    cfg = RunConfig(model="1.5B", dtype="bfloat16", num_gpus=4, sharding="zero2")
+    on_gpu = estimate(cfg)
+    off_gpu = estimate(cfg.with_(offload_optimizer=True))
+    arch = resolve_model("1.5B")
+    arch = arch[0] if isinstance(arch, tuple) else arch
+    vh = (
+        151936 * 1536
+    )  # Qwen2.5-1.5B's embedding, its largest parameter (config.json: vocab_size, hidden_size)
+    for phase, comps in off_gpu.phases.items():
+        assert not {"optimizer_state", "master_weights", "gradients"} & set(comps), phase
+        assert comps["offload_staging"] == 2 * vh  # one bf16 staging buffer of the largest parameter
+    assert off_gpu.peak_allocated_bytes < on_gpu.peak_allocated_bytes
+    t = arch.total_params  # all trainable (full fine-tuning)
+    per_rank = 16 * -(-t // 4) + 2 * -(-t // 4) + 2 * 2 * vh  # fp32 master+grads+m+v, bf16 copy, staging twin
+    assert host_ram(cfg.with_(offload_optimizer=True), arch)["training"] == 4 * (per_rank - 2 * vh)
+
+
+def test_offload_flag_combinations_refused_in_one_line():
+    from estimator.config import RunConfig
+    from estimator.offload_phases import offload_problem
+
+    assert "--zero 2|3 or --fsdp" in offload_problem(RunConfig(offload_optimizer=True))
+    assert "ZeRO-3" in offload_problem(RunConfig(num_gpus=2, sharding="zero2", offload_param=True))
+    assert "--offload-param" in offload_problem(
+        RunConfig(num_gpus=2, sharding="fsdp", offload_optimizer=True)
+    )
+    assert offload_problem(RunConfig(num_gpus=2, sharding="zero3", offload_param=True)) is None

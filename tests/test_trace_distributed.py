@@ -1,0 +1,103 @@
+"""Rank 0 of a 2-rank FSDP2 GRPO trace of a tiny model: shards, optimizer state and gathers as FSDP2 lays them out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from estimator.config import RunConfig
+
+pytestmark = pytest.mark.slow
+
+TINY = {
+    "model_type": "qwen2",
+    "architectures": ["Qwen2ForCausalLM"],
+    "vocab_size": 8000,
+    "hidden_size": 256,
+    "intermediate_size": 704,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "use_sliding_window": False,
+}
+
+
+def _rank0_shard_elements(n: int) -> int:
+    """Σ ceil(dim0 / n) · rest over the Qwen2 parameters of TINY, written out by hand."""
+    h, i, v, kv = 256, 704, 8000, 2 * 64
+
+    def c(rows: int) -> int:
+        return -(-rows // n)
+
+    layer = (
+        c(h) * h
+        + c(h)  # q_proj weight + bias
+        + 2 * (c(kv) * h + c(kv))  # k_proj, v_proj weight + bias
+        + c(h) * h  # o_proj
+        + 2 * c(i) * h  # gate_proj, up_proj
+        + c(h) * i  # down_proj
+        + 2 * c(h)  # input / post-attention norms
+    )
+    return 2 * c(v) * h + 2 * layer + c(h)  # embedding, lm_head, layers, final norm
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    from sweeps.trace import distributed
+
+    p = tmp_path_factory.mktemp("tiny") / "config.json"
+    p.write_text(json.dumps(TINY))
+    cfg = RunConfig(
+        model=str(p),
+        dtype="bfloat16",
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_prompt_length=24,
+        max_completion_length=32,
+        device="cpu",
+        num_gpus=2,
+        sharding="fsdp",
+    )
+    return distributed.run(cfg, distributed.Layout(2, "FULL_SHARD"))
+
+
+def test_rank0_holds_fp32_shards_and_fp32_adamw_state(traced):
+    at_opt = traced.observed["phase_at_peak_by_label"]["optimizer"]
+    shard = _rank0_shard_elements(2)
+    assert at_opt["param"] == 4 * shard  # bf16 load upcast to fp32 by accelerate (mixed precision bf16)
+    tensors = 2 + 2 * 12 + 1  # embedding, lm_head; 12 per layer (7 weights, 3 biases, 2 norms); final norm
+    assert (
+        at_opt["optimizer_state"] == 2 * 4 * shard + 4 * tensors
+    )  # exp_avg, exp_avg_sq; one fp32 `step` each
+
+
+def test_gathers_are_seen_and_params_counted_whole(traced):
+    gen = traced.observed["phase_at_peak_by_label"]["generate"]
+    assert gen.get("fsdp_unsharded_param", 0) > 0  # FSDP2's in-place storage resizes reached the probe
+    assert (
+        traced.params
+        == 2 * 8000 * 256 + 2 * (256 * 256 * 2 + 2 * 128 * 256 + 256 + 2 * 128 + 3 * 704 * 256 + 512) + 256
+    )
+
+
+def test_layout_rejects_bad_values():
+    from sweeps.trace.distributed import Layout
+
+    with pytest.raises(ValueError, match="world_size"):
+        Layout(1)
+    with pytest.raises(ValueError, match="HYBRID_SHARD"):
+        Layout(2, "HYBRID_SHARD")
+
+
+def test_trace_cli_records_zero_as_skipped_with_the_reason(capsys):
+    """`grpo-vram-trace --gpus 2 --zero 2` routes to the rank-0 tracer, which cannot run DeepSpeed and says why."""
+    from sweeps.trace.cli import main
+
+    assert main(["--model", "0.5B", "--gpus", "2", "--zero", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "skipped" in out and "zero2" in out and "DeepSpeed" in out
