@@ -91,35 +91,110 @@ class Arch:
         return self.num_experts > 0
 
 
-def _get(cfg: dict, *keys: str, default=None):
-    for k in keys:
-        if cfg.get(k) is not None:
-            return cfg[k]
-    return default
+# Decoder-only model types whose module layout this file builds, each checked against transformers on the meta
+# device (tests/test_architecture.py). Anything else (encoders such as BERT, encoder-decoders such as T5,
+# multimodal wrappers whose vision tower is not counted) is refused rather than sized wrongly.
+MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "phi3",
+    "gemma2",
+    "gemma3_text",
+)
+# Sane upper bounds for the sizes that enter a formula (generous: the largest open models are far below them).
+LIMITS = {
+    "hidden_size": 2**18,
+    "num_hidden_layers": 10_000,
+    "num_attention_heads": 2**14,
+    "num_key_value_heads": 2**14,
+    "head_dim": 2**14,
+    "intermediate_size": 2**20,
+    "moe_intermediate_size": 2**20,
+    "shared_expert_intermediate_size": 2**20,
+    "vocab_size": 2**24,
+    "num_experts": 2**14,
+    "num_local_experts": 2**14,
+    "n_routed_experts": 2**14,
+    "num_experts_per_tok": 2**14,
+    "max_position_embeddings": 2**31,
+}
+BOOL_FIELDS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "qkv_bias")
+
+
+def _size(cfg: dict, *keys: str, default=None, minimum: int = 1) -> int:
+    """The first of `keys` present, as a positive integer within LIMITS; a float, bool, string, NaN, infinity,
+    zero, negative or absurd value is a ConfigError naming the field (never truncated or guessed)."""
+    key = next((k for k in keys if cfg.get(k) is not None), None)
+    if key is None:
+        if default is None:
+            raise ConfigError(f"config has no {keys[0]!r}; need hidden_size, num_hidden_layers, ...")
+        return default
+    v = cfg[key]
+    limit = LIMITS.get(key, 2**31)
+    if not isinstance(v, int) or isinstance(v, bool) or not minimum <= v <= limit:
+        raise ConfigError(f"config {key} = {v!r}: accepted values are integers from {minimum} to {limit}")
+    return v
+
+
+def _flag(cfg: dict, key: str, default: bool) -> bool:
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ConfigError(f"config {key} = {v!r}: accepted values are true or false")
+    return v
+
+
+def check_model_type(cfg: dict) -> str:
+    """The config's model_type when this estimator models it, else a ConfigError naming the ones it does."""
+    model_type = cfg.get("model_type")
+    if model_type in MODEL_TYPES:
+        return model_type
+    what = f"model_type {model_type!r}" if model_type else "a config without model_type"
+    raise ConfigError(
+        f"{what} is not a decoder-only architecture this estimator models; supported: {', '.join(MODEL_TYPES)}"
+    )
 
 
 def from_config(cfg: dict, name: str | None = None) -> Arch:
-    """Build an Arch from a Hugging Face config.json dict (dense and MoE decoders)."""
-    cfg = dict(cfg.get("text_config") or {}) | {k: v for k, v in cfg.items() if k != "text_config"}
-    model_type = cfg.get("model_type", "")
-    try:
-        h = int(cfg["hidden_size"])
-        n_layers = int(cfg["num_hidden_layers"])
-        n_heads = int(cfg["num_attention_heads"])
-        vocab = int(cfg["vocab_size"])
-    except KeyError as e:
-        raise ConfigError(f"config has no {e.args[0]!r}; need hidden_size, num_hidden_layers, ...") from None
-    n_kv = int(_get(cfg, "num_key_value_heads", default=n_heads))
-    head_dim = int(_get(cfg, "head_dim", default=h // n_heads))
-    inter = int(_get(cfg, "intermediate_size", default=4 * h))
-    tie = bool(cfg.get("tie_word_embeddings", True))
+    """Build an Arch from a Hugging Face config.json dict (dense and MoE decoders of MODEL_TYPES)."""
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"config is a JSON {type(cfg).__name__}, not an object")
+    text = cfg.get("text_config")
+    if text is not None and not isinstance(text, dict):
+        raise ConfigError("config text_config is not an object")
+    cfg = dict(text or {}) | {k: v for k, v in cfg.items() if k != "text_config"}
+    model_type = check_model_type(cfg)
+    h = _size(cfg, "hidden_size")
+    n_layers = _size(cfg, "num_hidden_layers")
+    n_heads = _size(cfg, "num_attention_heads")
+    vocab = _size(cfg, "vocab_size")
+    n_kv = _size(cfg, "num_key_value_heads", default=n_heads)
+    if n_heads % n_kv:
+        raise ConfigError(
+            f"config num_attention_heads = {n_heads} is not a multiple of num_key_value_heads = {n_kv}"
+        )
+    if cfg.get("head_dim") is None and h % n_heads:
+        raise ConfigError(
+            f"config hidden_size = {h} is not a multiple of num_attention_heads = {n_heads} (and no head_dim)"
+        )
+    head_dim = _size(cfg, "head_dim", default=h // n_heads)
+    inter = _size(cfg, "intermediate_size", default=4 * h)
+    if cfg.get("max_position_embeddings") is not None:
+        _size(cfg, "max_position_embeddings")
+    tie = _flag(cfg, "tie_word_embeddings", True)
     if model_type in ("qwen2", "qwen2_moe"):  # q/k/v biases hard-wired (qwen2) or from qkv_bias (qwen2_moe)
-        attn_bias = bool(cfg.get("qkv_bias", True))
+        attn_bias = _flag(cfg, "qkv_bias", True)
     else:
-        attn_bias = bool(cfg.get("attention_bias", False))
+        attn_bias = _flag(cfg, "attention_bias", False)
     # o_proj follows attention_bias except where the modeling code hard-wires bias=False
     o_bias = attn_bias and model_type not in ("qwen2", "qwen2_moe", "phi3", "mistral")
-    mlp_bias = bool(cfg.get("mlp_bias", False))
+    mlp_bias = _flag(cfg, "mlp_bias", False)
     q_dim, kv_dim = n_heads * head_dim, n_kv * head_dim
 
     linears: list[Linear] = []
@@ -133,14 +208,18 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
             Linear("v_proj", h, kv_dim, attn_bias),
         ]
     linears.append(Linear("o_proj", q_dim, h, o_bias))
-    if model_type in ("qwen3", "qwen3_moe", "gemma3_text", "gemma3", "olmo2"):
+    if model_type in ("qwen3", "qwen3_moe", "gemma3_text"):
         norms += 2 * head_dim  # q_norm, k_norm over head_dim
-    if model_type in ("gemma2", "gemma3_text", "gemma3"):
+    if model_type in ("gemma2", "gemma3_text"):
         norms += 2 * h  # pre/post feed-forward layernorms
 
-    n_experts = int(_get(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0))
-    top_k = int(_get(cfg, "num_experts_per_tok", default=0))
-    moe_inter = int(_get(cfg, "moe_intermediate_size", default=inter))
+    n_experts = _size(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0, minimum=0)
+    top_k = _size(cfg, "num_experts_per_tok", default=0, minimum=0)
+    if n_experts and not 1 <= top_k <= n_experts:
+        raise ConfigError(
+            f"config num_experts_per_tok = {top_k}: accepted values are 1 to num_experts ({n_experts})"
+        )
+    moe_inter = _size(cfg, "moe_intermediate_size", default=inter)
     if n_experts:
         # transformers 5.x stores experts as fused 3D parameters (e.g. Qwen3MoeExperts): not nn.Linear.
         linears += [
@@ -148,7 +227,7 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
             Linear("experts.gate_up_proj", h, 2 * moe_inter, False, count=n_experts, is_nn_linear=False),
             Linear("experts.down_proj", moe_inter, h, False, count=n_experts, is_nn_linear=False),
         ]
-        shared = int(_get(cfg, "shared_expert_intermediate_size", default=0))
+        shared = _size(cfg, "shared_expert_intermediate_size", default=0, minimum=0)
         if shared:
             linears += [
                 Linear("shared_expert.gate_proj", h, shared, False),

@@ -41,11 +41,15 @@ def catalog_names() -> list[str]:
 def load_config(path: Path) -> dict:
     """Parse one config.json; anything that is not a JSON object is a ConfigError."""
     try:
-        cfg = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError) as e:
+        cfg = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except OSError as e:
         raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not UTF-8 text (a binary file?); give a config.json") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    except RecursionError:
+        raise ConfigError(f"{path} is nested too deeply to be a config.json") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path} holds a JSON {type(cfg).__name__}, not a config object")
     return cfg
@@ -110,7 +114,7 @@ def _arch(cfg: dict, name: str, where: str) -> Arch:
         return from_config(cfg, name=name)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
-    except (TypeError, ValueError, ZeroDivisionError) as e:
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError) as e:
         raise ConfigError(f"{where}: malformed config ({e})") from None
 
 
@@ -119,24 +123,51 @@ def _catalog_arch(hf_id: str) -> Arch:
     return _arch(load_config(catalog()[hf_id]), hf_id, str(catalog()[hf_id]))
 
 
+MAX_NAME = 1024  # longer --model values are refused without touching the file system
+
+
+def shown(spec: str, n: int = 80) -> str:
+    """`spec` quoted for a one-line message, cut to `n` characters (saying how long it was)."""
+    return repr(spec) if len(spec) <= n else f"{spec[:n]!r}... ({len(spec)} characters)"
+
+
+def _as_path(spec: str) -> Path | None:
+    """The config.json `spec` names on disk, or None; a name the OS cannot even look up is not a path."""
+    try:
+        path = Path(spec).expanduser()
+        if path.is_dir():
+            if not (path / "config.json").is_file():
+                raise UnknownModel(f"--model {shown(spec)}: folder has no config.json")
+            return path / "config.json"
+        return path if path.is_file() else None
+    except (OSError, ValueError):  # name too long, embedded NUL, ...
+        return None
+
+
 def resolve_model(spec: str) -> Arch:
     """Arch for a shorthand size, catalog name / HF id / bare name, config.json path (or dir), or HF-cache id."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise UnknownModel(
+            f"--model {spec!r}: give a size ({' '.join(SHORTHANDS)}), a catalog name or a config.json"
+        )
+    if len(spec) > MAX_NAME:
+        raise UnknownModel(f"--model {shown(spec)}: too long for a model name or path (at most {MAX_NAME})")
     hf_id = catalog_id(spec)
     if hf_id:
         return _catalog_arch(hf_id)
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise UnknownModel(f"--model {spec!r}: folder has no config.json")
-        path = path / "config.json"
-    if path.is_file():
+    path = _as_path(spec)
+    if path is not None:
         cfg = load_config(path)
-        return _arch(cfg, cfg.get("_name_or_path") or str(spec), str(path))
-    cached = find_in_hf_cache(spec)
+        label = cfg.get("_name_or_path") if isinstance(cfg.get("_name_or_path"), str) else None
+        return _arch(cfg, label or str(spec), str(path))
+    try:
+        cached = find_in_hf_cache(spec)
+    except (OSError, ValueError):
+        cached = None
     if cached:
         return _arch(load_config(cached), spec, str(cached))
     near = closest_names(spec)
     hint = f"closest: {', '.join(near)}" if near else f"sizes: {' '.join(SHORTHANDS)}"
     raise UnknownModel(
-        f"unknown model {spec!r} (not a size, catalog name, config.json path or HF-cache id); {hint}"
+        f"unknown model {shown(spec)} (not a size, catalog name, config.json path or HF-cache id); {hint}"
     )

@@ -16,6 +16,8 @@ import math
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
+from estimator.trl_versions import MODELLED
+
 DTYPES = ("float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("sdpa", "flash_attention_2", "eager")
 OPTIMIZERS = (
@@ -32,7 +34,10 @@ SLEEP_LEVELS = (
     1,
     2,
 )  # vLLM LLM.sleep(level): 1 offloads weights to host RAM, 2 discards them; 0 = never sleeps
-LOGPROB_HEADS = ("chunked", "full")  # TRL 1.16's fused chunked head, or the classic [B, C, V] logits path
+# TRL 1.15+'s fused chunked head, the classic [B, C, V] logits path, and older releases' materialized-logits
+# heads: 0.14's row-wise log_softmax and 0.15-1.14's selective_log_softmax (estimator/trl_versions.py)
+LOGPROB_HEADS = ("chunked", "full", "rowwise", "selective")
+NEWEST_TRL = MODELLED[-1]  # the newest TRL release modelled (estimator/trl_versions.py)
 DEVICES = ("cuda", "cpu")  # cpu = TRL's `use_cpu=True` path
 SHARDINGS = ("none", "zero2", "zero3", "fsdp")  # DeepSpeed ZeRO-2/3 or FSDP over `num_gpus`
 FSDP_STRATEGIES = (
@@ -265,6 +270,17 @@ class RunConfig:
         since="0.2.0",
     )
     # ours
+    trl_version: str = setting(
+        NEWEST_TRL,
+        "TRL release whose GRPO semantics to model, MAJOR.MINOR from 0.14 (defaults, what "
+        "per_device_train_batch_size counts (prompts in 0.14), reference model, log-prob head, generation; "
+        "default: the installed TRL when modelled, else the newest)",
+        group="hardware",
+        choices=MODELLED,
+        metavar="X.Y",
+        ours=True,
+        since="0.1.0",
+    )
     logprob_head: str = setting(
         "chunked",
         "TRL's fused chunked log-prob head or full [B, C, V] logits",
@@ -343,8 +359,23 @@ class RunConfig:
 
     # ---- derived geometry (TRL 1.16 GRPOConfig.__post_init__, grpo_config.py:1096-1116) ----
     @property
+    def release(self):
+        """The TRL release row this config models (estimator/trl_versions.py TrlProfile)."""
+        from estimator.trl_versions import profile
+
+        return profile(self.trl_version)
+
+    @property
     def resolved_steps_per_generation(self) -> int:
-        """steps_per_generation = given, or generation_batch_size / (bs × procs), or gradient_accumulation_steps."""
+        """steps_per_generation = given, or generation_batch_size / (bs × procs), or gradient_accumulation_steps.
+
+        TRL ≤0.16 generates per micro-batch (1); 0.17 once per accumulation cycle (GA); 0.18+ as above.
+        """
+        unit = self.release.generation_unit
+        if unit == "micro_batch":
+            return 1
+        if unit == "accumulated":
+            return self.gradient_accumulation_steps
         if self.steps_per_generation is not None:
             return self.steps_per_generation
         if self.generation_batch_size is not None:
@@ -368,17 +399,28 @@ class RunConfig:
 
     @property
     def has_reference_model(self) -> bool:
-        """A separate reference copy exists only with beta != 0 and no PEFT (grpo_trainer.py:982-1003)."""
+        """A separate reference copy exists only with beta != 0 and no PEFT (grpo_trainer.py:982-1003); TRL ≤0.15 makes one whatever beta."""
+        if not self.release.reference_needs_beta:
+            return not self.use_peft
         return self.beta != 0.0 and not self.use_peft
 
     @property
     def runs_reference_pass(self) -> bool:
-        """The no-grad reference log-prob pass runs whenever beta != 0 (on the ref model or adapters disabled)."""
-        return self.beta != 0.0
+        """The no-grad reference log-prob pass runs whenever beta != 0 (on the ref model or adapters disabled); always in TRL ≤0.15."""
+        return self.beta != 0.0 or not self.release.reference_needs_beta
 
     @property
     def runs_old_logprob_pass(self) -> bool:
-        """Old-policy pass: GA % (steps_per_generation × num_iterations) != 0, or vLLM IS correction (GT:2634-2657)."""
+        """Old-policy pass: GA % (steps_per_generation × num_iterations) != 0, or vLLM IS correction (GT:2634-2657).
+
+        Older releases' rules (trl_versions.OLD_PASS_RULES): never (≤0.15), num_iterations > 1 (0.16-0.18),
+        + steps_per_generation > GA (0.19), the GA rule without vLLM's correction (0.20-0.22).
+        """
+        from estimator.release_config import old_pass
+
+        rule = old_pass(self)
+        if rule is not None:
+            return rule
         if self.use_vllm and self.vllm_importance_sampling_correction:
             return True
         return (
@@ -396,10 +438,6 @@ class RunConfig:
         if not self.vllm_sleeps:
             return 0
         return self.vllm_sleep_level or 2
-
-    @property
-    def quantized(self) -> bool:
-        return self.load_in_4bit
 
     def with_(self, **changes) -> RunConfig:
         """A copy with some fields changed."""
@@ -540,6 +578,3 @@ def check_value(f: Field, value: Any) -> str | None:
         if low or high:
             return f"must be {describe_bounds(f)}"
     return None
-
-
-DEFAULT = RunConfig()

@@ -131,9 +131,13 @@ def read_config_file(path: str) -> FileSettings:
     """Read a GRPOConfig YAML/JSON file; one-line ConfigFileError on any problem."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_bytes().decode("utf-8")
     except OSError as e:
         raise ConfigFileError(f"--config {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ConfigFileError(
+            f"--config {path}: not UTF-8 text (a binary file?); give a YAML or JSON file"
+        ) from None
     try:
         data = parse_text(text, p.suffix.lower())
     except Exception as e:  # yaml.YAMLError / json.JSONDecodeError: keep the first line only

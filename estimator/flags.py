@@ -53,6 +53,24 @@ def _dtype(text: str) -> str:
     return value
 
 
+def _trl_version(text: str) -> str:
+    """`0.14`, `0.14.0`, `v0.14` -> `0.14` when TRL 0.14 is modelled; else one line naming the modelled range."""
+    from estimator.trl_versions import fmt
+
+    try:
+        return fmt(_release_minor(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--trl-version ")) from None
+
+
+def _release_minor(text: str):
+    from estimator.trl_versions import parse_version, profile
+
+    v = parse_version(text)
+    profile(v)  # a modelled release, or ValueError naming the range
+    return v
+
+
 def _help(f: Field) -> str:
     if "default:" in f.meta.help:
         return f.meta.help
@@ -65,6 +83,8 @@ def _add(group: argparse._ArgumentGroup, f: Field) -> None:
     kw: dict = {"dest": f.name, "help": _help(f)}
     if f.kind == "bool":
         kw["action"] = argparse.BooleanOptionalAction
+    elif f.name == "trl_version":  # 0.14.0 / v0.14 -> 0.14, then one of the modelled releases
+        kw.update(type=_trl_version, metavar=f.meta.metavar)
     elif f.name == "dtype":
         kw.update(type=_dtype, metavar="{" + ",".join(DTYPE_CHOICES) + "}")
     elif f.kind == "strs":  # repeatable: --reward-model A --reward-model B
@@ -157,7 +177,10 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
     from estimator.architecture import ConfigError
     from estimator.config import RunConfig
     from estimator.configfile import ConfigFileError, read_config_file
+    from estimator.release_config import release_values
+    from estimator.trl_versions import default_version, fmt
     from estimator.validate import InvalidConfig, validate
+    from estimator.validate import notes as setting_notes
 
     values: dict = {}
     notes: list[str] = []
@@ -169,6 +192,12 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
         values.update(settings.values)
         notes += settings.notes
     values.update(run_values(ns))
+    given = set(values)  # what the file and flags set (the release's defaults below are not "given")
+    try:  # the modelled TRL release's defaults and batch meaning (given settings are in its terms)
+        version = values.get("trl_version") or fmt(default_version())
+        values = release_values(version, values)
+    except ValueError as e:
+        raise FlagError(str(e)) from None
     model = values.setdefault("model", RunConfig().model)
     try:
         arch = catalog.resolve_model(model)
@@ -177,6 +206,7 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
     resolve_dtype(values, arch)
     for key, value in (defaults or {}).items():
         values.setdefault(key, value)
+        given.add(key)
     try:
         cfg = RunConfig.from_dict(values)
         validate(cfg, arch)
@@ -193,4 +223,4 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
             catalog.resolve_model(role.model)
         except (catalog.UnknownModel, ConfigError) as e:
             raise FlagError(f"{flag(field_of[role.kind])}: {e}") from None
-    return cfg, arch, notes
+    return cfg, arch, notes + setting_notes(cfg, arch, given)

@@ -16,7 +16,7 @@ from estimator.terms import activations as act
 from estimator.terms import generation as gen
 from estimator.terms import logprob_head as head
 from estimator.terms import optimizer as opt
-from estimator.terms import vllm, weights
+from estimator.terms import release, vllm, weights
 from estimator.terms.sharding import deepspeed_dtype_config, gathered_weights, is_fsdp, shard
 from estimator.units import nbytes
 
@@ -72,7 +72,7 @@ def score_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     layers = {"activations": act.nograd_forward_peak(cfg, arch, b, seq)}
     at_head = {
         "activations": act.hidden_states(cfg, arch, b * seq),  # last_hidden_state
-        "logprob_head": head.head_forward(cfg, arch, b),
+        "logprob_head": head.nograd_head(cfg, arch, b),
     }
     larger = max(layers, at_head, key=lambda d: sum(d.values()))
     return common | larger
@@ -86,13 +86,7 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
     saved = act.saved_activations(cfg, arch, b, seq)
     norm_saved = tokens * act.rmsnorm_saved_per_token(cfg, arch)
     buffers = gen.rollout_buffers(cfg)
-    if cfg.logprob_head == "full":
-        fwd_head = bwd_head = head.full_logits(cfg, arch, b)
-        saved_head = 0
-    else:
-        fwd_head = head.head_forward(cfg, arch, b)
-        saved_head = head.head_saved(cfg, arch, b)
-        bwd_head = head.head_backward(cfg, arch, b, lm_head_trainable=not cfg.use_peft)
+    fwd_head, saved_head, bwd_head = head.train_head(cfg, arch, b)
     cast_cache = act.autocast_weight_cache(cfg, arch, include_lm_head=False)
     instants = {
         "head_forward": {
@@ -134,7 +128,7 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
     instants["backward_end"] = {"activations": grad_flow, "gradients": grads + shard(cfg, "gradients", tied)}
     for comps in instants.values():
         comps["rollout_buffers"] = buffers
-    return instants
+    return release.train_instants(cfg, arch, instants, saved + norm_saved)
 
 
 def train_phase(cfg: RunConfig, arch: Arch) -> tuple[dict[str, int], str]:
@@ -180,12 +174,19 @@ def build_phases(cfg: RunConfig, arch: Arch) -> tuple[dict[str, dict[str, int]],
         train, instant = train_phase(cfg, arch)
         specific[TRAIN] = train
         specific[OPTIMIZER] = optimizer_phase(cfg, arch)
+        specific = release.phases(cfg, arch, specific)
     for phase, comps in specific.items():
         merged = dict(held)
         for k, v in comps.items():
             merged[k] = merged.get(k, 0) + v
         phases[phase] = {k: v for k, v in merged.items() if v}
     notes.append(f"train peak instant: {instant}")
+    notes.append(f"modelled TRL release: {cfg.trl_version} (semantics of TRL {cfg.release.label})")
+    if cfg.release.batch_unit == "prompts":
+        notes.append(
+            f"TRL {cfg.trl_version} counts per_device_train_batch_size in prompts: "
+            f"{cfg.per_device_train_batch_size} completions per micro-batch (prompts x num_generations)"
+        )
     if given.offload_optimizer or given.offload_param or given.host_ram_gib:  # estimator/offload_phases.py
         from estimator import offload_phases
 

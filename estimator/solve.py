@@ -125,6 +125,8 @@ def solve(cfg: RunConfig, arch: Arch, knob: str, budget_bytes: int, estimate_fn:
         best = largest_fitting(sizes, lambda b: fits(cfg.with_(per_device_train_batch_size=b)))
         best_cfg = cfg.with_(per_device_train_batch_size=best) if best else None
         note = "only sizes whose generation batch holds whole groups of num_generations"
+        if best is not None and best == sizes[-1]:
+            note += f"; capped at {best}, the largest size searched (larger ones may fit too)"
     elif knob == "vllm_gpu_memory_utilization":
         if not (cfg.use_vllm and cfg.vllm_mode == "colocate"):
             raise ValueError(
@@ -135,10 +137,19 @@ def solve(cfg: RunConfig, arch: Arch, knob: str, budget_bytes: int, estimate_fn:
         best_cfg = cfg.with_(vllm_gpu_memory_utilization=best) if best else None
         note = "vLLM's share of the card in steps of 0.01; it must also be free at start-up and hold one max_model_len request"
     elif knob == "num_generations":
-        best_cfg = _solve_generations(cfg, fits)
+        best_cfg, capped = _solve_generations(cfg, fits)
         best = best_cfg.num_generations if best_cfg else None
+        notes = []
         if best_cfg is not None and best_cfg.global_generation_batch != cfg.global_generation_batch:
-            note = f"generation batch grown to {best_cfg.global_generation_batch} sequences ({_how(cfg, best_cfg)})"
+            notes.append(
+                f"generation batch grown to {best_cfg.global_generation_batch} sequences ({_how(cfg, best_cfg)})"
+            )
+        if best_cfg is not None and capped:
+            notes.append(
+                f"capped at {best}: the search stops at num_generations {MAX_GENERATIONS} "
+                "without having found a value that does not fit (larger ones may fit too)"
+            )
+        note = "; ".join(notes)
     else:
         raise ValueError(f"cannot solve for {knob!r}; accepted: {', '.join(SOLVABLE)}")
     return Solution(knob, best, best_cfg, peak(best_cfg) if best_cfg else None, budget_bytes, note)
@@ -153,8 +164,10 @@ def _how(before: RunConfig, after: RunConfig) -> str:
     return f"gradient_accumulation_steps {after.gradient_accumulation_steps}"
 
 
-def _solve_generations(cfg: RunConfig, fits: Callable[[RunConfig], bool]) -> RunConfig | None:
-    """Scan num_generations upward; a generation batch that failed bounds every later one (memory grows with it)."""
+def _solve_generations(cfg: RunConfig, fits: Callable[[RunConfig], bool]) -> tuple[RunConfig | None, bool]:
+    """Scan num_generations upward; a generation batch that failed bounds every later one (memory grows with it).
+
+    Returns the largest fitting config and whether the scan hit MAX_GENERATIONS with everything still fitting."""
     best: RunConfig | None = None
     fail_gbs = math.inf
     for g in range(2, MAX_GENERATIONS + 1):
@@ -167,4 +180,4 @@ def _solve_generations(cfg: RunConfig, fits: Callable[[RunConfig], bool]) -> Run
             best = c
         else:
             fail_gbs = c.global_generation_batch
-    return best
+    return best, fail_gbs == math.inf

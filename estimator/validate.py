@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from estimator.architecture import Arch
 from estimator.config import RunConfig, check_value, flag, schema
+from estimator.trl_versions import profile
 
 
 class InvalidConfig(ValueError):
@@ -22,6 +25,10 @@ def check_values(cfg: RunConfig) -> None:
         problem = check_value(f, value)
         if problem:
             raise InvalidConfig(f"{f.flag} {value!r}: {problem}")
+    try:  # a release this estimator models (MAJOR.MINOR within the release table)
+        profile(cfg.trl_version)
+    except ValueError as e:
+        raise InvalidConfig(str(e).splitlines()[0]) from None
 
 
 def check_geometry(cfg: RunConfig) -> None:
@@ -109,3 +116,44 @@ def validate(cfg: RunConfig, arch: Arch | None = None) -> None:
     check_values(cfg)
     check_geometry(cfg)
     check_combination(cfg, arch)
+
+
+INERT_WITHOUT = {  # settings that change nothing unless another one is on: (the switch, how to turn it on)
+    "lora_r": ("use_peft", "--lora"),
+    "lora_target_modules": ("use_peft", "--lora"),
+    "lora_dropout": ("use_peft", "--lora"),
+    "bnb_4bit_quant_type": ("load_in_4bit", "--load-in-4bit (or --qlora)"),
+    "use_bnb_nested_quant": ("load_in_4bit", "--load-in-4bit (or --qlora)"),
+    "vllm_mode": ("use_vllm", "--use-vllm"),
+    "vllm_gpu_memory_utilization": ("use_vllm", "--use-vllm"),
+    "vllm_enable_sleep_mode": ("use_vllm", "--use-vllm"),
+    "vllm_importance_sampling_correction": ("use_vllm", "--use-vllm"),
+}
+
+
+def notes(cfg: RunConfig, arch: Arch | None, given: Iterable[str] = ()) -> list[str]:
+    """One-line notes for a valid config that may not be what the user meant: settings `given` that have no
+    effect here, sharding over one GPU, and prompt + completion past the model's context. Never an error:
+    TRL accepts all of these."""
+    from estimator.config import flag
+
+    out = []
+    for name in sorted(set(given) & set(INERT_WITHOUT)):
+        switch, how = INERT_WITHOUT[name]
+        if not getattr(cfg, switch):
+            out.append(f"{flag(name)} has no effect without {how} (ignored)")
+    if cfg.sharding != "none" and cfg.num_gpus == 1:
+        out.append(
+            f"--sharding {cfg.sharding} over one GPU shards nothing; give --gpus N for N processes "
+            "(estimated as one process holding everything)"
+        )
+    ctx = (
+        ((arch.extra or {}).get("config") or {}).get("max_position_embeddings") if arch is not None else None
+    )
+    if isinstance(ctx, int) and cfg.sequence_length > ctx:
+        out.append(
+            f"prompt + completion = {cfg.sequence_length} tokens is past {arch.name}'s context "
+            f"(max_position_embeddings {ctx}): transformers generates past it on positions the model never "
+            f"trained on, vLLM stops at its max_model_len; the estimate sizes all {cfg.sequence_length} tokens"
+        )
+    return out

@@ -9,11 +9,19 @@ import os
 import platform
 import subprocess
 import tempfile
+import time
+from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from estimator.config import NEWEST_TRL
+
 SCHEMA = 1
+SCHEMAS = (SCHEMA,)  # row schema versions this code reads; any other is rejected, not guessed at
+SOURCES = ("measured-gpu", "measured-cpu", "traced")
+STATUSES = ("ok", "oom", "error")
 VERSION_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes")
 # Versions that must match for a finished row to count as done when a sweep is rerun.
 KEY_VERSIONS = VERSION_PACKAGES
@@ -36,6 +44,8 @@ def _jsonable(obj):
 
 def make_key(config: dict, variant: dict) -> str:
     """Stable sha256 (first 16 hex chars) of the canonical JSON of config + variant."""
+    if config.get("trl_version") == NEWEST_TRL:  # rows made before trl_version existed keep their keys
+        config = {k: v for k, v in config.items() if k != "trl_version"}
     text = canonical_json({"config": config, "variant": variant})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -44,10 +54,21 @@ def _lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
+def utc_now() -> str:
+    """The current UTC time as ISO 8601 with a `Z` and microseconds (sorts as text in time order)."""
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
+
+
 def append_row(path: str | os.PathLike, row: dict) -> None:
-    """Append one row atomically: rewrite the whole file to a temp file, fsync, os.replace (under a lock)."""
+    """Append one row atomically: rewrite the whole file to a temp file, fsync, os.replace (under a lock).
+
+    The row gets `written_at` (UTC) unless it has one: duplicates of a key are told apart by time, not file name.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not row.get("written_at"):
+        row = {**row, "written_at": utc_now()}
     line = json.dumps(row, sort_keys=True, default=_jsonable) + "\n"
     with open(_lock_path(path), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -71,6 +92,24 @@ def append_row(path: str | os.PathLike, row: dict) -> None:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def writable_problem(path: str | os.PathLike) -> str | None:
+    """Why rows cannot be appended to `path` (its folder cannot be made or written, the file is read-only or a
+    folder), or None when they can. Checked before hours of measuring, not after."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            return f"{path} is a directory; give a .jsonl file"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(fd)
+        os.unlink(tmp)
+        if path.exists() and not os.access(path, os.W_OK):
+            return f"{path} is read-only"
+    except OSError as exc:
+        return f"cannot write in {path.parent} ({exc.strerror or exc})"
+    return None
+
+
 def _fsync_dir(directory: Path) -> None:
     """fsync a directory so the rename is durable (best effort)."""
     try:
@@ -85,33 +124,116 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    """Rows of one .jsonl file; blank, partial or corrupt lines are skipped."""
-    rows = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            line = line.strip()
+@dataclass(frozen=True)
+class Skipped:
+    """A line of a results file that was not read as a row, and why."""
+
+    path: str
+    line: int
+    reason: str
+
+
+@dataclass
+class Loaded:
+    """The rows read from result files, and the lines that were not rows (counted, never silently dropped)."""
+
+    rows: list[dict] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def report_lines(self) -> list[str]:
+        """One line per file with skipped lines: how many, why, and the first line number of each reason."""
+        out = []
+        by_path: dict[str, list[Skipped]] = {}
+        for s in self.skipped:
+            by_path.setdefault(s.path, []).append(s)
+        for path, items in by_path.items():
+            reasons = Counter(s.reason for s in items)
+            first = {}
+            for s in items:
+                first.setdefault(s.reason, s.line)
+            parts = ", ".join(f"{n} {r} (first: line {first[r]})" for r, n in sorted(reasons.items()))
+            out.append(f"skipped {len(items)} line(s) of {path}: {parts}")
+        return out
+
+
+def row_problem(obj) -> str | None:
+    """Why `obj` cannot be read as a row of a schema this code knows (None when it can)."""
+    if not isinstance(obj, dict):
+        return "not a JSON object"
+    schema = obj.get("schema")
+    if schema not in SCHEMAS or isinstance(schema, bool):
+        return f"unknown schema version {schema!r} (this code reads {', '.join(map(str, SCHEMAS))})"
+    if not isinstance(obj.get("key"), str) or not obj["key"]:
+        return "key is not a non-empty string"
+    return None
+
+
+def _read_jsonl(path: Path, loaded: Loaded) -> None:
+    """Rows of one .jsonl file into `loaded`; blank lines are ignored, every other unreadable line is counted."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            line = raw.strip()
             if not line:
                 continue
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
+                obj = json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                loaded.skipped.append(Skipped(str(path), n, "corrupt (not JSON)"))
                 continue
-            if isinstance(obj, dict):
-                rows.append(obj)
-    return rows
+            problem = row_problem(obj)
+            if problem:
+                loaded.skipped.append(Skipped(str(path), n, problem))
+            else:
+                loaded.rows.append(obj)
+
+
+def read_rows(path_or_dir: str | os.PathLike | Iterable[str | os.PathLike]) -> Loaded:
+    """Rows of a .jsonl file, of every .jsonl in a directory (sorted), or of several such paths, plus what was
+    skipped: corrupt lines, rows of an unknown schema version, rows without a string key."""
+    loaded = Loaded()
+    paths = [path_or_dir] if isinstance(path_or_dir, (str, os.PathLike)) else list(path_or_dir)
+    for path in paths:
+        p = Path(path)
+        files = sorted(p.glob("*.jsonl")) if p.is_dir() else [p] if p.exists() else []
+        for f in files:
+            _read_jsonl(f, loaded)
+    return loaded
 
 
 def load_rows(path_or_dir: str | os.PathLike | Iterable[str | os.PathLike]) -> list[dict]:
-    """All rows of a .jsonl file, of every .jsonl in a directory (sorted), or of several such paths."""
-    if not isinstance(path_or_dir, (str, os.PathLike)):
-        return [row for p in path_or_dir for row in load_rows(p)]
-    p = Path(path_or_dir)
-    if p.is_dir():
-        return [row for f in sorted(p.glob("*.jsonl")) for row in _read_jsonl(f)]
-    if p.exists():
-        return _read_jsonl(p)
-    return []
+    """The readable rows of `read_rows` (use `read_rows` to also see what was skipped)."""
+    return read_rows(path_or_dir).rows
+
+
+_STATUS_RANK = {"ok": 2, "oom": 1}
+
+
+def _has_peak(row: dict) -> bool:
+    peak = (row.get("observed") or {}).get("peak_bytes") if isinstance(row.get("observed"), dict) else None
+    return isinstance(peak, (int, float)) and not isinstance(peak, bool) and peak > 0
+
+
+def _preference(row: dict) -> tuple:
+    """Sort key of a row among the rows of its (source, key): a measurement beats an OOM beats an error (a later
+    failed retry never hides an earlier good measurement), then the latest `written_at` (rows from before that
+    field sort first), then the row's canonical text (deterministic, whatever file or order the rows came in)."""
+    rank = _STATUS_RANK.get(row.get("status"), 0)
+    if rank == 2 and not _has_peak(row):
+        rank = 0
+    written = row.get("written_at") if isinstance(row.get("written_at"), str) else ""
+    return (rank, written, canonical_json(row))
+
+
+def latest_rows(rows: Iterable[dict]) -> list[dict]:
+    """One row per (source, key): the preferred one (see `_preference`), in the order the keys first appear."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        if not isinstance(r.get("key"), str):
+            continue
+        k = (r.get("source"), r["key"])
+        if k not in best or _preference(r) > _preference(best[k]):
+            best[k] = r
+    return list(best.values())
 
 
 def versions_match(row_versions: dict | None, versions: dict | None) -> bool:
@@ -120,6 +242,11 @@ def versions_match(row_versions: dict | None, versions: dict | None) -> bool:
         return True
     row_versions = row_versions or {}
     return all(row_versions.get(k) == versions.get(k) for k in KEY_VERSIONS)
+
+
+def done_keys(path: str | os.PathLike, versions: dict | None = None) -> set[str]:
+    """Keys of rows already in `path` (any status) produced with the same package versions."""
+    return {row["key"] for row in load_rows(path) if versions_match(row.get("versions"), versions)}
 
 
 def package_versions() -> dict[str, str | None]:
@@ -232,4 +359,123 @@ def base_row(
         "versions": None,
         "device": None,
         "git_commit": None,
+        "written_at": None,
     }
+
+
+# ---------------------------------------------------------------- schema check (results/SCHEMA.md)
+
+REQUIRED_FIELDS = (
+    "schema",
+    "key",
+    "source",
+    "status",
+    "error",
+    "sweep",
+    "variant",
+    "config",
+    "model",
+    "observed",
+    "prediction",
+    "step_seconds",
+    "versions",
+    "device",
+    "git_commit",
+)
+DEVICE_TYPES = ("cuda", "cpu", "fake-cuda")
+
+
+def _is_int(v, minimum: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+
+
+def _is_num(v, minimum: float = 0.0) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v >= minimum
+
+
+def validate_row(row) -> list[str]:
+    """Every way `row` departs from results/SCHEMA.md (empty when it conforms)."""
+    from estimator.config import RunConfig
+
+    problem = row_problem(row)
+    if problem:
+        return [problem]
+    out = [f"missing field {f!r}" for f in REQUIRED_FIELDS if f not in row]
+    if out:
+        return out
+    status = row["status"]
+    if row["source"] not in SOURCES:
+        out.append(f"source {row['source']!r} not in {SOURCES}")
+    if status not in STATUSES:
+        out.append(f"status {status!r} not in {STATUSES}")
+    if (status == "ok") != (row["error"] is None) or not (
+        row["error"] is None or isinstance(row["error"], str)
+    ):
+        out.append("error must be null exactly when status is ok, else a one-line message")
+    elif isinstance(row["error"], str) and "\n" in row["error"]:
+        out.append("error is not one line")
+    if not isinstance(row["sweep"], str) or not row["sweep"]:
+        out.append("sweep is not a non-empty string")
+    for name in ("variant", "config"):
+        if not isinstance(row[name], dict):
+            out.append(f"{name} is not an object")
+    if isinstance(row["config"], dict):
+        unknown = sorted(set(row["config"]) - set(RunConfig.field_names()))
+        if unknown:
+            out.append(f"config has fields RunConfig does not: {unknown}")
+        if isinstance(row["variant"], dict) and row["key"] != make_key(row["config"], row["variant"]):
+            out.append("key is not make_key(config, variant)")
+    model = row["model"]
+    if model is not None or status == "ok":
+        if not isinstance(model, dict) or not isinstance(model.get("name"), str):
+            out.append("model is not {name, params, trainable_params}")
+        elif status == "ok" and not (_is_int(model.get("params"), 1)):
+            out.append("model.params is not a positive integer")
+    obs = row["observed"]
+    if status == "ok" or obs is not None:
+        if not isinstance(obs, dict):
+            out.append("observed is not an object")
+        else:
+            if obs.get("source") != row["source"]:
+                out.append(f"observed.source {obs.get('source')!r} differs from source {row['source']!r}")
+            if status == "ok" and not _is_int(obs.get("peak_bytes"), 1):
+                out.append("observed.peak_bytes is not a positive integer")
+            phases = obs.get("phases")
+            if not isinstance(phases, dict) or not all(
+                isinstance(k, str) and _is_int(v) for k, v in phases.items()
+            ):
+                out.append("observed.phases is not {phase: bytes}")
+            if (
+                status == "ok"
+                and obs.get("peak_phase") is not None
+                and not isinstance(obs["peak_phase"], str)
+            ):
+                out.append("observed.peak_phase is not a phase name")
+            if not isinstance(obs.get("probes"), dict):
+                out.append("observed.probes is not an object")
+    pred = row["prediction"]
+    if pred is not None and (not isinstance(pred, dict) or pred.get("source") != "estimated"):
+        out.append('prediction is neither null nor an Estimate dict with source "estimated"')
+    steps = row["step_seconds"]
+    if not isinstance(steps, list) or not all(_is_num(s) for s in steps):
+        out.append("step_seconds is not a list of non-negative seconds")
+    versions = row["versions"]
+    if status == "ok" or versions is not None:
+        if not isinstance(versions, dict):
+            out.append("versions is not an object")
+        else:
+            missing = [v for v in ("python", *VERSION_PACKAGES) if v not in versions]
+            if missing:
+                out.append(f"versions lacks {missing}")
+    device = row["device"]
+    if status == "ok" or device is not None:
+        if not isinstance(device, dict) or device.get("type") not in DEVICE_TYPES:
+            out.append(f"device is not {{type in {DEVICE_TYPES}, name, total_bytes}}")
+        elif device.get("total_bytes") is not None and not _is_int(device["total_bytes"], 1):
+            out.append("device.total_bytes is neither null nor a positive integer")
+    if row["git_commit"] is not None and not isinstance(row["git_commit"], str):
+        out.append("git_commit is neither null nor a string")
+    written = row.get("written_at")
+    if written is not None and not (isinstance(written, str) and written.endswith("Z") and "T" in written):
+        out.append("written_at is not an ISO 8601 UTC time")
+    return out

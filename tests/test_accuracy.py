@@ -11,6 +11,7 @@ from sweeps.runner.tiny import hf_config
 def _row(key, source, observed, status="ok", nvml=None, model="m"):
     probes = {"nvml": {"available": True, "peak_process_bytes": nvml}} if nvml else {}
     return {
+        "schema": 1,
         "key": key,
         "source": source,
         "status": status,
@@ -47,8 +48,11 @@ def test_frame_errors_and_summary_lines(tmp_path):
     lines = accuracy.summary_lines(df)
     assert lines == [
         "accuracy[traced]: 1 configs, median 9.1%, worst 9.1%",
+        "accuracy[traced, full fine-tune + grad. ckpt]: 1 configs, median 9.1%, worst 9.1%",
         "accuracy[measured-cpu]: 3 configs, median 20.0%, worst 25.0%",
+        "accuracy[measured-cpu, full fine-tune + grad. ckpt]: 3 configs, median 20.0%, worst 25.0%",
         "accuracy[measured-gpu]: 1 configs, median 100.0%, worst 100.0%",
+        "accuracy[measured-gpu, full fine-tune + grad. ckpt]: 1 configs, median 100.0%, worst 100.0%",
     ]
 
 
@@ -56,8 +60,9 @@ def test_latest_row_per_key_wins():
     rows = [_row("a", "measured-cpu", 10 * MIB, status="error"), _row("a", "measured-cpu", 100 * MIB)]
     df = accuracy.accuracy_frame(rows, predictor=fake_predictor)
     assert list(df["observed_bytes"]) == [100 * MIB]
-    rows.append(_row("a", "measured-cpu", None, status="error"))
-    assert len(accuracy.accuracy_frame(rows, predictor=fake_predictor)) == 0
+    rows.append(_row("a", "measured-cpu", None, status="error"))  # a later failed retry
+    df = accuracy.accuracy_frame(rows, predictor=fake_predictor)
+    assert list(df["observed_bytes"]) == [100 * MIB]  # never hides the earlier good measurement
 
 
 def _tiny_row() -> dict:
@@ -85,11 +90,21 @@ def test_main_prints_table_and_summary(tmp_path, capsys):
     (tmp_path / "s.jsonl").write_text(json.dumps(row) + "\n")
     assert accuracy.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "tiny-2M full" in out
-    assert out.strip().splitlines()[-1].startswith("accuracy[measured-cpu]: 1 configs, median ")
+    assert "tiny-2M" in out and "full fine-tune" in out
+    assert out.strip().splitlines()[-2].startswith("accuracy[measured-cpu]: 1 configs, median ")
 
 
 def test_main_rejects_missing_path(tmp_path, capsys):
     assert accuracy.main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and len(err.strip().splitlines()) == 1
+
+
+def test_main_reports_skipped_lines(tmp_path, capsys):
+    row = _tiny_row()
+    text = json.dumps(row) + "\n{broken\n" + json.dumps({**row, "schema": 99}) + "\n"
+    (tmp_path / "s.jsonl").write_text(text)
+    assert accuracy.main([str(tmp_path)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("skipped 2 line(s) of ")
+    assert "1 corrupt (not JSON) (first: line 2)" in err[0] and "unknown schema version 99" in err[0]

@@ -15,6 +15,7 @@ from estimator.gpus import GPUS
 # per layer 16×(3584 + 3584) + 16×(3584 + 512) = 180,224; × 28 layers.
 QWEN7B_PARAMS = 7_615_616_512
 QWEN7B_LORA16 = 28 * (16 * (3584 + 3584) + 16 * (3584 + 512))
+TRACED_7B_LORA = 35_127_664_128  # traced peak of `--model 7B --lora` (results/traced/default.jsonl)
 
 
 def run(argv, capsys):
@@ -45,14 +46,21 @@ def test_json_breakdown(capsys):
     assert d["source"] == "estimated"
     assert d["model"]["params"] == QWEN7B_PARAMS
     assert d["model"]["trainable_params"] == QWEN7B_LORA16
-    assert d["peak_phase"] in d["phases"]
-    assert d["peak_device_bytes"] == (
-        d["peak_allocated_bytes"] + d["allocator_overhead_bytes"] + d["cuda_context_bytes"]
-    )
+    # The same config (TRL defaults: fp32 load, GC on) traced at real size: results/traced/default.jsonl peaks at
+    # 35,127,664,128 B in train. Within the estimator's 5 % bound of it:
+    assert d["peak_phase"] == "train"
+    assert d["peak_allocated_bytes"] == pytest.approx(TRACED_7B_LORA, rel=0.05)
+    # + the published device overheads (SOURCES.md): 7 % allocator slack and a 1000 MiB CUDA context
+    assert d["cuda_context_bytes"] == 1000 * 2**20
+    device = TRACED_7B_LORA * 1.07 + 1000 * 2**20  # 38.6e9 B
+    assert d["peak_device_bytes"] == pytest.approx(device, rel=0.05)
     assert len(d["fits"]) == len(GPUS)
     assert all(f["source"] == "estimated" for f in d["fits"])
-    for f in d["fits"]:
-        assert f["free_bytes"] == f["gpu_memory_bytes"] - d["peak_device_bytes"]
+    for f in d[
+        "fits"
+    ]:  # every listed card is > 5 % away from 38.6e9 B: 34.2e9 (RTX 5090) ... 42.9e9 (A100 40GB)
+        assert abs(f["gpu_memory_bytes"] / device - 1) > 0.05, f["gpu"]
+        assert f["fits"] == (f["gpu_memory_bytes"] > device), f["gpu"]
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,9 @@ def test_analysis_notebook_executes_and_reads_extra_rows(tmp_path, monkeypatch):
     ).execute()
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
-    summary = next(c for c in nb.cells if c.cell_type == "code" and "accuracy_summary" in c.source)
+    summary = next(
+        c for c in nb.cells if c.cell_type == "code" and 'summary_frame(acc, ("source",))' in c.source
+    )
     text = "".join(o.get("data", {}).get("text/plain", "") for o in summary.outputs)
     assert "traced" in text and "measured-cpu" in text
     assert "measured-gpu" in text  # the extra row joined the committed ones

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,18 +32,18 @@ def test_make_key_ignores_order_but_not_values():
 
 def test_load_rows_skips_partial_trailing_line_and_append_repairs_it(tmp_path):
     path = tmp_path / "r.jsonl"
-    records.append_row(path, {"key": "a", "n": 1})
+    records.append_row(path, {"schema": 1, "key": "a", "n": 1})
     with open(path, "a") as f:
-        f.write('{"key": "b", "n"')  # a writer died mid-line (not ours: ours rewrite atomically)
+        f.write('{"schema": 1, "key": "b", "n"')  # a writer died mid-line (not ours: ours rewrite atomically)
     assert [r["key"] for r in records.load_rows(path)] == ["a"]
-    records.append_row(path, {"key": "c", "n": 3})
+    records.append_row(path, {"schema": 1, "key": "c", "n": 3})
     lines = path.read_text().splitlines()
     assert [json.loads(line)["key"] for line in lines] == ["a", "c"]
 
 
 def test_load_rows_reads_directories_and_missing_paths(tmp_path):
-    records.append_row(tmp_path / "b.jsonl", {"key": "2"})
-    records.append_row(tmp_path / "a.jsonl", {"key": "1"})
+    records.append_row(tmp_path / "b.jsonl", {"schema": 1, "key": "2"})
+    records.append_row(tmp_path / "a.jsonl", {"schema": 1, "key": "1"})
     assert [r["key"] for r in records.load_rows(tmp_path)] == ["1", "2"]
     assert records.load_rows(tmp_path / "nope.jsonl") == []
 
@@ -55,13 +56,23 @@ def test_versions_match_compares_the_key_versions_only():
     assert records.versions_match(None, None)  # None accepts any row
 
 
+def test_done_keys_respect_versions(tmp_path):
+    path = tmp_path / "r.jsonl"
+    v1 = {k: "1" for k in records.KEY_VERSIONS}
+    v2 = {**v1, "trl": "2"}
+    records.append_row(path, {"schema": 1, "key": "old", "versions": v1})
+    records.append_row(path, {"schema": 1, "key": "new", "versions": v2})
+    assert records.done_keys(path, v2) == {"new"}
+    assert records.done_keys(path, None) == {"old", "new"}
+
+
 WRITER = """
 import sys
 from sweeps import records
 path = sys.argv[1]
 i = 0
 while True:
-    records.append_row(path, {"key": str(i), "pad": "x" * 200_000})
+    records.append_row(path, {"schema": 1, "key": str(i), "pad": "x" * 200_000})
     i += 1
 """
 
@@ -85,17 +96,17 @@ def test_killed_writer_leaves_only_whole_rows(tmp_path):
 def test_environment_info_cpu():
     env = records.environment_info("cpu")
     assert env["device"]["type"] == "cpu"
-    assert env["device"]["total_bytes"] > 0
-    for k in (
-        "python",
-        "torch",
-        "transformers",
-        "trl",
-        "peft",
-        "accelerate",
-        "bitsandbytes",
-        "cuda",
-        "driver",
-    ):
-        assert k in env["versions"]
+    meminfo = Path("/proc/meminfo")
+    if meminfo.exists():  # Linux: the kernel's own MemTotal, read independently of the code under test
+        kib = next(
+            int(line.split()[1]) for line in meminfo.read_text().splitlines() if line.startswith("MemTotal:")
+        )
+        assert env["device"]["total_bytes"] == kib * 1024
+    from importlib.metadata import version
+
+    assert env["versions"]["trl"] == version("trl") and env["versions"]["torch"] == version("torch")
+    assert env["versions"]["python"] == "{}.{}.{}".format(*sys.version_info[:3])
+    if shutil.which("nvidia-smi") is None:
+        assert env["versions"]["driver"] is None  # no NVIDIA driver, no driver version
+    assert set(env["versions"]) >= {"peft", "accelerate", "bitsandbytes", "transformers", "cuda"}
     assert env["versions"]["trl"].startswith("1.16")

@@ -19,6 +19,7 @@ SKIP_DIRS = {".git", ".venv", "__pycache__", "results", "node_modules"}
 
 ABBR_REF = re.compile(r"(?<![A-Za-z])([A-Z]{2}):(\d+)(?:-(\d+))?")
 FILE_REF = re.compile(r"([\w/]+\.py):(\d+)(?:-(\d+))?")
+VERSIONED_REF = re.compile(r"(?<![A-Za-z])[A-Z]{2} \d+\.\d+\.\d+:\d+(?:-\d+)?")  # TU 0.15.2:1677-1684
 NOTES_REF = re.compile(r"notes §(\d+(?:\.\d+)*)")
 
 
@@ -34,6 +35,20 @@ ABBRS = {abbr: (pkg, path.strip("`"), url) for abbr, pkg, path, url in _table("A
 CITED = {
     ref: (url, starts.strip("`"), ends.strip("`")) for ref, url, starts, ends, _ in _table("Cited lines")
 }
+EARLIER = {
+    ref.strip("`"): (pkg, release, url)
+    for ref, pkg, release, url, _, _ in _table("Cited lines at earlier releases")
+}
+BY_NAME = {url: starts.strip("`") for _, url, starts in _table("Other upstream code cited by name")}
+REPOS = {  # GitHub repository -> (distribution, path prefix in the repository that the wheel drops)
+    "huggingface/trl": ("trl", ""),
+    "huggingface/transformers": ("transformers", "src/"),
+    "huggingface/peft": ("peft", "src/"),
+    "pytorch/pytorch": ("torch", ""),
+    "bitsandbytes-foundation/bitsandbytes": ("bitsandbytes", ""),
+    "huggingface/accelerate": ("accelerate", "src/"),
+}
+PERMALINK = re.compile(r"https://github\.com/([\w-]+/[\w-]+)/blob/v([\w.]+)/([\w/.]+)#L(\d+)(?:-L\d+)?")
 
 
 def _files():
@@ -52,7 +67,11 @@ def _references() -> list[tuple[str, str]]:
         where = str(path.relative_to(REPO))
         for m in ABBR_REF.finditer(text):
             out.append((where, m.group(0)))
+        out.extend((where, m.group(0)) for m in VERSIONED_REF.finditer(text))
         for m in FILE_REF.finditer(text):
+            if m.group(0) in EARLIER:  # a line of an older release, listed by the text as written
+                out.append((where, m.group(0)))
+                continue
             owners = [a for a, (_, p, _) in ABBRS.items() if p == m.group(1) or p.endswith("/" + m.group(1))]
             lines = m.group(0).split(":", 1)[1]
             out.append((where, f"{owners[0]}:{lines}" if len(owners) == 1 else f"?{m.group(0)} ({owners})"))
@@ -62,10 +81,10 @@ def _references() -> list[tuple[str, str]]:
 def test_the_tree_cites_lines_and_the_legend_resolves_every_one():
     refs = _references()
     assert len(refs) >= 15  # the terms cite upstream lines; a scanner that finds nothing must not pass
-    missing = sorted({f"{where}: {ref}" for where, ref in refs if ref not in CITED})
+    missing = sorted({f"{where}: {ref}" for where, ref in refs if ref not in CITED and ref not in EARLIER})
     assert not missing, (
-        "add these to estimator/terms/SOURCES.md (Cited lines), checked against the source:\n"
-        + ("\n".join(missing))
+        "add these to estimator/terms/SOURCES.md (Cited lines, or Cited lines at earlier releases), each "
+        "checked against the source of its release:\n" + ("\n".join(missing))
     )
 
 
@@ -105,3 +124,32 @@ def test_cited_lines_are_still_there_in_the_installed_package(ref):
     _, starts, ends = CITED[ref]
     assert text[int(first) - 1].strip().startswith(starts), f"{ref} no longer starts with {starts!r}"
     assert text[int(last or first) - 1].strip().startswith(ends), f"{ref} no longer ends with {ends!r}"
+
+
+@pytest.mark.parametrize("url", sorted(BY_NAME))
+def test_code_cited_by_name_is_at_the_permalinked_line(url):
+    m = PERMALINK.fullmatch(url)
+    assert m, f"not a versioned line permalink: {url}"
+    repo, ver, path, line = m.groups()
+    pkg, prefix = REPOS[repo]
+    assert ver == VERSIONS[pkg], f"{url} is not at the pinned {pkg} {VERSIONS[pkg]}"
+    if version(pkg).split("+")[0] != ver:
+        pytest.skip(f"{pkg} {version(pkg)} installed; the legend is for {ver}")
+    text = Path(str(distribution(pkg).locate_file(path.removeprefix(prefix)))).read_text().splitlines()
+    assert text[int(line) - 1].strip().startswith(BY_NAME[url]), (
+        f"{url} no longer starts with {BY_NAME[url]!r}"
+    )
+
+
+@pytest.mark.parametrize("ref", sorted(EARLIER))
+def test_earlier_release_permalink_names_its_release_and_lines(ref):
+    pkg, release, url = EARLIER[ref]
+    m = PERMALINK.match(url)
+    assert m, f"not a versioned line permalink: {url}"
+    repo, ver, path, _ = m.groups()
+    assert REPOS[repo][0] == pkg and ver == release, url
+    cited_file = ref.split(":")[0]
+    assert " " in cited_file or path.endswith(cited_file), f"{ref} does not name {path}"
+    a, _, b = ref.rsplit(":", 1)[1].partition("-")
+    assert url.endswith(f"#L{a}-L{b}" if b else f"#L{a}"), url
+    assert release != VERSIONS[pkg], f"{ref} cites the pinned {pkg}: list it under Cited lines instead"

@@ -56,9 +56,8 @@ def test_qlora_base_keeps_embeddings_and_head_in_load_dtype():
     # 6,525,288,448 numel, all multiples of 64 -> NF4 numel/2 + fp32 absmax numel/64·4 = 0.5625 B/numel =
     # 3,670,474,752 B. Everything else stays bf16: embed + lm_head 2 · 152064·3584 = 1,089,994,752, q/k/v biases
     # 28 · 4608 = 129,024, norms 28 · 2 · 3584 + 3584 = 204,288 -> 1,090,328,064 params = 2,180,656,128 B.
-    assert (
-        P_7B - 6_525_288_448 == 1_090_328_064
-    )  # the hand count of the dense rest matches the catalog's total
+    # the hand count of the dense rest matches the catalog's total
+    assert P_7B - 6_525_288_448 == 1_090_328_064
     assert w.policy_weights(cfg, Q7) == 3_670_474_752 + 2_180_656_128 == 5_851_130_880
 
 
@@ -132,8 +131,13 @@ def test_device_overheads_are_the_published_constants_on_cuda_and_zero_on_cpu():
     # (that the allocated peak is the traced peak phase's total is checked against every traced row in
     # test_estimator_vs_traces.py)
     e = estimate(RunConfig(model="1.5B", dtype="bfloat16"))
-    assert e.cuda_context_bytes == 1_048_576_000  # 1000 MiB: AgileRL arena's H100 context (SOURCES.md)
-    assert e.allocator_overhead_bytes == 7 * e.peak_allocated_bytes // 100  # its measured 7 % slack
+    # 426 MiB bare context (unsloth-zoo PR #1053) + 666,632,192 - 287,047,680 B lazily loaded modules (pytorch PR
+    # #86509) + 32 MiB cuBLAS + 32 MiB cuBLASLt workspaces on sm 9.0 = 446,693,376 + 379,584,512 + 67,108,864 B
+    assert e.cuda_context_bytes == 893_386_752
+    # the reserve comes from the caching-allocator simulation (estimator/allocator.py): over the 13 traced streams
+    # it is 1.1-15.5 % of the allocated peak, and the fitted model for configs without a stream errs high by up to
+    # 6.6 points (results/streams/REPORT.txt), so any estimate outside 1.1-22.1 % is wrong
+    assert 0.011 <= e.allocator_overhead_bytes / e.peak_allocated_bytes <= 0.221
     cpu = estimate(RunConfig(model="1.5B", dtype="bfloat16", device="cpu"))
     assert cpu.cuda_context_bytes == 0 and cpu.allocator_overhead_bytes == 0
     assert cpu.peak_device_bytes == cpu.peak_allocated_bytes
@@ -145,7 +149,10 @@ def test_full_finetune_peak_exceeds_states_and_lora_is_smaller():
     states = 2 * P_7B + 2 * P_7B + 4 * P_7B  # weights + grads + AdamW
     assert full.peak_allocated_bytes > states
     lora = estimate(cfg.with_(use_peft=True))
-    assert lora.peak_allocated_bytes < 2 * P_7B + 8 * 2**30
+    # bf16 base + fp32 adapters (5,046,272 params, see above) with fp32 grads and two AdamW states: 16 B each
+    assert lora.peak_allocated_bytes > 2 * P_7B + 16 * 5_046_272
+    # the same config traced at real size (results/traced/default.jsonl): 18,376,651,264 B
+    assert lora.peak_allocated_bytes == pytest.approx(18_376_651_264, rel=0.05)
     # beta = 0, GA = 1: TRL skips every no-grad pass, so scoring holds only resident memory and buffers
     assert set(full.phases["score"]) <= {"weights", "optimizer_state", "rollout_buffers"}
     assert "activations" in estimate(cfg.with_(beta=0.04)).phases["score"]

@@ -54,3 +54,24 @@ def test_the_table_covers_every_target_and_nothing_else():
             pkg_names = {t.name for t in upstream.TARGETS if t.package == pkg}
             assert set(hashes) == pkg_names, f"{pkg} {ver}: stale or missing entries"
     assert names == {n for versions in TABLE.values() for hashes in versions.values() for n in hashes}
+
+
+def test_every_pointer_to_tracer_code_names_something_that_exists():
+    import importlib
+    import re
+    from pathlib import Path
+
+    modules = ("patches", "step", "generate", "fake_model", "optim8bit")
+    pattern = re.compile(r"(?<![/\w])(" + "|".join(modules) + r")((?:\.\w+)+)")
+    repo = Path(__file__).resolve().parents[1]
+    for target in upstream.TARGETS:
+        names = pattern.findall(target.used_by)
+        paths = re.findall(r"sweeps/trace/\w+\.py", target.used_by)
+        assert names or paths, f"{target.name}: used_by names no tracer code"
+        for module, attrs in names:
+            obj = importlib.import_module(f"sweeps.trace.{module}")
+            for attr in attrs.strip(".").split("."):
+                assert hasattr(obj, attr), f"{target.name}: {module}{attrs} does not exist"
+                obj = getattr(obj, attr)
+        for path in paths:
+            assert (repo / path).is_file(), f"{target.name}: {path} does not exist"

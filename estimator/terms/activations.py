@@ -28,7 +28,11 @@ def compute_bytes(cfg: RunConfig) -> int:
 
 def kv_heads_in_attention(cfg: RunConfig, arch: Arch) -> int:
     """KV heads the attention kernel sees: native GQA for flash-attn/sdpa without mask; eager repeats K/V to all heads."""
-    return arch.num_heads if cfg.attn_implementation == "eager" else arch.num_kv_heads
+    if (
+        cfg.attn_implementation == "eager" or cfg.release.sdpa_repeats_kv
+    ):  # TRL ≤0.19's transformers 4.4x-4.52
+        return arch.num_heads
+    return arch.num_kv_heads
 
 
 def rmsnorm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -41,11 +45,22 @@ def rmsnorm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     return (4 + 2 * r + (a if r != a else 0)) * arch.hidden_size
 
 
+def _o_proj_saves_input(cfg: RunConfig, arch: Arch) -> bool:
+    """o_proj keeps its input for backward when its weight trains: full fine-tuning, or a LoRA on o_proj."""
+    if not cfg.use_peft:
+        return True
+    return any(lin.name.split(".")[-1] == "o_proj" for lin in lora_targets(cfg, arch))
+
+
 def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
     """q, k, v after rotary + output (a bytes) + fp32 logsumexp per head; eager adds the [heads, L] softmax and scores."""
     a = compute_bytes(cfg)
     kv = kv_heads_in_attention(cfg, arch) * arch.head_dim
     per_tok = a * (2 * arch.q_dim + 2 * kv) + 4 * arch.num_heads
+    if cfg.attn_implementation == "sdpa" and cfg.release.sdpa_repeats_kv and _o_proj_saves_input(cfg, arch):
+        # transformers 4.48-4.52 make the query contiguous ([B, h, L, d]) before sdpa, so the output's
+        # transpose(1, 2).contiguous() is a real copy that o_proj saves (transformers 4.48 integrations/sdpa_attention.py L38-62)
+        per_tok += a * arch.q_dim
     if cfg.attn_implementation == "eager":
         per_tok += arch.num_heads * seq_len * (a + 4 + 1)  # scores (a), fp32 softmax, dropout mask
     return per_tok

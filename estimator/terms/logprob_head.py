@@ -105,3 +105,108 @@ def full_logits(cfg: RunConfig, arch: Arch, batch: int) -> int:
     """Classic path (TRL < 1.x): logits [B, C, V] in the compute dtype + fp32 log-softmax copy + fp32 gather/grad."""
     n = batch * cfg.max_completion_length
     return n * arch.vocab_size * (compute_bytes(cfg) + 4 + 4)
+
+
+# ---- materialized-logits paths of older TRL releases (estimator/trl_versions.py: rowwise, selective) ----
+# Both run lm_head on the last C + 1 positions (`logits_to_keep = C + 1`) and keep a [B, C + 1, V] logits
+# tensor; `logits[:, :-1]` is a view. TRL 0.16-0.29 and 1.10-1.13 divide by the temperature out of place
+# (`logits = logits / T`: a second [B, C, V] tensor, after which the first is freed); 1.0-1.9 divide in place.
+
+
+def logits_bytes(cfg: RunConfig) -> int:
+    """Bytes of the logits the trainer sees: fp32 under bf16/fp16 mixed precision, because accelerate wraps the
+    prepared model's forward in `convert_outputs_to_fp32` (accelerate/accelerator.py prepare_model; the TRL 0.19
+    run, results/raw/legacy.jsonl, holds fp32 [B, C, V] logits under CPU bf16 autocast); else the load dtype's."""
+    return 4 if cfg.bf16 else compute_bytes(cfg)
+
+
+def logsoftmax_bytes(cfg: RunConfig) -> int:
+    """Bytes of a log_softmax output: the logits' own (fp32 whenever mixed precision is on)."""
+    return logits_bytes(cfg)
+
+
+def _to_fp32_copy(cfg: RunConfig, n1: int, v: int) -> int:
+    """convert_outputs_to_fp32: the a-byte logits [B, C+1, V] and their fp32 copy meet once."""
+    return n1 * v * (compute_bytes(cfg) + 4) if cfg.bf16 and compute_bytes(cfg) != 4 else 0
+
+
+def _release(cfg: RunConfig):
+    return cfg.release
+
+
+def _keeps_logits(cfg: RunConfig) -> bool:
+    """selective_log_softmax's fp32/fp64 branch: gather + row-wise logsumexp, which saves its input (the logits) for backward (TU 0.15.2 L1672-1676)."""
+    return cfg.logprob_head == "selective" and logits_bytes(cfg) == 4
+
+
+def materialized_train(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, int]:
+    """(forward transient, backward transient) of the rowwise / selective paths with grad; both include what is saved for backward.
+
+    Forward: logits [B, C+1, V] (a bytes); with an out-of-place temperature the copy [B, C, V] meets them. The
+    row loop then keeps every row's log_softmax output (lf bytes, saved for its backward) while the logits live
+    (0.14 grpo_trainer.py L430-441; TU 0.15.2 L1677-1684); the fp32 branch saves the logits themselves through
+    logsumexp and holds one row's exp temporary [C, V]. With TRL 0.20+'s entropy, a chunk's no-grad
+    log_softmax, exp and product (lf) join them: one sequence [C, V] in 0.20-0.22 (entropy_from_logits,
+    TU 0.20.0 L1482-1489), 128 flattened token rows [128, V] from 0.23 (TU 0.23.1 L1480).
+    Backward (16-bit rows): the saved outputs + one row's gather/log_softmax/cast grads [C, V] (4 + lf + a), or
+    UnbindBackward's B row grads + their stack (2·B·C·V·a), or the stack + the zero-padded slice grad
+    [B, C+1, V]; fp32 branch: saved logits + the stacked row grads + gather's backward, a new_zeros and its
+    scatter_add (4 bytes each; measured under TRL 0.17, results/raw/legacy.jsonl).
+    """
+    rel = _release(cfg)
+    c, v = cfg.max_completion_length, arch.vocab_size
+    n, n1 = batch * c, batch * (c + 1)
+    a, lf = logits_bytes(cfg), logsoftmax_bytes(cfg)
+    held = (n if rel.temperature_copy else n1) * v * a
+    division = max((n1 + n) * v * a if rel.temperature_copy else 0, _to_fp32_copy(cfg, n1, v))
+    # lm_head's autocast weight cast [V, H] (a bytes) is saved for its backward until the head's backward runs
+    cast_w = (
+        v * arch.hidden_size * compute_bytes(cfg)
+        if cfg.bf16 and residual_bytes(cfg) != compute_bytes(cfg)
+        else 0
+    )
+    rows = min(rel.entropy_chunk, n) if rel.entropy_chunk else c
+    entropy = 3 * rows * v * lf if rel.entropy_pass else 0  # a chunk's log_softmax, exp and product
+    if _keeps_logits(cfg):
+        saved = held
+        fwd = max(division, held + c * v * 4, held + entropy)
+        bwd = saved + 3 * n * v * 4  # + stacked row grads + gather's backward (new_zeros, then scatter_add)
+        return fwd + cast_w, bwd + cast_w
+    cast = c * v * 4 if lf != a else 0  # CUDA autocast's fp32 copy of one row's input
+    saved = n * v * lf
+    fwd = max(division, held + saved + cast, held + saved + entropy)
+    bwd = max(saved + c * v * (4 + lf + a), 2 * n * v * a, n * v * a + n1 * v * a)
+    return fwd + cast_w, bwd + cast_w
+
+
+def materialized_nograd(cfg: RunConfig, arch: Arch, batch: int) -> int:
+    """No-grad reference / old-policy pass: logits [B, C+1, V] (+ the temperature copy) + one row's log_softmax (lf) or logsumexp temporary, and its fp32 input cast on CUDA."""
+    rel = _release(cfg)
+    c, v = cfg.max_completion_length, arch.vocab_size
+    n, n1 = batch * c, batch * (c + 1)
+    a, lf = logits_bytes(cfg), logsoftmax_bytes(cfg)
+    held = (n if rel.temperature_copy else n1) * v * a
+    division = max((n1 + n) * v * a if rel.temperature_copy else 0, _to_fp32_copy(cfg, n1, v))
+    row = c * v * (4 if _keeps_logits(cfg) else lf + (4 if lf != a else 0))
+    return max(division, held + row)
+
+
+def train_head(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, int, int]:
+    """(forward transient, saved for backward, backward transient) of the training forward's log-prob head, by path."""
+    if cfg.logprob_head in ("rowwise", "selective"):
+        fwd, bwd = materialized_train(cfg, arch, batch)
+        return fwd, 0, bwd
+    if cfg.logprob_head == "full":
+        return full_logits(cfg, arch, batch), 0, full_logits(cfg, arch, batch)
+    return (
+        head_forward(cfg, arch, batch),
+        head_saved(cfg, arch, batch),
+        head_backward(cfg, arch, batch, lm_head_trainable=not cfg.use_peft),
+    )
+
+
+def nograd_head(cfg: RunConfig, arch: Arch, batch: int) -> int:
+    """Transient of a no-grad log-prob pass's head (reference / old policy), by path."""
+    if cfg.logprob_head in ("rowwise", "selective"):
+        return materialized_nograd(cfg, arch, batch)
+    return head_forward(cfg, arch, batch)

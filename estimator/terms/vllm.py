@@ -38,7 +38,7 @@ SERVER_MAX_NUM_BATCHED_TOKENS = (
 )
 SERVER_MAX_NUM_SEQS = 256
 TRL_SERVE_UTILIZATION = 0.9  # `trl vllm-serve --gpu_memory_utilization` default
-# Published, not derived (../shared/notes/gpu-overheads.md):
+# Published, not derived (each figure's upstream issue or log is named beside it):
 CUDA_GRAPH_BYTES = int(
     0.65 * GIB
 )  # largest single-GPU pool logged by vLLM (gemma-3-4b, B200, vLLM PR #21489)

@@ -46,6 +46,30 @@ def open_device(index: int = 0):
         return None, f"{type(exc).__name__}: {exc}".strip()
 
 
+def nvml_index(cuda_index: int = 0) -> int:
+    """NVML's index of torch's CUDA device `cuda_index`, matched by UUID.
+
+    NVML numbers every GPU in PCI order and ignores CUDA_VISIBLE_DEVICES; torch numbers the visible ones (by
+    default fastest first). With CUDA_VISIBLE_DEVICES=3, torch's device 0 is NVML's 3. Falls back to
+    `cuda_index` when torch or NVML cannot tell (no CUDA, an old driver).
+    """
+    try:
+        import pynvml
+        import torch
+
+        uuid = str(torch.cuda.get_device_properties(cuda_index).uuid)
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        return int(pynvml.nvmlDeviceGetIndex(handle))
+    except Exception:
+        return cuda_index
+
+
+def open_cuda_device(cuda_index: int = 0):
+    """open_device for torch's CUDA device `cuda_index` (see nvml_index)."""
+    return open_device(nvml_index(cuda_index))
+
+
 @dataclass
 class NvmlProbe:
     """Samples `device` every `interval` seconds on a thread; peaks overall and per phase."""
@@ -132,9 +156,9 @@ class NvmlProbe:
             }
 
 
-def make_probe(index: int = 0, interval: float = 0.01) -> NvmlProbe:
-    """An NvmlProbe on GPU `index`, or an unavailable one that says why."""
-    device, reason = open_device(index)
+def make_probe(index: int | None = None, interval: float = 0.01) -> NvmlProbe:
+    """An NvmlProbe on NVML GPU `index` (None = torch's CUDA device 0), or an unavailable one that says why."""
+    device, reason = open_cuda_device(0) if index is None else open_device(index)
     return NvmlProbe(device=device, interval=interval, reason=reason)
 
 

@@ -9,6 +9,9 @@ How it counts (works the same on real tensors and on FakeTensors):
 * tensors that existed before the mode started (parameters, buffers, optimizer state) are added with ``register``;
 * ``round_to`` (512 for a CUDA-equivalent count, as the caching allocator's smallest block) rounds each storage up;
   the raw (unrounded) total is tracked next to it;
+* with ``record_events=True`` the ordered allocations and frees (raw bytes, default stream) and the phase labels
+  are kept in ``events`` in the format of ``estimator.allocator`` (replayed there through the caching-allocator
+  model); an in-place resize is an alloc of the new size then a free of the old, as ``resize_`` does;
 * peaks are kept globally and per phase label (``set_phase`` / ``with probe.phase(name)``) and per step
   (``set_step``); the set of storages live at each peak is captured lazily — at the first decrease after the
   peak, when the live set still equals the peak set — so capturing costs one dict copy, not a walk per op.
@@ -60,8 +63,11 @@ def _tensors(obj) -> Iterator[torch.Tensor]:
 class LiveStorageMode(TorchDispatchMode):
     """Counts live tensor-storage bytes; records the global peak, per-phase/per-step peaks and what was live there."""
 
-    def __init__(self, round_to: int = 1, top: int = 25) -> None:
+    def __init__(self, round_to: int = 1, top: int = 25, record_events: bool = False) -> None:
         super().__init__()
+        self.events: list[tuple] | None = [] if record_events else None
+        self._sid: dict[int, int] = {}  # storage key -> event id (record_events only)
+        self._next_sid = 0
         self.round_to = max(1, int(round_to))
         self.top = top
         self._live: dict[int, _Entry] = {}
@@ -88,6 +94,8 @@ class LiveStorageMode(TorchDispatchMode):
         """Label everything from now on as phase `name` (its peak starts at what is live now)."""
         self._flush()
         self._phase = name
+        if self.events is not None:
+            self.events.append(("m", name))
         self._bump_phase()
 
     @contextmanager
@@ -181,6 +189,7 @@ class LiveStorageMode(TorchDispatchMode):
             e = _Entry(self._round(raw), raw, _shape(t), _dtype(t), op)
             self._live[key] = e
             self._refs[key] = weakref.ref(st, partial(self._on_free, key))
+            self._record(key, raw)
             self._add(e.nbytes, e.raw)
             return
         if relabel:
@@ -191,6 +200,7 @@ class LiveStorageMode(TorchDispatchMode):
             if new.nbytes < e.nbytes:
                 self._before_decrease()
             self._live[key] = new
+            self._record(key, raw)
             self._add(new.nbytes - e.nbytes, new.raw - e.raw)
 
     def _on_free(self, key: int, _ref: weakref.ref) -> None:
@@ -199,8 +209,22 @@ class LiveStorageMode(TorchDispatchMode):
             self._before_decrease()
         self._live.pop(key, None)
         self._refs.pop(key, None)
+        if self.events is not None and key in self._sid:
+            self.events.append(("f", self._sid.pop(key)))
         if e is not None:
             self._add(-e.nbytes, -e.raw)
+
+    def _record(self, key: int, raw: int) -> None:
+        """Event stream: alloc `raw` bytes for storage `key` (then free the storage's previous block, if any)."""
+        if self.events is None:
+            return
+        old = self._sid.pop(key, None)
+        if raw > 0:  # the caching allocator hands out no block for 0 bytes
+            self._next_sid += 1
+            self._sid[key] = self._next_sid
+            self.events.append(("a", self._next_sid, raw, 0))
+        if old is not None:
+            self.events.append(("f", old))
 
     def _add(self, n: int, raw: int) -> None:
         self.current_bytes += n

@@ -1,56 +1,85 @@
-"""grpo-vram-accuracy: the current estimator against every measured and traced row (`make accuracy`)."""
+"""The one accuracy computation: the current estimator against every measured and traced row.
+
+`make accuracy` (this module's CLI), `make tables` (results/README.md), notebooks/analysis.ipynb, the README's
+accuracy paragraph and the tests all call `accuracy_frame` and `summary_frame`, so they show the same numbers for
+the same rows. Rows are deduplicated by (source, key) with `records.latest_rows`: a measurement beats a failed
+retry, then the latest `written_at` wins, never the file name. Summaries are per source and per (source,
+method), so traced and measured rows are never mixed.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from estimator.config import NEWEST_TRL, RunConfig
+from estimator.estimate import Estimate, estimate
+from estimator.trl_versions import profile
 from estimator.units import MIB
 from sweeps import records
-from sweeps.runner.predict import predict
+from sweeps.report.frames import method_of, model_label, summarize_config
+from sweeps.runner.predict import arch_for, predict
 
 SOURCES = ("traced", "measured-cpu", "measured-gpu")
 SETS = {"multi-gpu": ("traced", "multigpu")}  # set name -> (source, sweep): rank 0 of N FSDP2 ranks
 DEFAULT_DIRS = ("results/raw", "results/traced")
 
+# (row config dict, stored config.json of a model built in code) -> (Estimate.to_dict()-like dict, error)
 Predictor = Callable[[dict, dict | None], tuple[dict | None, str | None]]
 
+COLUMNS = [
+    "source",
+    "trl_version",
+    "sweep",
+    "key",
+    "model",
+    "method",
+    "config",
+    "predicted_bytes",
+    "observed_bytes",
+    "abs_error_bytes",
+    "rel_error",
+    "predicted_phase",
+    "observed_phase",
+    "prediction_error",
+    "predicted_device_bytes",
+    "nvml_bytes",
+    "device_rel_error",
+]
+NUMERIC = [
+    "predicted_bytes",
+    "observed_bytes",
+    "abs_error_bytes",
+    "rel_error",
+    "predicted_device_bytes",
+    "nvml_bytes",
+    "device_rel_error",
+]
 
-def latest_ok_rows(rows: list[dict]) -> list[dict]:
-    """The last row per (source, key), kept only when its status is ok."""
-    last: dict[tuple, dict] = {}
-    for r in rows:
-        if "key" in r:
-            last[(r.get("source"), r["key"])] = r
-    return [
-        r for r in last.values() if r.get("status") == "ok" and (r.get("observed") or {}).get("peak_bytes")
-    ]
 
+def estimate_predictor(fn: Callable[[RunConfig], Estimate]) -> Predictor:
+    """A Predictor from a RunConfig -> Estimate function (e.g. a cached or toy `estimate`); models built in
+    code are sized from their stored config.json with the real estimator."""
 
-def _summary(cfg: dict) -> str:
-    """A short config label: model, method, dtype, geometry, GC, optimizer."""
-    method = "qlora" if cfg.get("load_in_4bit") else "lora" if cfg.get("use_peft") else "full"
-    parts = [
-        str(cfg.get("model")),
-        *([f"{cfg['num_gpus']}x{cfg.get('sharding')}"] if (cfg.get("num_gpus") or 1) > 1 else []),
-        *([str(cfg["fsdp_sharding_strategy"])] if cfg.get("fsdp_sharding_strategy") else []),
-        method,
-        str(cfg.get("dtype")),
-        f"bs{cfg.get('per_device_train_batch_size')}",
-        f"G{cfg.get('num_generations')}",
-        f"P{cfg.get('max_prompt_length')}+C{cfg.get('max_completion_length')}",
-        "gc" if cfg.get("gradient_checkpointing") else "nogc",
-        str(cfg.get("optim")),
-    ]
-    if cfg.get("beta"):
-        parts.append(f"beta{cfg['beta']}")
-    if cfg.get("use_vllm"):
-        parts.append("vllm-sleep" if cfg.get("vllm_enable_sleep_mode") else "vllm")
-    return " ".join(parts)
+    def run(config: dict, hf_config: dict | None) -> tuple[dict | None, str | None]:
+        try:
+            cfg = RunConfig.from_dict(config)
+            arch = arch_for(cfg, hf_config or None)
+            est = fn(cfg) if arch is None else estimate(cfg, arch)
+        except Exception as exc:  # a row whose model or fields this estimator cannot size
+            msg = (str(exc).strip().splitlines() or [""])[0]
+            return None, f"{type(exc).__name__}: {msg}"[:300]
+        return {
+            "peak_allocated_bytes": est.peak_allocated_bytes,
+            "peak_device_bytes": est.peak_device_bytes,
+            "peak_phase": est.peak_phase,
+        }, None
+
+    return run
 
 
 def _nvml_peak(observed: dict) -> int | None:
@@ -61,20 +90,40 @@ def _nvml_peak(observed: dict) -> int | None:
     return nv.get("peak_process_bytes") or nv.get("peak_device_bytes")
 
 
-def accuracy_frame(rows: list[dict], predictor: Predictor = predict) -> pd.DataFrame:
-    """One line per ok row: prediction recomputed now, observed peak, abs / relative error, peak phases."""
+def compared_rows(rows: Iterable[dict]) -> list[dict]:
+    """The rows accuracy compares: one per (source, key) (records.latest_rows), status ok, with a peak."""
     out = []
-    for r in latest_ok_rows(rows):
+    for r in records.latest_rows(rows):
+        peak = (r.get("observed") or {}).get("peak_bytes") if isinstance(r.get("observed"), dict) else None
+        if (
+            r.get("status") == "ok"
+            and isinstance(peak, (int, float))
+            and peak > 0
+            and isinstance(r.get("config"), dict)
+        ):
+            out.append(r)
+    return out
+
+
+def accuracy_frame(rows: Iterable[dict], predictor: Predictor = predict) -> pd.DataFrame:
+    """One line per compared row: prediction recomputed now, observed peak, abs / relative error, peak phases.
+
+    A row the estimator cannot size stays in the frame with `prediction_error` set and no error numbers."""
+    out = []
+    for r in compared_rows(rows):
         obs = r["observed"]
-        model = r.get("model") or {}
-        pred, err = predictor(r["config"], model.get("config"))
+        config = r["config"]
+        pred, err = predictor(config, (r.get("model") or {}).get("config"))
         predicted = pred["peak_allocated_bytes"] if pred else None
         observed = int(obs["peak_bytes"])
         line = {
             "source": r.get("source"),
+            "trl_version": str(config.get("trl_version", NEWEST_TRL)),
             "sweep": r.get("sweep"),
             "key": r["key"],
-            "config": _summary(r["config"]),
+            "model": model_label(str(config.get("model", ""))),
+            "method": method_of(config),
+            "config": summarize_config(config),
             "predicted_bytes": predicted,
             "observed_bytes": observed,
             "abs_error_bytes": (predicted - observed) if predicted is not None else None,
@@ -92,50 +141,78 @@ def accuracy_frame(rows: list[dict], predictor: Predictor = predict) -> pd.DataF
             if nv and pred:
                 line["device_rel_error"] = (pred["peak_device_bytes"] - nv) / nv
         out.append(line)
-    return pd.DataFrame(out, columns=_COLUMNS)
+    df = pd.DataFrame(out, columns=COLUMNS)
+    for c in NUMERIC:
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
+    df["prediction_error"] = df["prediction_error"].astype(object).where(df["prediction_error"].notna(), None)
+    return df.sort_values(["source", "model", "method", "config", "key"], kind="stable").reset_index(
+        drop=True
+    )
 
 
-_COLUMNS = [
-    "source",
-    "sweep",
-    "key",
-    "config",
-    "predicted_bytes",
-    "observed_bytes",
-    "abs_error_bytes",
-    "rel_error",
-    "predicted_phase",
-    "observed_phase",
-    "prediction_error",
-    "predicted_device_bytes",
-    "nvml_bytes",
-    "device_rel_error",
-]
+def with_prediction(acc: pd.DataFrame) -> pd.DataFrame:
+    """The lines of `acc` that have a prediction (an error to report)."""
+    return acc[acc["rel_error"].notna()].reset_index(drop=True)
 
 
-def summary_lines(df: pd.DataFrame) -> list[str]:
-    """`accuracy[<source>]: N configs, median X%, worst Y%` per source present (|relative error|)."""
+def summary_frame(acc: pd.DataFrame, by: Sequence[str] = ("source", "method")) -> pd.DataFrame:
+    """Per group of `by` (source, or source and method): count, median |rel error| and the worst (largest |rel|)
+    signed error, over the lines with a prediction."""
+    by = list(by)
+    cols = [*by, "count", "median_abs_rel_error", "worst_rel_error"]
+    acc = with_prediction(acc)
+    if acc.empty:
+        return pd.DataFrame(columns=cols)
+    recs = []
+    for value, g in acc.groupby(by, sort=True):
+        values = value if isinstance(value, tuple) else (value,)
+        absrel = g["rel_error"].abs()
+        recs.append(
+            {
+                **dict(zip(by, values, strict=True)),
+                "count": len(g),
+                "median_abs_rel_error": float(absrel.median()),
+                "worst_rel_error": float(g.loc[absrel.idxmax(), "rel_error"]),
+            }
+        )
+    return pd.DataFrame.from_records(recs, columns=cols)
+
+
+def summary_lines(acc: pd.DataFrame) -> list[str]:
+    """`accuracy[<source>]: N configs, median X%, worst Y%` per source present, then the same per method."""
     lines = []
+    per_source = summary_frame(acc, ("source",)).set_index("source")
+    per_method = summary_frame(acc, ("source", "method"))
     for source in SOURCES:
-        sub = df[(df["source"] == source) & df["rel_error"].notna()] if len(df) else df
-        if not len(sub):
+        if source not in per_source.index:
             continue
-        err = sub["rel_error"].astype(float).abs() * 100
-        lines.append(
-            f"accuracy[{source}]: {len(sub)} configs, median {err.median():.1f}%, worst {err.max():.1f}%"
-        )
-    for name, (source, sweep) in SETS.items():
-        sub = (
-            df[(df["source"] == source) & (df["sweep"] == sweep) & df["rel_error"].notna()] if len(df) else df
-        )
+        s = per_source.loc[source]
+        lines.append(f"accuracy[{source}]: {_stats(s)}")
+        for _, m in per_method[per_method["source"] == source].iterrows():
+            lines.append(f"accuracy[{source}, {m['method']}]: {_stats(m)}")
+    old = with_prediction(acc)
+    old = old[old["trl_version"] != NEWEST_TRL]
+    if len(
+        old
+    ):  # rows measured under older TRL releases: one line per modelled range of estimator/trl_versions.py
+        old = old.assign(release=old["trl_version"].map(lambda v: f"TRL {profile(v).label}"))
+        for _, m in summary_frame(old, ("source", "release")).iterrows():
+            lines.append(f"accuracy[{m['source']}, {m['release']}]: {_stats(m)}")
+    for name, (source, sweep) in SETS.items():  # sets reported on their own line as well
+        sub = with_prediction(acc)
+        sub = sub[(sub["source"] == source) & (sub["sweep"] == sweep)]
         if len(sub):
-            err = sub["rel_error"].astype(float).abs() * 100
-            low = (sub["rel_error"].astype(float) < 0).sum()
-            lines.append(
-                f"accuracy[{source}, {name}]: {len(sub)} configs, median {err.median():.1f}%, "
-                f"worst {err.max():.1f}%, {low} estimated low"
-            )
+            s = summary_frame(sub.assign(set=name), ("set",)).iloc[0]
+            low = int((sub["rel_error"] < -0.02).sum())
+            lines.append(f"accuracy[{source}, {name}]: {_stats(s)}, {low} under-predicted by more than 2%")
     return lines
+
+
+def _stats(s) -> str:
+    return (
+        f"{int(s['count'])} configs, median {100 * s['median_abs_rel_error']:.1f}%, "
+        f"worst {100 * abs(s['worst_rel_error']):.1f}%"
+    )
 
 
 def format_table(df: pd.DataFrame) -> str:
@@ -145,27 +222,29 @@ def format_table(df: pd.DataFrame) -> str:
     t = pd.DataFrame(
         {
             "source": df["source"],
+            "model": df["model"],
+            "method": df["method"],
             "config": df["config"],
-            "estimated MiB": (df["predicted_bytes"].astype(float) / MIB).round(1),
-            "observed MiB (source)": (df["observed_bytes"].astype(float) / MIB).round(1),
-            "error MiB": (df["abs_error_bytes"].astype(float) / MIB).round(1),
-            "rel %": (df["rel_error"].astype(float) * 100).round(1),
+            "estimated MiB": (df["predicted_bytes"] / MIB).round(1),
+            "observed MiB (source)": (df["observed_bytes"] / MIB).round(1),
+            "error MiB": (df["abs_error_bytes"] / MIB).round(1),
+            "rel %": (df["rel_error"] * 100).round(1),
             "peak phase (pred/obs)": df["predicted_phase"].fillna("-")
             + "/"
             + df["observed_phase"].fillna("-"),
         }
     )
     if df["nvml_bytes"].notna().any():
-        t["pred dev MiB"] = (df["predicted_device_bytes"].astype(float) / MIB).round(1)
-        t["nvml MiB"] = (df["nvml_bytes"].astype(float) / MIB).round(1)
-        t["dev rel %"] = (df["device_rel_error"].astype(float) * 100).round(1)
+        t["pred dev MiB"] = (df["predicted_device_bytes"] / MIB).round(1)
+        t["nvml MiB"] = (df["nvml_bytes"] / MIB).round(1)
+        t["dev rel %"] = (df["device_rel_error"] * 100).round(1)
     with pd.option_context("display.width", 250, "display.max_rows", None, "display.max_colwidth", 90):
         return t.to_string(index=False)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the accuracy table and one summary line per source."""
-    parser = argparse.ArgumentParser(prog="grpo-vram-accuracy", description=__doc__)
+    """Print the accuracy table, what was skipped while reading, and the summary lines."""
+    parser = argparse.ArgumentParser(prog="grpo-vram-accuracy", description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", default=list(DEFAULT_DIRS), help="result dirs or .jsonl files")
     args = parser.parse_args(argv)
     missing = [p for p in args.paths if not Path(p).exists() and p not in DEFAULT_DIRS]
@@ -175,11 +254,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    df = accuracy_frame(records.load_rows(args.paths))
+    loaded = records.read_rows(args.paths)
+    df = accuracy_frame(loaded.rows)
     print(format_table(df))
-    failed = df[df["prediction_error"].notna()] if len(df) else df
-    for _, r in failed.iterrows():
-        print(f"no prediction for {r['config']}: {r['prediction_error']}")
+    for line in loaded.report_lines():
+        print(line, file=sys.stderr)
+    for _, r in df[df["prediction_error"].notna()].iterrows():
+        print(f"no prediction for {r['model']} {r['method']} {r['config']}: {r['prediction_error']}")
     for line in summary_lines(df):
         print(line)
     return 0

@@ -111,7 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not raw.exists():
         print(f"grpo-vram-fit-overheads: no such directory {str(raw)!r}", file=sys.stderr)
         return 2
-    samples = samples_from_rows(records.load_rows(raw), _predict)
+    samples = samples_from_rows(
+        records.latest_rows(records.load_rows(raw)), _predict
+    )  # one per (source, key)
     if not samples:
         print("no measured-gpu rows with torch counters and NVML peaks yet: run `make sweep` on a GPU first")
         return 0

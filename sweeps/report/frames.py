@@ -16,11 +16,10 @@ from functools import lru_cache
 import pandas as pd
 
 from estimator.catalog import SHORTHANDS
-from estimator.config import RunConfig
+from estimator.config import NEWEST_TRL, RunConfig
 from estimator.estimate import Estimate, estimate
 from estimator.units import GIB
 from sweeps import records
-from sweeps.runner.predict import arch_for
 
 Predict = Callable[[RunConfig], Estimate]
 
@@ -81,13 +80,21 @@ def model_label(name: str) -> str:
     return by_id.get(str(name).lower(), str(name))
 
 
+_DEFAULT_FIELDS = RunConfig().to_dict()
+
+
 def normalize_config(config: dict) -> dict:
     """A row's config with the model spelled as its HF id and memory-irrelevant fields dropped."""
-    d = {k: v for k, v in config.items() if k not in IGNORED_FIELDS}
+    # a field the row predates (e.g. trl_version, absent from rows of the newest release) has its default
+    d = {k: v for k, v in {**_DEFAULT_FIELDS, **config}.items() if k not in IGNORED_FIELDS}
     model = str(d.get("model", ""))
     d["model"] = SHORTHANDS.get(model.upper(), model).lower()
     if d.get("lora_target_modules") is not None:
         d["lora_target_modules"] = sorted(d["lora_target_modules"])
+    if (
+        d.get("trl_version", NEWEST_TRL) == NEWEST_TRL
+    ):  # rows from before the field existed: the newest release
+        d.pop("trl_version", None)
     return d
 
 
@@ -387,50 +394,8 @@ def fits_frame(
     return pd.DataFrame.from_records(recs)
 
 
-# ---------------------------------------------------------------- accuracy and environment
-
-
-def local_accuracy_frame(frame: pd.DataFrame, predict: Predict = DEFAULT_PREDICT) -> pd.DataFrame:
-    """Per ok row with an observed peak: the current estimator's predicted peak allocated vs the observed one."""
-    recs = []
-    for _, r in frame.iterrows():
-        if r["status"] != "ok" or pd.isna(r["observed_bytes"]) or not r["config"]:
-            continue
-        try:
-            cfg = RunConfig.from_dict(r["config"])
-            arch = arch_for(
-                cfg, r.get("hf_config") or None
-            )  # models built in code are sized from their config
-            est = predict(cfg) if arch is None else estimate(cfg, arch)
-        except Exception:  # a row whose model or fields this estimator cannot size
-            continue
-        recs.append(
-            {
-                "key": r["key"],
-                "source": r["source"],
-                "sweep": r["sweep"],
-                "model": r["model"],
-                "method": r["method"],
-                "config": summarize_config(r["config"]),
-                "predicted_bytes": int(est.peak_allocated_bytes),
-                "observed_bytes": int(r["observed_bytes"]),
-                "predicted_phase": est.peak_phase,
-                "observed_phase": r["observed_phase"],
-            }
-        )
-    return add_errors(pd.DataFrame.from_records(recs))
-
-
-def add_errors(acc: pd.DataFrame) -> pd.DataFrame:
-    """Adds abs_error_bytes = predicted − observed and rel_error = that / observed."""
-    if acc.empty:
-        return pd.DataFrame(columns=["source", "method", "predicted_bytes", "observed_bytes", "rel_error"])
-    acc = acc.copy()
-    acc["abs_error_bytes"] = acc["predicted_bytes"] - acc["observed_bytes"]
-    acc["rel_error"] = acc["abs_error_bytes"] / acc["observed_bytes"]
-    return acc.sort_values(["source", "model", "method", "config", "key"], kind="stable").reset_index(
-        drop=True
-    )
+# ---------------------------------------------------------------- config labels and environment
+# (accuracy itself: sweeps/report/accuracy.py, the one implementation)
 
 
 def summarize_config(config: dict) -> str:
@@ -457,22 +422,11 @@ def summarize_config(config: dict) -> str:
         parts.append(f"ga{config.get('gradient_accumulation_steps')}")
     if config.get("device") == "cpu":
         parts.append("cpu")
+    if (config.get("num_gpus") or 1) > 1:
+        parts.append(f"{config['num_gpus']}x{config.get('sharding')}")
+        if config.get("fsdp_sharding_strategy"):
+            parts.append(str(config["fsdp_sharding_strategy"]))
     return " ".join(parts)
-
-
-def accuracy_summary(acc: pd.DataFrame, by: str) -> pd.DataFrame:
-    """Per value of `by` (source or method): count, median |rel error| and the worst (largest |rel|) error."""
-    cols = [by, "count", "median_abs_rel_error", "worst_rel_error"]
-    if acc.empty:
-        return pd.DataFrame(columns=cols)
-    recs = []
-    for value, g in acc.groupby(by, sort=True):
-        absrel = g["rel_error"].abs()
-        worst = g.loc[absrel.idxmax(), "rel_error"]
-        recs.append(
-            {by: value, "count": len(g), "median_abs_rel_error": absrel.median(), "worst_rel_error": worst}
-        )
-    return pd.DataFrame.from_records(recs, columns=cols)
 
 
 def environment_frame(frame: pd.DataFrame) -> pd.DataFrame:

@@ -16,9 +16,9 @@ import pandas as pd
 
 from estimator.config import RunConfig
 from estimator.units import GIB, MIB
-from sweeps.records import load_rows
+from sweeps.records import load_rows, read_rows
+from sweeps.report import accuracy, legacy_table, plots
 from sweeps.report import frames as rd
-from sweeps.report import plots
 
 REPO = Path(__file__).resolve().parents[2]
 FIGURES = {
@@ -164,7 +164,7 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     out = summary.copy()
     out["median_abs_rel_error"] = [f"{v * 100:.1f}%" for v in out["median_abs_rel_error"]]
     out["worst_rel_error"] = [pct(v) for v in out["worst_rel_error"]]
-    out.columns = [out.columns[0], "rows", "median |rel error|", "worst rel error"]
+    out.columns = [*out.columns[:-3], "rows", "median |rel error|", "worst rel error"]
     return md_table(out)
 
 
@@ -181,11 +181,11 @@ def build(
     rows: Iterable[dict],
     out_dir: str | os.PathLike,
     predict: rd.Predict = rd.DEFAULT_PREDICT,
-    accuracy_fn=None,
 ) -> Path:
     """Write README.md and the PNGs for `rows` into `out_dir`; returns the README path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    rows = list(rows)
     frame = rd.rows_frame(rows)
     gpus = rd.cards()
     gpu80 = rd.cards([rd.HEADLINE_GPU_GB])[0]
@@ -194,7 +194,7 @@ def build(
     breakdown = rd.breakdown_frame(predict)
     fits = rd.fits_frame(predict, gpus=gpus)
     curves = {p: rd.curve_frame(p, frame, predict) for p in rd.CURVES}
-    acc = accuracy_fn(frame) if accuracy_fn is not None else rd.local_accuracy_frame(frame, predict)
+    acc = accuracy.with_prediction(accuracy.accuracy_frame(rows, accuracy.estimate_predictor(predict)))
     env = rd.environment_frame(frame)
 
     plots.save(plots.breakdown_figure(breakdown, gpu80), out / FIGURES["breakdown"])
@@ -253,6 +253,7 @@ def render(frame, head, fits, curves, acc, env, gpus, gpu80, base) -> str:
         "source of the verdict):",
         needed_markdown(head),
         f"![Estimated breakdown by component]({FIGURES['breakdown']})",
+        legacy_table.seed_markdown(),
         "## Fits on which GPU (estimated)",
         f"Same default setting; each size is the catalog GPU (`estimator/gpus.py`) with the least memory the "
         f'driver reports: {gpu_text}. "fits" = estimated peak on the card ≤ that memory. All estimated.',
@@ -268,12 +269,13 @@ def render(frame, head, fits, curves, acc, env, gpus, gpu80, base) -> str:
         curve_markdown(curves["max_completion_length"]),
         f"![Memory vs completion length]({FIGURES['max_completion_length']})",
         "## Accuracy of the estimator",
-        "Every `ok` traced / measured row against the *current* estimator's prediction for its config "
-        "(recomputed, not the prediction stored in the row). Error = predicted − observed; relative to observed.",
+        "Every `ok` traced / measured row, one per (source, key), against the *current* estimator's prediction "
+        "for its config (recomputed, not the prediction stored in the row); `make accuracy` prints the same "
+        "numbers (`sweeps/report/accuracy.py`). Error = predicted − observed; relative to observed.",
         "### Summary per source",
-        summary_markdown(rd.accuracy_summary(acc, "source")),
-        "### Summary per method",
-        summary_markdown(rd.accuracy_summary(acc, "method")),
+        summary_markdown(accuracy.summary_frame(acc, ("source",))),
+        "### Summary per source and method",
+        summary_markdown(accuracy.summary_frame(acc, ("source", "method"))),
         f"![Predicted vs observed]({FIGURES['accuracy']})",
         "### Every row",
         accuracy_markdown(acc),
@@ -304,7 +306,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not Path(getattr(args, name)).is_dir():
             print(f"grpo-vram-tables: --{name} {getattr(args, name)!r} is not a directory", file=sys.stderr)
             return 2
-    rows = load_results(args.raw, args.traced)
+    loaded = read_rows([args.raw, args.traced])
+    for line in loaded.report_lines():
+        print(line, file=sys.stderr)
+    rows = loaded.rows
     readme = build(rows, args.out)
     print(f"wrote {readme} and {len(FIGURES)} PNGs from {len(rows)} rows")
     return 0

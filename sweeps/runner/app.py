@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
+import functools
+import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -13,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import hydra
@@ -60,7 +64,6 @@ class Job:
     sweep: str
     results_path: Path
     timeout_s: float
-    retry_errors: bool
     gpus: list[int] | None
     keep_workdir: bool
 
@@ -76,6 +79,106 @@ class Job:
 def _check(value, accepted, what: str) -> None:
     if value not in accepted:
         raise BadInput(f"{what}={value!r}: accepted values are {', '.join(map(str, accepted))}")
+
+
+_KINDS = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,)}
+
+
+def _check_types(settings: dict) -> None:
+    """Each run setting has its RunConfig field's type: no "maybe" for a flag, no NaN / infinity for a number."""
+    for f in fields(RunConfig):
+        if f.name not in settings or f.name == "lora_target_modules":
+            continue
+        v = settings[f.name]
+        ann = str(f.type)
+        if v is None and "None" in ann:
+            continue
+        kind = ann.split("|")[0].strip()
+        accepted = _KINDS.get(kind)
+        if accepted is None:
+            continue
+        bad = not isinstance(v, accepted) or (kind != "bool" and isinstance(v, bool))
+        if not bad and isinstance(v, float) and not math.isfinite(v):
+            bad = True
+        if bad:
+            what = {"bool": "true or false", "int": "an integer", "float": "a finite number"}.get(
+                kind, "text"
+            )
+            raise BadInput(f"{f.name}={v!r}: accepted values are {what}")
+    targets = settings.get("lora_target_modules")
+    if targets is not None:
+        items = [targets] if isinstance(targets, str) else targets
+        if (
+            not isinstance(items, (list, tuple))
+            or not items
+            or not all(isinstance(t, str) and t.strip() for t in items)
+        ):
+            raise BadInput(
+                f"lora_target_modules={targets!r}: accepted values are null or a non-empty list of module names"
+            )
+
+
+def _positive_int(value, what: str, minimum: int = 1) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise BadInput(f"{what}={value!r}: accepted values are integers >= {minimum}")
+    return value
+
+
+def _flag(value, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise BadInput(f"{what}={value!r}: accepted values are true or false")
+    return value
+
+
+def _sweep_settings(s: dict) -> dict:
+    """The `sweep` group checked up front: a name usable as a file name, a positive finite timeout, GPU ids."""
+    name = s.get("name")
+    if not isinstance(name, str) or not name.strip() or "/" in name or name in (".", ".."):
+        raise BadInput(f"sweep.name={name!r}: accepted values are non-empty names without '/'")
+    timeout = s.get("timeout_s")
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise BadInput(f"sweep.timeout_s={timeout!r}: accepted values are numbers of seconds > 0")
+    results_dir = s.get("results_dir")
+    if not isinstance(results_dir, str) or not results_dir.strip():
+        raise BadInput(f"sweep.results_dir={results_dir!r}: accepted values are a directory path")
+    gpus = s.get("gpus")
+    if gpus is not None:
+        if not isinstance(gpus, list) or not gpus:
+            raise BadInput(f"sweep.gpus={gpus!r}: accepted values are null or a list of GPU indices")
+        for g in gpus:
+            _positive_int(g, "sweep.gpus[]", minimum=0)
+    return {
+        "name": name,
+        "timeout_s": float(timeout),
+        "results_path": Path(results_dir) / f"{name}.jsonl",
+        "keep_workdir": _flag(s.get("keep_workdir", False), "sweep.keep_workdir"),
+        "gpus": list(gpus) if gpus is not None else None,
+    }
+
+
+RUN_CHECKS = {
+    "steps": lambda v: _positive_int(v, "run.steps", minimum=2),
+    "num_prompts": lambda v: _positive_int(v, "run.num_prompts"),
+    "seed": lambda v: _positive_int(v, "run.seed", minimum=0),
+    "force_length": lambda v: _flag(v, "run.force_length"),
+}
+
+
+def _check_run(variant: dict) -> None:
+    for k, check in RUN_CHECKS.items():
+        if k in variant:
+            check(variant[k])
+    for k in ("learning_rate", "lora_alpha"):
+        v = variant.get(k)
+        if k in variant and (
+            isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0
+        ):
+            raise BadInput(f"run.{k}={v!r}: accepted values are finite numbers > 0")
 
 
 def to_job(cfg: DictConfig) -> Job:
@@ -97,6 +200,7 @@ def to_job(cfg: DictConfig) -> Job:
     _check(settings.get("logprob_head", "chunked"), ("chunked",), "trainer.logprob_head")
     _check(settings.get("num_gpus", 1), (1,), "trainer.num_gpus")
     _check(settings.get("sharding", "none"), ("none",), "trainer.sharding")
+    _check_types(settings)
     if settings.get("use_vllm") and settings["device"] != "cuda":
         raise BadInput("trainer.use_vllm=true: accepted only with device=cuda")
     try:
@@ -108,13 +212,23 @@ def to_job(cfg: DictConfig) -> Job:
     except (validate.InvalidConfig, UnknownModel, ConfigError) as exc:
         raise BadInput(str(exc)) from None
     run = c.get("run") or {}
-    unknown = sorted(set(run) - set(RUN_KEYS) - {"inject_failure"})
+    unknown = sorted(set(run) - set(RUN_KEYS) - {"inject_failure", "weights"})
     if unknown:
-        raise BadInput(f"run.{unknown[0]}: not a run setting; accepted keys are {', '.join(RUN_KEYS)}")
+        raise BadInput(
+            f"run.{unknown[0]}: not a run setting; accepted keys are {', '.join((*RUN_KEYS, 'weights'))}"
+        )
     variant = {k: run[k] for k in RUN_KEYS if k in run}
     _check(variant.get("prompts", "synthetic"), PROMPTS, "run.prompts")
-    if int(variant.get("steps", 2)) < 2:
-        raise BadInput(f"run.steps={variant.get('steps')}: accepted values are integers >= 2")
+    _check_run(variant)
+    # run.weights enters the variant only when random, so rows measured before it existed keep their keys
+    weights = run.get("weights", "pretrained")
+    _check(weights, tiny.WEIGHTS, "run.weights")
+    if weights == "random" and not tiny.is_tiny(config.model):
+        try:
+            tiny.catalog_config(config.model)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+        variant["weights"] = "random"
     inject = run.get("inject_failure")
     if inject is not None:
         _check(inject, FAILURES, "run.inject_failure")
@@ -124,31 +238,69 @@ def to_job(cfg: DictConfig) -> Job:
     probes = list(c["probe"]["names"])
     for p in probes:
         _check(p, ("tensors", "torch_cuda", "nvml"), "probe")
-    s = c["sweep"]
+    s = _sweep_settings(c["sweep"])
     return Job(
         config=config,
         variant=variant,
         probes=probes,
         inject_failure=inject,
-        sweep=str(s["name"]),
-        results_path=Path(s["results_dir"]) / f"{s['name']}.jsonl",
-        timeout_s=float(s["timeout_s"]),
-        retry_errors=bool(s.get("retry_errors", False)),
-        gpus=list(s["gpus"]) if s.get("gpus") is not None else None,
-        keep_workdir=bool(s.get("keep_workdir", False)),
+        sweep=s["name"],
+        results_path=s["results_path"],
+        timeout_s=s["timeout_s"],
+        gpus=s["gpus"],
+        keep_workdir=s["keep_workdir"],
     )
 
 
-def skip_keys(path: Path, versions: dict, retry_errors: bool) -> set[str]:
-    """Keys already finished under the same package versions (error rows too, unless retried)."""
-    rows = records.load_rows(path)
+def skip_keys(path: Path, versions: dict) -> set[str]:
+    """Keys already finished (ok or oom) under the same package versions; an error row never skips a rerun."""
     return {
         r["key"]
-        for r in rows
-        if "key" in r
+        for r in records.load_rows(path)
+        if isinstance(r.get("key"), str)
+        and r.get("status") in ("ok", "oom")
         and records.versions_match(r.get("versions"), versions)
-        and not (retry_errors and r.get("status") == "error")
     }
+
+
+def check_writable(results_path: Path) -> None:
+    """Fail before the first run when the results file cannot be written (a row lost after hours of measuring)."""
+    problem = records.writable_problem(results_path)
+    if problem:
+        raise BadInput(
+            f"sweep.results_dir={str(results_path.parent)!r}: cannot write results there ({problem}); "
+            "give a directory you can write to"
+        )
+
+
+def _lock_dir() -> Path:
+    d = Path(tempfile.gettempdir()) / "grpo-vram-locks"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@contextlib.contextmanager
+def run_lock(results_path: Path, key: str):
+    """An exclusive, non-blocking lock on (results file, key); yields the open lock file, or None when another
+    process (a sweep, or the orphaned child of a killed one) is running the same config right now.
+
+    The lock file descriptor is inherited by the child, so the lock outlives a killed parent until the child ends.
+    """
+    tag = hashlib.sha256(str(results_path.resolve()).encode()).hexdigest()[:12]
+    path = _lock_dir() / f"{tag}-{key}.lock"
+    f = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield None
+            return
+        try:
+            yield f
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+    finally:
+        f.close()
 
 
 @contextlib.contextmanager
@@ -185,17 +337,40 @@ def _output_dir() -> Path | None:
         return None
 
 
-def run_child(spec: dict, timeout_s: float, log_path: Path, gpu: int | None = None) -> dict:
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int, keep_fds: tuple[int, ...] = ()):
+    """preexec_fn: on Linux ask the kernel to send SIGTERM when the sweep dies (run_one then cleans up and
+    exits); if the parent is already gone, exit at once. run_one also watches its parent's pid (any OS)."""
+
+    def preexec() -> None:
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            except (OSError, AttributeError):
+                pass
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
+def run_child(
+    spec: dict, timeout_s: float, log_path: Path, gpu: int | None = None, pass_fds: tuple[int, ...] = ()
+) -> dict:
     """Run `python -m sweeps.runner.run_one` on `spec`; the child's result, or an error dict for a crash/kill/timeout."""
     workdir = Path(spec["workdir"])
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / "spec.json"
-    spec_path.write_text(json.dumps(spec))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    spec = {**spec, "parent_pid": os.getpid()}
+    spec_path.write_text(json.dumps(spec))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
@@ -204,6 +379,8 @@ def run_child(spec: dict, timeout_s: float, log_path: Path, gpu: int | None = No
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            pass_fds=pass_fds,
+            preexec_fn=_die_with_parent(os.getpid()),
         )
         try:
             code = proc.wait(timeout=timeout_s)
@@ -275,12 +452,23 @@ def make_row(job: Job, result: dict) -> dict:
 
 
 def run_job(job: Job) -> dict | None:
-    """Skip a finished key; else run it in a subprocess and append its row. Returns the row (None if skipped)."""
+    """Skip a finished or running key; else run it in a subprocess and append its row (None if skipped)."""
     versions = records.package_versions()
-    if job.key in skip_keys(job.results_path, versions, job.retry_errors):
+    if job.key in skip_keys(job.results_path, versions):
         log.info("skip %s (key %s already in %s)", job.config.model, job.key, job.results_path)
         print(f"skip {job.key} {job.config.model}: already in {job.results_path}", flush=True)
         return None
+    with run_lock(job.results_path, job.key) as lock:
+        if lock is None:
+            print(
+                f"skip {job.key} {job.config.model}: another process is running this config right now",
+                flush=True,
+            )
+            return None
+        return _run_locked(job, lock.fileno())
+
+
+def _run_locked(job: Job, lock_fd: int) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix=f"grpo-vram-{job.key}-"))
     out_dir = _output_dir() or workdir
     spec = {
@@ -290,11 +478,12 @@ def run_job(job: Job) -> dict | None:
         "inject_failure": job.inject_failure,
         "result_path": str(workdir / "result.json"),
         "workdir": str(workdir),
+        "remove_workdir_if_orphaned": not job.keep_workdir,
     }
     t0 = time.perf_counter()
     try:
         with claim_gpu(job.gpus) as gpu:
-            result = run_child(spec, job.timeout_s, out_dir / "run.log", gpu)
+            result = run_child(spec, job.timeout_s, out_dir / "run.log", gpu, pass_fds=(lock_fd,))
     except Exception as exc:  # the row is written whatever happens
         result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]}
     finally:
@@ -310,6 +499,20 @@ def run_job(job: Job) -> dict | None:
     return row
 
 
+def _multirun_job() -> str | None:
+    """`job N (overrides)` when this is one job of a --multirun, else None."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        if hc.mode != RunMode.MULTIRUN:
+            return None
+        return f"job {hc.job.num} ({' '.join(hc.overrides.task)})"
+    except Exception:
+        return None
+
+
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> None:
     """One Hydra job: build the run, skip it if done, else measure it and append its row."""
@@ -319,13 +522,88 @@ def hydra_main(cfg: DictConfig) -> None:
     try:
         job = to_job(cfg)
     except BadInput as exc:
+        where = _multirun_job()
+        if where is None:
+            print(f"grpo-vram-sweep: {exc}", file=sys.stderr)
+            sys.exit(2)
+        # one invalid combination of a multirun is reported and skipped; the other jobs still run
+        print(f"grpo-vram-sweep: {where} not run: {exc}", file=sys.stderr, flush=True)
+        return
+    try:
+        check_writable(job.results_path)
+    except BadInput as exc:  # before any run: nothing measured is lost, and the whole sweep stops
         print(f"grpo-vram-sweep: {exc}", file=sys.stderr)
         sys.exit(2)
     run_job(job)
 
 
+VALUE_GROUPS = ("trainer.", "sweep.", "run.")
+
+
+@functools.lru_cache(maxsize=1)
+def default_config() -> DictConfig:
+    """The composed default config (trainer node typed by the run-settings schema), composed once."""
+    from hydra import compose, initialize_config_dir
+
+    schema.register()
+    with initialize_config_dir(config_dir=str(Path(__file__).parent / "conf"), version_base="1.3"):
+        return compose(config_name="config")
+
+
+def _override_values(override) -> list:
+    if not override.is_sweep_override():
+        return [override.value()]
+    try:
+        return list(override.sweep_iterator())
+    except Exception:  # an interval sweep (for a sweeper plugin): nothing to enumerate here
+        return []
+
+
+def check_overrides(args: list[str]) -> None:
+    """Every value a command line gives a `trainer.` / `sweep.` / `run.` setting (each value of a multirun
+    sweep too), checked against the schema before Hydra composes or runs anything: BadInput (one line) for a
+    wrong type, NaN, infinity or out-of-range value, instead of Hydra's multi-line error or a partial multirun."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        overrides = OverridesParser.create().parse_overrides([a for a in args if not a.startswith("-")])
+    except Exception:  # Hydra reports its own syntax errors
+        return
+    base = default_config()
+    for o in overrides:
+        key = o.key_or_group
+        if not key.startswith(VALUE_GROUPS) or o.is_delete():
+            continue
+        for value in _override_values(o):
+            text = f"{key}={value}"
+            cfg = base.copy()
+            try:
+                OmegaConf.update(cfg, key, value, merge=True, force_add=o.is_add())
+            except Exception as exc:  # OmegaConf's type validation: keep its first line
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise BadInput(f"{text}: {first}") from None
+            group, _, name = key.partition(".")
+            if group == "trainer" and name in RunConfig.field_names():
+                from estimator.config import check_value, schema_field
+
+                v = OmegaConf.to_container(cfg, resolve=False)["trainer"][name]
+                if isinstance(v, str) and "${" in v:  # an interpolation: checked once resolved, per job
+                    continue
+                f = schema_field(name)
+                v = tuple(v) if f.kind == "strs" and isinstance(v, list) else v
+                problem = check_value(f, v)
+                if problem:
+                    raise BadInput(f"{text}: {problem}")
+
+
 def main() -> None:
-    """Entry point of `grpo-vram-sweep`: register the trainer schema, then let Hydra compose and run."""
+    """Entry point of `grpo-vram-sweep`: check the command line's values, register the trainer schema, then
+    let Hydra compose and run."""
+    try:
+        check_overrides(sys.argv[1:])
+    except BadInput as exc:
+        print(f"grpo-vram-sweep: {exc}", file=sys.stderr)
+        sys.exit(2)
     schema.register()
     hydra_main()
 

@@ -18,6 +18,7 @@ VARIANT_DEFAULTS = {
     "learning_rate": 1e-5,
     "lora_alpha": 32,
     "seed": 0,
+    "weights": "pretrained",  # pretrained = the hub checkpoint; random = catalog config.json, random weights, no hub
 }
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -48,12 +49,22 @@ class Built:
     info: dict = field(default_factory=dict)
 
 
-def prepare_model(cfg: RunConfig, workdir: Path, seed: int) -> tuple[str, dict | None]:
-    """(model path or hub id, config.json dict for in-code models): tiny models are save_pretrained first."""
+def prepare_model(
+    cfg: RunConfig, workdir: Path, seed: int, weights: str = "pretrained"
+) -> tuple[str, dict | None]:
+    """(model path or hub id, config.json dict for in-code models): in-code models are save_pretrained first.
+
+    Tiny models always have random weights; `weights="random"` builds a catalog model at full size with random
+    weights and saves it (tiny.save_random), so TRL loads it from that path with the run's model_init_kwargs.
+    """
     if tiny.is_tiny(cfg.model):
         path = workdir / "model"
         tiny.save_tiny(cfg.model, str(path), seed=seed)
         return str(path), tiny.hf_config(cfg.model)
+    if weights == "random":
+        return str(tiny.save_random(cfg.model, seed=seed, device=cfg.device)), tiny.catalog_config(cfg.model)
+    if weights != "pretrained":
+        raise ValueError(f"run.weights={weights!r}: accepted values are {', '.join(tiny.WEIGHTS)}")
     return cfg.model, None
 
 
@@ -122,7 +133,10 @@ def grpo_args(cfg: RunConfig, variant: dict, output_dir: Path):
     if cfg.bf16 is False:
         kwargs["fp16"] = False
     if variant["force_length"]:
-        kwargs["generation_kwargs"] = {"min_new_tokens": cfg.max_completion_length}
+        # EOS is masked until the last token (a random model emits EOS at random); vLLM's SamplingParams name it
+        # min_tokens, transformers' generate min_new_tokens
+        key = "min_tokens" if cfg.use_vllm else "min_new_tokens"
+        kwargs["generation_kwargs"] = {key: cfg.max_completion_length}
     if cfg.use_vllm:
         kwargs.update(
             use_vllm=True,
@@ -143,10 +157,24 @@ def build(cfg: RunConfig, variant: dict, workdir: Path) -> Built:
     from trl import GRPOTrainer
 
     variant = {**VARIANT_DEFAULTS, **variant}
+    from estimator.trl_versions import fmt, installed_version
+
+    here = installed_version()
+    if here is not None and cfg.trl_version != fmt(here):
+        raise ValueError(
+            f"trl_version={cfg.trl_version}: this environment runs TRL {fmt(here)}; "
+            "older releases run in their own environments through `make sweep-legacy`"
+        )
     workdir = Path(workdir)
-    model_path, hf_config = prepare_model(cfg, workdir, variant["seed"])
-    if tiny.is_tiny(cfg.model):  # AutoTokenizer would map model_type qwen2 to Qwen2Tokenizer
-        tokenizer = tiny.build_tokenizer(tiny.TINY_MODELS[cfg.model].vocab_size)
+    info: dict = {}
+    if cfg.device == "cuda":
+        # the bare CUDA context, before anything (random init, model load) touches the GPU
+        from sweeps.probes.torch_cuda import context_baseline
+
+        info["cuda_context"] = context_baseline()
+    model_path, hf_config = prepare_model(cfg, workdir, variant["seed"], variant["weights"])
+    if hf_config is not None:  # AutoTokenizer would map model_type qwen2 to Qwen2Tokenizer
+        tokenizer = tiny.build_tokenizer(hf_config["vocab_size"])
     else:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
@@ -167,7 +195,7 @@ def build(cfg: RunConfig, variant: dict, workdir: Path) -> Built:
         processing_class=tokenizer,
         peft_config=peft_config(cfg, variant),
     )
-    return Built(trainer=trainer, model_path=model_path, tokenizer=tokenizer, hf_config=hf_config)
+    return Built(trainer=trainer, model_path=model_path, tokenizer=tokenizer, hf_config=hf_config, info=info)
 
 
 def count_params(model) -> tuple[int, int]:

@@ -22,7 +22,7 @@ def predict(config: dict, hf_config: dict | None = None) -> tuple[dict | None, s
     try:
         from estimator.estimate import estimate
 
-        cfg = RunConfig.from_dict(config)
+        cfg = RunConfig.from_dict(config)  # rows carrying trl_version are modelled with that release
         return estimate(cfg, arch_for(cfg, hf_config)).to_dict(), None
     except Exception as exc:  # estimator incomplete or config rejected: keep the measurement anyway
         msg = (str(exc).strip().splitlines() or [""])[0]

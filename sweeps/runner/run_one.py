@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -67,7 +70,7 @@ def _make_probes(names: list[str], device: str) -> dict:
         if name == "tensors":
             from sweeps.probes.tensors import LiveStorageMode
 
-            probes[name] = LiveStorageMode(round_to=512 if device == "cuda" else 1)
+            probes[name] = LiveStorageMode(round_to=512 if device == "cuda" else 1, record_events=True)
         elif name == "torch_cuda":
             from sweeps.probes.torch_cuda import TorchCudaProbe
 
@@ -191,9 +194,14 @@ def execute(spec: dict) -> dict:
     results = {name: p.result() for name, p in probes.items()}
     if "tensors" in results:
         results["tensors"].pop("phase_at_peak", None)
+        from estimator.allocator import simulate
+
+        # the caching allocator's reserve for the stream the probe saw (simulated)
+        results["tensors"]["allocator"] = simulate(tensors.events).to_dict()
     obs = _observed(cfg.device, results, phase_hooks.PHASES)
     obs["shapes"] = shapes
     obs["phases_seen"] = tracker.seen
+    obs["cuda_context"] = built.info.get("cuda_context")
     return {
         "status": "ok",
         "error": None,
@@ -209,6 +217,39 @@ def execute(spec: dict) -> dict:
         "lengths": _lengths(trainer.state.log_history),
         **env,
     }
+
+
+def _abandon(spec: dict) -> None:
+    """The sweep that started this run is gone: remove the work dir (unless kept) and end this process group."""
+    if spec.get("remove_workdir_if_orphaned") and spec.get("workdir"):
+        shutil.rmtree(spec["workdir"], ignore_errors=True)
+    try:
+        os.killpg(os.getpgrp(), signal.SIGKILL)  # this run and anything it started (its own session)
+    finally:
+        os._exit(1)
+
+
+def die_with_parent(spec: dict, interval: float = 0.5) -> None:
+    """Never outlive the sweep: on its parent-death SIGTERM (Linux prctl, set by the sweep) or when a watchdog
+    thread sees the parent pid change (any OS), clean up and exit. No-op when the spec names no parent."""
+    parent = spec.get("parent_pid")
+    if not parent:
+        return
+
+    def on_term(*_):
+        _abandon(spec)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_term)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        _abandon(spec)
+
+    threading.Thread(target=watch, name="grpo-vram-parent-watchdog", daemon=True).start()
+    if os.getppid() != parent:
+        _abandon(spec)
 
 
 def write_json(path: str | os.PathLike, obj: dict) -> None:
@@ -227,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     arg = argv[0]
     spec = json.loads(arg) if arg.lstrip().startswith("{") else json.loads(Path(arg).read_text())
+    die_with_parent(spec)
     _set_offline_env(spec["config"].get("device", "cuda"))
+    if (spec.get("variant") or {}).get("weights") == "random":  # built from the catalog: never the hub
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         result = execute(spec)
     except BaseException as exc:  # one run's failure is its outcome, never a crash of the sweep

@@ -1,8 +1,13 @@
-"""Tiny and small Qwen2-style models with random weights and a WordLevel tokenizer, built in code (no hub)."""
+"""Models with random weights and a WordLevel tokenizer, built in code (no hub).
+
+Tiny and small Qwen2-style models of fixed shapes, and real-size catalog models (`run.weights=random`).
+"""
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
@@ -118,3 +123,87 @@ def save_tiny(name: str, directory: str, seed: int = 0) -> str:
     build_model(name, seed).save_pretrained(directory)
     build_tokenizer(TINY_MODELS[name].vocab_size).save_pretrained(directory)
     return directory
+
+
+# --- Real-size catalog models with random weights (run.weights=random) -----------------------------------------
+# Memory does not depend on weight values, so a GPU run needs no weights from the hub: the model is built from the
+# catalog's config.json with transformers' own initialisation, saved (config.json + model.safetensors, in the
+# checkpoint dtype the hub ships) and then loaded by path exactly as a TRL user's model is. The tokenizer is the
+# WordLevel one above with the model's vocabulary size, so every id the model can emit decodes.
+WEIGHTS = ("pretrained", "random")  # run.weights: the hub checkpoint, or a catalog config with random weights
+RANDOM_DTYPE = "bfloat16"  # the catalog models' torch_dtype: what from_pretrained reads from a hub checkpoint
+CACHE_ENV = "GRPO_VRAM_RANDOM_WEIGHTS_DIR"
+_DROP_KEYS = ("transformers_version", "transformers.js_config", "quantization_config", "torch_dtype", "dtype")
+
+
+def catalog_config(name: str) -> dict:
+    """The catalog's config.json for `name` with this tokenizer's special ids (ValueError if not in the catalog)."""
+    from estimator import catalog
+
+    hf_id = catalog.catalog_id(name)
+    if hf_id is None:
+        raise ValueError(
+            f"model {name!r}: run.weights=random builds models from estimator/catalog/*.json; "
+            f"accepted names are {', '.join(catalog.catalog())}"
+        )
+    cfg = {k: v for k, v in catalog.load_config(catalog.catalog()[hf_id]).items() if k not in _DROP_KEYS}
+    cfg.update(pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID)
+    return cfg
+
+
+def random_cache_dir() -> Path:
+    """Where random-weight checkpoints are kept between runs: $GRPO_VRAM_RANDOM_WEIGHTS_DIR or ~/.cache/grpo-vram."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "grpo-vram" / "random-weights"
+
+
+def build_random_model(name: str, seed: int = 0, device: str = "cpu"):
+    """The catalog model `name` with transformers' random initialisation, in RANDOM_DTYPE on `device`."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = catalog_config(name)
+    cfg.pop("architectures", None)
+    conf = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(conf, dtype=getattr(torch, RANDOM_DTYPE))
+    gc = model.generation_config
+    gc.pad_token_id, gc.bos_token_id, gc.eos_token_id = PAD_ID, BOS_ID, EOS_ID
+    return model
+
+
+def save_random(name: str, seed: int = 0, device: str = "cpu", cache_dir: Path | None = None) -> Path:
+    """Directory holding the random-weight checkpoint and tokenizer of `name` (built and saved once, then reused).
+
+    Written to a temporary sibling and renamed, so a crash never leaves a half checkpoint that a later run loads;
+    two jobs racing keep whichever rename lands first. On CUDA the model is initialised on the GPU (seconds for
+    7B) and the allocator's cache is emptied afterwards so the run starts from the bare context.
+    """
+    import shutil
+    import tempfile
+
+    from estimator import catalog
+
+    root = Path(cache_dir) if cache_dir is not None else random_cache_dir()
+    target = root / f"{catalog.catalog_id(name).replace('/', '--')}-seed{seed}"
+    if (target / "config.json").is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=root))
+    try:
+        model = build_random_model(name, seed, device)
+        model.save_pretrained(str(tmp))
+        del model
+        if device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+        build_tokenizer(catalog_config(name)["vocab_size"]).save_pretrained(str(tmp))
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another job saved it first
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -11,20 +11,24 @@ fresh FakeTensorMode and bounded memory; a crash or time-out is recorded as a `s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
+import math
 import os
 import subprocess
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 from estimator.config import RunConfig
+from estimator.units import GIB
 from sweeps import records
 from sweeps.trace.grid import GRIDS, grid_configs
 
 REPO = Path(__file__).resolve().parents[2]
-GIB = 2**30
 ROW_WRITTEN_WITH_ERROR = 2  # exit code of `--one` when it recorded the failure itself
 DECODE_K = 2
 STEPS = 2
@@ -71,6 +75,27 @@ def _row_header(cfg: RunConfig, sweep: str, var: dict, **status) -> dict:
     return row
 
 
+QUIET_LOGGERS = ("transformers", "trl", "peft", "accelerate", "datasets")
+
+
+@contextlib.contextmanager
+def quiet_libraries():
+    """Silence library deprecation warnings and info/warning logs that a trace triggers but a user cannot act on
+    (TRL calling transformers' deprecated gradient_checkpointing names, model_init_kwargs ignored for a model
+    built in code); errors still show. Restores the warning filters and logger levels on exit."""
+    levels = {name: logging.getLogger(name).level for name in QUIET_LOGGERS}
+    with warnings.catch_warnings():
+        for category in (FutureWarning, DeprecationWarning, UserWarning):
+            warnings.simplefilter("ignore", category)
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for name, level in levels.items():
+                logging.getLogger(name).setLevel(level)
+
+
 def make_row(cfg: RunConfig, sweep: str, k: int = DECODE_K) -> dict:
     """Trace `cfg` and build its result row (status error with the message if the trace raises)."""
     if cfg.num_gpus > 1:  # rank 0 of N ranks on a fake process group (sweeps/trace/multigpu.py)
@@ -83,7 +108,8 @@ def make_row(cfg: RunConfig, sweep: str, k: int = DECODE_K) -> dict:
     try:
         from sweeps.trace import step
 
-        res = step.run(cfg, fake=True, steps=STEPS, decode_k=k)
+        with quiet_libraries():
+            res = step.run(cfg, fake=True, steps=STEPS, decode_k=k)
     except Exception as e:  # one failing config must not stop a grid
         row["status"] = "error"
         row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
@@ -188,6 +214,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_trace_args(a: argparse.Namespace, out: Path | None) -> str | None:
+    """The tracer's own flags, checked before any trace runs: --timeout, --limit, and a writable --out."""
+    timeout = getattr(a, "timeout", 900.0)
+    if not math.isfinite(timeout) or timeout <= 0:
+        return f"--timeout {timeout:g}: accepted values are seconds > 0"
+    limit = getattr(a, "limit", None)
+    if limit is not None and limit < 1:
+        return f"--limit {limit}: accepted values are integers >= 1"
+    target = out or (REPO / "results" / "traced" / f"{a.grid}.jsonl" if getattr(a, "grid", None) else None)
+    if target is not None:
+        problem = records.writable_problem(target)
+        if problem:
+            return f"--out {target}: {problem}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     from estimator.flags import FlagError, resolve_run
 
@@ -197,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grpo-vram-trace: error: {e}", file=sys.stderr)
         return 2
     out = getattr(a, "out", None)
+    problem = _check_trace_args(a, out)
+    if problem:
+        print(f"grpo-vram-trace: error: {problem}", file=sys.stderr)
+        return 2
     if getattr(a, "grid", None):
         run_grid(
             a.grid,

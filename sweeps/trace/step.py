@@ -25,11 +25,12 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from estimator.allocator import simulate
 from estimator.config import RunConfig
 from sweeps.probes.tensors import LiveStorageMode
 from sweeps.runner import tiny
@@ -56,6 +57,22 @@ def offline_env() -> Iterator[None]:
             os.environ.pop(k, None)
 
 
+@contextlib.contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Python's, NumPy's and torch's CPU random states as they were, on exit (`build` seeds them all)."""
+    import random
+
+    import numpy as np
+
+    py, npy = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(npy)
+
+
 @dataclass
 class TraceResult:
     """What one traced (or real CPU) run observed."""
@@ -65,6 +82,8 @@ class TraceResult:
     setup_seconds: float
     params: int
     trainable_params: int
+    variant: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)  # ordered alloc/free/phase events (estimator.allocator format)
 
 
 def _reward(completions, **kwargs):
@@ -83,8 +102,10 @@ def _trainer_settings(cfg: RunConfig, out_dir: str):
     return grpo_setup.grpo_args(traced, variant, Path(out_dir)), grpo_setup.peft_config(cfg, variant)
 
 
-def build(cfg: RunConfig, conf, fake: bool = True):
-    """Policy (+ reference) model, GRPOTrainer and optimizer in the currently active tensor mode."""
+def build(cfg: RunConfig, conf, fake: bool = True, out_dir: str | None = None):
+    """Policy (+ reference) model, GRPOTrainer and optimizer in the currently active tensor mode.
+
+    `out_dir` is the trainer's output_dir (nothing is saved there); the caller removes it."""
     from accelerate.utils import set_seed
     from datasets import Dataset
     from trl import GRPOTrainer
@@ -96,7 +117,7 @@ def build(cfg: RunConfig, conf, fake: bool = True):
     model = fake_model.build_model(conf, dtype)
     if cfg.load_in_4bit:
         fake_model.emulate_4bit(model, dtype, nested=cfg.use_bnb_nested_quant)
-    out_dir = tempfile.mkdtemp(prefix="grpo-vram-trace-")
+    out_dir = out_dir or tempfile.mkdtemp(prefix="grpo-vram-trace-")
     args, lora = _trainer_settings(cfg, out_dir)
     ds = Dataset.from_dict({"prompt": ["a b"] * max(16, cfg.generation_sequences)})
     trainer = GRPOTrainer(
@@ -192,8 +213,16 @@ def _micro_batches(inputs: dict, n: int) -> list[dict]:
 
 
 @offline_env()
+@preserved_rng()
 def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) -> TraceResult:
-    """Trace (or, with fake=False, really run on CPU) `steps` GRPO steps of `cfg`; returns the probe result."""
+    """Trace (or, with fake=False, really run on CPU) `steps` GRPO steps of `cfg`; returns the probe result.
+
+    The trainer's output_dir is a temporary folder removed afterwards (none is left in /tmp)."""
+    with tempfile.TemporaryDirectory(prefix="grpo-vram-trace-") as out_dir:
+        return _run(cfg, fake, steps, decode_k, out_dir)
+
+
+def _run(cfg: RunConfig, fake: bool, steps: int, decode_k: int, out_dir: str) -> TraceResult:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -203,9 +232,9 @@ def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) ->
     t0 = time.perf_counter()
     mode = FakeTensorMode(shape_env=ShapeEnv()) if fake else nullcontext()
     with patches.patched(), mode:
-        trainer, opt = build(cfg, conf, fake)
+        trainer, opt = build(cfg, conf, fake, out_dir)
         policy = trainer.model
-        probe = LiveStorageMode(round_to=CUDA_BLOCK if cfg.device == "cuda" else 1)
+        probe = LiveStorageMode(round_to=CUDA_BLOCK if cfg.device == "cuda" else 1, record_events=True)
         probe.register(policy)
         if trainer.ref_model is not None:
             probe.register(trainer.ref_model, "ref_param")
@@ -218,7 +247,12 @@ def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) ->
         observed["phase_at_peak_by_label"].pop("(between steps)", None)
         params = sum(p.numel() for p in policy.parameters())
         trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    return TraceResult(observed, step_seconds, setup, params, trainable)
+    variant = {"decode": "fast-forward", "k": decode_k} if decode_k < cfg.max_completion_length else {}
+    variant.update({"head": "fused-gpu", "steps": steps, "tensors": "fake" if fake else "real-cpu"})
+    observed["allocator"] = simulate(
+        probe.events
+    ).to_dict()  # the caching allocator's reserve for this stream
+    return TraceResult(observed, step_seconds, setup, params, trainable, variant, probe.events)
 
 
 def run_steps(cfg: RunConfig, trainer, opt, probe: LiveStorageMode, steps: int, decode_k: int) -> list[float]:
@@ -260,6 +294,7 @@ def run_steps(cfg: RunConfig, trainer, opt, probe: LiveStorageMode, steps: int, 
         with probe.phase("train"):
             for mb in buffered[: cfg.gradient_accumulation_steps]:
                 loss = trainer.compute_loss(policy, mb)
+                probe.events.append(("x", "loss"))  # where Trainer.training_step may empty_cache
                 trainer.accelerator.backward(loss)
                 del loss
             probe.register([p.grad for p in policy.parameters() if p.grad is not None], "grad")

@@ -1,0 +1,258 @@
+"""Record the allocation streams of a few traced GRPO runs (3 steps each) and simulate the caching allocator on them.
+
+    python -m sweeps.trace.streams [--grid core] [--index 0 2 4] [--steps 3] [--out results/streams]
+
+Per config: `<key>.txt.gz` (the event stream, `estimator.allocator.dump_stream` format) and one row appended to
+`index.jsonl`: the config, the traced peak, and the simulation of the stream under the default allocator, with
+`expandable_segments:True` and with `max_split_size_mb:128` (source "simulated", stream "traced"). A rerun skips
+configs whose stream and row exist. Streams are kept to a handful of representative configs (repo size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from estimator import allocator_term
+from estimator.allocator import (
+    AllocatorSettings,
+    dump_stream,
+    load_stream,
+    min_device_limit,
+    simulate,
+    with_empty_cache_steps,
+)
+from estimator.config import RunConfig
+
+REPO = Path(__file__).resolve().parents[2]
+OUT = REPO / "results" / "streams"
+# (grid, index): 0.5B full FT without checkpointing; 1.5B full FT, LoRA, QLoRA, full FT with a reference model; 7B LoRA,
+# QLoRA with checkpointing, 7B LoRA without
+DEFAULT_PICKS = (
+    ("headline", 0),
+    ("core", 0),
+    ("core", 2),
+    ("core", 4),
+    ("core", 31),
+    ("core", 14),
+    ("core", 16),
+    ("core", 39),
+)
+VARIANTS = {
+    "default": "",
+    "expandable_segments": "expandable_segments:True",
+    "max_split_size_mb_128": "max_split_size_mb:128",
+}
+
+
+def stream_key(cfg: RunConfig, steps: int) -> str:
+    """Stable file name for a config's stream."""
+    from sweeps import records
+
+    return records.make_key(cfg.to_dict(), {"steps": steps, "stream": "alloc"})
+
+
+def simulate_variants(events: list) -> dict:
+    """The stream under each allocator setting of VARIANTS, and with torch_empty_cache_steps=1 (SimResult.to_dict)."""
+    out = {
+        name: simulate(events, AllocatorSettings.from_conf(conf)).to_dict() for name, conf in VARIANTS.items()
+    }
+    out["torch_empty_cache_steps_1"] = simulate(with_empty_cache_steps(events, 1)).to_dict()
+    return out
+
+
+def _lstsq(xs: list[list[float]], ys: list[float]) -> list[float]:
+    """Least squares with a ridge of 1e-9 (normal equations, Gauss-Jordan): stdlib, for a handful of columns."""
+    k = len(xs[0])
+    a = [[sum(r[i] * r[j] for r in xs) + (1e-9 if i == j else 0.0) for j in range(k)] for i in range(k)]
+    b = [sum(r[i] * y for r, y in zip(xs, ys, strict=True)) for i in range(k)]
+    for c in range(k):
+        p = max(range(c, k), key=lambda r: abs(a[r][c]))
+        a[c], a[p], b[c], b[p] = a[p], a[c], b[p], b[c]
+        for r in range(k):
+            if r != c and a[c][c]:
+                f = a[r][c] / a[c][c]
+                a[r] = [x - f * y for x, y in zip(a[r], a[c], strict=True)]
+                b[r] -= f * b[c]
+    return [b[i] / a[i][i] if a[i][i] else 0.0 for i in range(k)]
+
+
+def fit_variant(rows: list[tuple[RunConfig, int, float]]) -> dict:
+    """Fit reserve/allocated = intercept + sum(coef * feature) over (config, peak allocated, simulated fraction),
+    with its in-sample and leave-one-out errors (absolute, in fraction of the allocated peak)."""
+    names = list(allocator_term.features(rows[0][0], rows[0][1]))
+
+    def design(sub):
+        return [[1.0] + [allocator_term.features(c, p)[n] for n in names] for c, p in sub]
+
+    def solve(sub):
+        return _lstsq(design([(c, p) for c, p, _ in sub]), [y for _, _, y in sub])
+
+    w = solve(rows)
+    pred = [sum(a * b for a, b in zip(w, x, strict=True)) for x in design([(c, p) for c, p, _ in rows])]
+    loo = []
+    for i in range(len(rows)):
+        wi = solve(rows[:i] + rows[i + 1 :]) if len(rows) > len(w) else w
+        xi = design([rows[i][:2]])[0]
+        loo.append(sum(a * b for a, b in zip(wi, xi, strict=True)) - rows[i][2])
+    errs = [p - y for p, (_, _, y) in zip(pred, rows, strict=True)]
+    return {
+        "intercept": w[0],
+        "coef": dict(zip(names, w[1:], strict=True)),
+        "n": len(rows),
+        "in_sample_max_abs": max(abs(e) for e in errs),
+        "loo_max_abs": max(abs(e) for e in loo),
+        "loo_errors": loo,
+        "source": "fitted (sweeps.trace.streams --table) over simulated traced streams",
+    }
+
+
+def min_limits(events: list) -> dict[str, int]:
+    """Per variant, the smallest allocator limit (64 MiB steps) at which the stream runs: what the card must hold
+    for the tensors once the allocator frees its cache and retries before an OOM."""
+    out = {
+        name: min_device_limit(events, AllocatorSettings.from_conf(conf))[0]
+        for name, conf in VARIANTS.items()
+    }
+    out["torch_empty_cache_steps_1"] = min_device_limit(with_empty_cache_steps(events, 1))[0]
+    return out
+
+
+def build_table(out: Path) -> dict:
+    """Re-simulate every recorded stream under every variant (unlimited, and its smallest passing limit); the
+    estimator's table with the fitted models of both (`fit[variant]`, `fit["need:" + variant]`)."""
+    streams, by_variant = [], {}
+    keep = (
+        "peak_reserved",
+        "peak_allocated",
+        "fragmentation",
+        "fragmentation_at_peak",
+        "peak_label",
+        "step_peaks",
+    )
+    for line in (out / "index.jsonl").read_text().splitlines():
+        idx = json.loads(line)
+        events = load_stream(out / idx["stream"])
+        cfg = RunConfig.from_dict(idx["config"])
+        limits = min_limits(events)
+        variants = {}
+        for name, r in simulate_variants(events).items():
+            variants[name] = {k: r[k] for k in keep} | {
+                "stream": idx["stream"],
+                "source": "simulated",
+                "min_limit": limits[name],
+            }
+            pa = r["peak_allocated"]
+            by_variant.setdefault(name, []).append((cfg, pa, r["fragmentation"] / pa))
+            by_variant.setdefault("need:" + name, []).append((cfg, pa, (limits[name] - pa) / pa))
+        streams.append({"config": idx["config"], "events": len(events), "variants": variants})
+    fit = {name: fit_variant(rows) for name, rows in by_variant.items()}
+    src = "simulated (estimator.allocator) on traced streams (results/streams)"
+    return {"source": src, "streams": streams, "fit": fit}
+
+
+def _median(xs: list[float]) -> float:
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def report(table: dict) -> str:
+    """Simulated fragmentation per variant (min / median / max over the streams) and the fits' errors: the
+    unlimited reserve (max_memory_reserved - max_memory_allocated) and the need (smallest passing limit - peak
+    allocated), both as fractions of the allocated peak."""
+    lines = []
+    for name in allocator_term.VARIANTS:
+        for kind, label in (("reserve", "reserve"), ("need", "need   ")):
+            fr = []
+            for s in table["streams"]:
+                v = s["variants"][name]
+                extra = v["fragmentation"] if kind == "reserve" else v["min_limit"] - v["peak_allocated"]
+                fr.append(extra / v["peak_allocated"])
+            fr.sort()
+            f = table["fit"][name if kind == "reserve" else "need:" + name]
+            lines.append(
+                f"{name:26s} {label} over {len(fr)} traced streams (simulated): min {100 * fr[0]:.1f}% "
+                f"median {100 * _median(fr):.1f}% max {100 * fr[-1]:.1f}% of peak allocated; fitted model: "
+                f"in-sample max error {100 * f['in_sample_max_abs']:.1f} pts, leave-one-out max "
+                f"{100 * f['loo_max_abs']:.1f} pts"
+            )
+    return "\n".join(lines)
+
+
+def record(cfg: RunConfig, out: Path, steps: int) -> dict | None:
+    """Trace `cfg` for `steps` steps, write its stream and return its index row (None if already there)."""
+    from sweeps.trace import step
+
+    key = stream_key(cfg, steps)
+    path = out / f"{key}.txt.gz"
+    index = out / "index.jsonl"
+    if path.exists() and index.exists() and key in index.read_text():
+        return None
+    res = step.run(cfg, fake=True, steps=steps)
+    dump_stream(res.events, path)
+    row = {
+        "key": key,
+        "source": "traced",
+        "stream": path.name,
+        "steps": steps,
+        "config": cfg.to_dict(),
+        "events": len(res.events),
+        "traced_peak_bytes": res.observed["peak_bytes"],
+        "simulated": simulate_variants(res.events),
+    }
+    with index.open("a") as fh:  # one line per config, appended whole
+        fh.write(json.dumps(row, sort_keys=True) + "\n")
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grid", default=None, help="grid name (with --index); default: the built-in picks")
+    ap.add_argument("--index", type=int, nargs="*", default=None, help="config indices in --grid")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument(
+        "--table", action="store_true", help=f"write {allocator_term.TABLE.name} from the streams"
+    )
+    ap.add_argument("--report", action="store_true", help="print simulated fragmentation and the fit's error")
+    a = ap.parse_args(argv)
+    if a.table or a.report:
+        table = build_table(a.out)
+        if a.table:
+            tmp = allocator_term.TABLE.with_suffix(".tmp")
+            tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+            tmp.replace(allocator_term.TABLE)
+        print(report(table))
+        return 0
+    from sweeps.trace.grid import grid_configs as _grid
+
+    def grid_configs(name: str) -> list[RunConfig]:
+        """The trace grids, plus "cli": the estimator's defaults as `vram-estimate --model 7B [--lora]` sees them."""
+        return [RunConfig(model="7B", use_peft=True), RunConfig(model="7B")] if name == "cli" else _grid(name)
+
+    picks = [(a.grid, i) for i in a.index] if a.grid and a.index is not None else list(DEFAULT_PICKS)
+    a.out.mkdir(parents=True, exist_ok=True)
+    for grid, i in picks:
+        try:
+            cfg = grid_configs(grid)[i]
+        except (KeyError, IndexError) as e:
+            print(f"grid {grid!r} index {i}: {e}", file=sys.stderr)
+            return 2
+        row = record(cfg, a.out, a.steps)
+        if row is None:
+            print(f"{grid}[{i}]: already recorded")
+            continue
+        d = row["simulated"]["default"]
+        print(
+            f"{grid}[{i}] {cfg.model} peft={cfg.use_peft} 4bit={cfg.load_in_4bit} gc={cfg.gradient_checkpointing}: "
+            f"{row['events']} events, allocated {d['peak_allocated'] / 2**30:.2f} GiB, reserved "
+            f"{d['peak_reserved'] / 2**30:.2f} GiB (+{100 * d['fragmentation_fraction']:.1f}%)",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""Ordinary mistakes give one line, never a traceback: a closed pipe, a binary or non-UTF-8 --config."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from estimator import cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_reader_leaving_the_pipe_is_not_a_traceback():
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "estimator.cli", "--model", "7B", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    proc.stdout.close()  # like `| head -1` having exited before the estimate is printed
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert err == ""
+    assert proc.returncode == 1  # the Python docs' recipe for EPIPE
+
+
+@pytest.mark.parametrize(
+    "data",
+    [bytes(range(256)) * 8, "beta: 0.1\nmodel_name_or_path: café\n".encode("latin-1"), b"\xff\xfe\x00b\x00"],
+)
+def test_binary_or_non_utf8_config_file(tmp_path, capsys, data):
+    path = tmp_path / "grpo.yaml"
+    path.write_bytes(data)
+    assert cli.main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not UTF-8 text" in err[0] and str(path) in err[0]

@@ -1,0 +1,137 @@
+"""Silent caps and ignored settings get a note; the tracer's own flags fail before any trace; traces are quiet
+and leave no temp dir (issue 14 items 7-9)."""
+
+import logging
+import os
+import tempfile
+import warnings
+
+import pytest
+
+from estimator import cli, solve
+from estimator.catalog import resolve_model
+from estimator.config import RunConfig
+from estimator.validate import notes
+from sweeps.trace import cli as trace_cli
+from sweeps.trace import step
+
+
+def _run(capsys, *argv):
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.err.strip().splitlines()
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--zero", "3"], "--sharding zero3 over one GPU shards nothing; give --gpus N"),
+        (["--fsdp"], "--sharding fsdp over one GPU shards nothing"),
+        (["--lora-r", "8"], "--lora-r has no effect without --lora (ignored)"),
+        (["--lora-dropout", "0.1"], "--lora-dropout has no effect without --lora"),
+        (["--bnb-4bit-quant-type", "fp4"], "--bnb-4bit-quant-type has no effect without --load-in-4bit"),
+        (["--vllm-mode", "server"], "--vllm-mode has no effect without --use-vllm"),
+        # Qwen2.5-7B's config.json: max_position_embeddings 32768; 256 + 40000 tokens are past it
+        (["--max-completion-length", "40000"], "40256 tokens is past Qwen/Qwen2.5-7B-Instruct's context"),
+    ],
+)
+def test_ignored_or_suspicious_settings_get_a_note(capsys, argv, expected):
+    code, err = _run(capsys, *argv)
+    assert code in (0, 1)
+    assert any(line.startswith("vram-estimate: note: ") and expected in line for line in err), err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--zero", "3", "--gpus", "4"], ["--lora", "--lora-r", "8"], ["--max-completion-length", "32000"], []],
+)
+def test_no_note_when_the_setting_takes_effect(capsys, argv):
+    code, err = _run(capsys, *argv)
+    assert code in (0, 1) and not [line for line in err if "note:" in line and "weights load" not in line], (
+        err
+    )
+
+
+def test_notes_only_name_settings_that_were_given():
+    arch = resolve_model("7B")
+    assert notes(RunConfig(), arch, given=()) == []
+    assert notes(RunConfig(lora_r=16), arch, given=("lora_r",)) == [
+        "--lora-r has no effect without --lora (ignored)"
+    ]
+
+
+def test_empty_gpu_name_is_an_error(capsys):
+    code, err = _run(capsys, "--gpu", "")
+    assert code == 2 and len(err) == 1 and "unknown --gpu ''" in err[0]
+
+
+def test_solve_says_when_the_generations_search_is_capped():
+    arch = resolve_model("0.5B")
+    cfg = RunConfig(model="0.5B")
+    always = solve.solve(cfg, arch, "num_generations", 10**30, lambda c, a: _Peak(1))
+    assert always.value == solve.MAX_GENERATIONS
+    assert f"capped at {solve.MAX_GENERATIONS}" in always.note
+    bounded = solve.solve(cfg, arch, "num_generations", 100, lambda c, a: _Peak(c.num_generations * 10))
+    assert bounded.value == 10 and "capped" not in bounded.note  # 10 x 10 <= 100 < 11 x 10
+
+
+class _Peak:
+    def __init__(self, n):
+        self.peak_device_bytes = n
+
+
+def _trace_main(capsys, *argv):
+    code = trace_cli.main(list(argv))
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.fixture
+def no_trace(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("a trace ran before the flags were checked")
+
+    monkeypatch.setattr(trace_cli, "make_row", boom)
+    monkeypatch.setattr(trace_cli, "run_grid", boom)
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--gens", "0"], "--num-generations 0: must be an integer >= 2"),
+        (["--out", "/proc/x/y.jsonl"], "--out /proc/x/y.jsonl: cannot write in /proc/x"),
+        (["--out", "{tmp}"], "is a directory; give a .jsonl file"),
+        (["--grid", "smoke", "--timeout", "-1"], "--timeout -1: accepted values are seconds > 0"),
+        (["--grid", "smoke", "--timeout", "nan"], "--timeout nan"),
+        (["--grid", "smoke", "--limit", "0"], "--limit 0: accepted values are integers >= 1"),
+    ],
+)
+def test_tracer_flags_fail_before_any_trace(capsys, no_trace, tmp_path, argv, expected):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    code, err = _trace_main(capsys, *argv)
+    assert code == 2 and len(err) == 1 and expected in err[0], err
+
+
+def test_quiet_libraries_silences_and_restores():
+    before = logging.getLogger("trl").level
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with trace_cli.quiet_libraries():
+            warnings.warn("`gradient_checkpointing` is deprecated", FutureWarning, stacklevel=1)
+            assert logging.getLogger("trl").level == logging.ERROR
+        warnings.warn("after", FutureWarning, stacklevel=1)
+    assert [str(w.message) for w in seen] == ["after"]
+    assert logging.getLogger("trl").level == before
+
+
+def test_trace_output_dir_is_removed(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    used = []
+
+    def fake_run(cfg, fake, steps, decode_k, out_dir):
+        assert os.path.isdir(out_dir)
+        used.append(out_dir)
+        return "result"
+
+    monkeypatch.setattr(step, "_run", fake_run)
+    assert step.run(RunConfig(model="0.5B")) == "result"
+    assert used and not os.path.exists(used[0]) and os.listdir(tmp_path) == []
