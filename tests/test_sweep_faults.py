@@ -9,19 +9,13 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize
+from test_sweep import TINY_ARGS
 
 from sweeps import records
 from sweeps.runner import app, schema
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = [
-    "model=tiny-2M",
-    "trainer.per_device_train_batch_size=4",
-    "trainer.num_generations=4",
-    "trainer.max_prompt_length=8",
-    "trainer.max_completion_length=8",
-    "sweep.name=t",
-]
+TINY = TINY_ARGS  # the smallest sweep run (tests/test_sweep.py)
 
 
 def _env(tmp_path):

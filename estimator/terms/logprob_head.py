@@ -153,18 +153,14 @@ def materialized_train(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, int
     [B, C+1, V]; fp32 branch: saved logits + the stacked row grads + gather's backward, a new_zeros and its
     scatter_add (4 bytes each; measured under TRL 0.17, results/raw/legacy.jsonl).
     """
-    rel = _release(cfg)
-    c, v = cfg.max_completion_length, arch.vocab_size
-    n, n1 = batch * c, batch * (c + 1)
-    a, lf = logits_bytes(cfg), logsoftmax_bytes(cfg)
-    held = (n if rel.temperature_copy else n1) * v * a
-    division = max((n1 + n) * v * a if rel.temperature_copy else 0, _to_fp32_copy(cfg, n1, v))
+    c, v, n, n1, a, lf, held, division = _materialized(cfg, arch, batch)
     # lm_head's autocast weight cast [V, H] (a bytes) is saved for its backward until the head's backward runs
     cast_w = (
         v * arch.hidden_size * compute_bytes(cfg)
         if cfg.bf16 and residual_bytes(cfg) != compute_bytes(cfg)
         else 0
     )
+    rel = _release(cfg)
     rows = min(rel.entropy_chunk, n) if rel.entropy_chunk else c
     entropy = 3 * rows * v * lf if rel.entropy_pass else 0  # a chunk's log_softmax, exp and product
     if _keeps_logits(cfg):
@@ -179,14 +175,21 @@ def materialized_train(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, int
     return fwd + cast_w, bwd + cast_w
 
 
-def materialized_nograd(cfg: RunConfig, arch: Arch, batch: int) -> int:
-    """No-grad reference / old-policy pass: logits [B, C+1, V] (+ the temperature copy) + one row's log_softmax (lf) or logsumexp temporary, and its fp32 input cast on CUDA."""
+def _materialized(cfg: RunConfig, arch: Arch, batch: int) -> tuple[int, ...]:
+    """Shared sizes of the materialized-logits heads: C, V, B·C and B·(C+1) rows, logits and log_softmax bytes,
+    the logits held after the temperature division, and the division's own peak (its copy or the fp32 cast)."""
     rel = _release(cfg)
     c, v = cfg.max_completion_length, arch.vocab_size
     n, n1 = batch * c, batch * (c + 1)
     a, lf = logits_bytes(cfg), logsoftmax_bytes(cfg)
     held = (n if rel.temperature_copy else n1) * v * a
     division = max((n1 + n) * v * a if rel.temperature_copy else 0, _to_fp32_copy(cfg, n1, v))
+    return c, v, n, n1, a, lf, held, division
+
+
+def materialized_nograd(cfg: RunConfig, arch: Arch, batch: int) -> int:
+    """No-grad reference / old-policy pass: logits [B, C+1, V] (+ the temperature copy) + one row's log_softmax (lf) or logsumexp temporary, and its fp32 input cast on CUDA."""
+    c, v, n, n1, a, lf, held, division = _materialized(cfg, arch, batch)
     row = c * v * (4 if _keeps_logits(cfg) else lf + (4 if lf != a else 0))
     return max(division, held + row)
 

@@ -111,10 +111,20 @@ def make_row(cfg: RunConfig, sweep: str, k: int = DECODE_K) -> dict:
         with quiet_libraries():
             res = step.run(cfg, fake=True, steps=STEPS, decode_k=k)
     except Exception as e:  # one failing config must not stop a grid
-        row["status"] = "error"
-        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
-        row["traceback"] = traceback.format_exc()[-4000:]
-        return row
+        return with_error(row, e)
+    return with_result(row, cfg, res)
+
+
+def with_error(row: dict, e: Exception) -> dict:
+    """`row` as an error row: the exception's first line and the traceback's tail."""
+    row["status"] = "error"
+    row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
+    row["traceback"] = traceback.format_exc()[-4000:]
+    return row
+
+
+def with_result(row: dict, cfg: RunConfig, res) -> dict:
+    """`row` with a trace's observed peaks (source `traced`), the model's sizes and the step times."""
     obs = res.observed
     row["model"] = {"name": cfg.model, "params": res.params, "trainable_params": res.trainable_params}
     row["observed"] = {
@@ -125,8 +135,7 @@ def make_row(cfg: RunConfig, sweep: str, k: int = DECODE_K) -> dict:
         "phases": obs["phases"],
         "probes": {"tensors": obs},
     }
-    row["step_seconds"] = res.step_seconds
-    row["setup_seconds"] = res.setup_seconds
+    row["step_seconds"], row["setup_seconds"] = res.step_seconds, res.setup_seconds
     return row
 
 

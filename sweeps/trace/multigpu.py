@@ -17,7 +17,6 @@ import os
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from estimator.config import RunConfig
@@ -79,23 +78,8 @@ def make_row(cfg: RunConfig, layout: dict, sweep: str = SWEEP) -> dict:
         row.update(status="skipped", error=str(e))
         return row
     except Exception as e:  # one failing config must not stop the grid
-        row.update(
-            status="error", error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
-        )
-        row["traceback"] = traceback.format_exc()[-4000:]
-        return row
-    obs = res.observed
-    row["model"] = {"name": cfg.model, "params": res.params, "trainable_params": res.trainable_params}
-    row["observed"] = {
-        "source": "traced",
-        "peak_bytes": obs["peak_bytes"],
-        "peak_bytes_unrounded": obs["peak_bytes_unrounded"],
-        "peak_phase": obs["peak_phase"],
-        "phases": obs["phases"],
-        "probes": {"tensors": obs},
-    }
-    row["step_seconds"], row["setup_seconds"] = res.step_seconds, res.setup_seconds
-    return row
+        return single_cli.with_error(row, e)
+    return single_cli.with_result(row, cfg, res)
 
 
 def run_grid(out: Path, timeout: float, limit: int | None = None) -> None:
