@@ -87,15 +87,37 @@ def settings_line(est: Estimate) -> str:
 
 
 def summary_lines(est: Estimate) -> list[str]:
-    """Peak allocated, allocator overhead, CUDA context, nvidia-smi peak and the peak phase, all `estimated`."""
-    rows = [
-        ("peak allocated (torch max_memory_allocated)", est.peak_allocated_bytes),
-        ("allocator overhead (reserved - allocated)", est.allocator_overhead_bytes),
-        ("peak reserved (torch max_memory_reserved)", est.peak_reserved_bytes),
-        ("CUDA context", est.cuda_context_bytes),
-        ('"nvidia-smi" peak', est.peak_device_bytes),
+    """The layers from tensor bytes to what the card holds, each with where its number came from: peak allocated,
+    the allocator's reserve beyond it and the workspaces allocated through it (= peak reserved), then the items
+    outside the allocator (= the nvidia-smi peak), then what the card must hold with release-and-retry."""
+    width = 58
+
+    def row(label: str, v: int, source: str = SOURCE) -> str:
+        return f"{label:<{width}}{_g(v):>8} GiB  {source}"
+
+    frag_source = est.reserve_source
+    if est.reserve_basis:
+        frag_source = est.reserve_basis
+    settings = "" if est.allocator_variant == "default" else f", {est.allocator_variant}"
+    out = [
+        row("peak allocated (tensor bytes, torch max_memory_allocated)", est.peak_allocated_bytes),
+        row(f"+ allocator overhead (fragmentation{settings})", est.allocator_overhead_bytes, frag_source),
     ]
-    out = [f"{label:<46}{_g(v):>8} GiB  estimated" for label, v in rows]
+    out += [
+        row(f"+ {i.name} (in reserved)", i.bytes, f"{SOURCE} ({i.source})")
+        for i in est.non_tensor
+        if i.in_reserved
+    ]
+    out.append(row("= peak reserved (torch max_memory_reserved)", est.peak_reserved_bytes))
+    outside = [i for i in est.non_tensor if not i.in_reserved]
+    out += [row(f"+ {i.name}", i.bytes, f"{SOURCE} ({i.source})") for i in outside]
+    if not est.non_tensor and est.cuda_context_bytes:
+        out.append(row("+ CUDA context", est.cuda_context_bytes))
+    out.append(row('= "nvidia-smi" peak', est.peak_device_bytes))
+    if est.config.device == "cuda" and est.need_extra_bytes is not None:
+        out.append(
+            row("card must hold (allocator frees its cache and retries)", est.need_bytes, est.reserve_source)
+        )
     out.append(f"peak phase: {est.peak_phase} ({PHASE_HELP[est.peak_phase]}), estimated")
     return out
 
