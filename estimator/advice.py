@@ -36,12 +36,13 @@ class Change:
 
 @dataclass
 class Option:
-    """A set of changes with its re-estimated nvidia-smi peak and the bytes it saves."""
+    """A set of changes with its re-estimated nvidia-smi peak, what the card must hold and the bytes it saves."""
 
     changes: tuple[Change, ...]
-    peak_device_bytes: int
-    saved_bytes: int
+    peak_device_bytes: int  # the estimated nvidia-smi peak
+    saved_bytes: int  # on what the card must hold (`need_bytes`)
     fits: bool | None  # None when there is no budget
+    need_bytes: int = 0  # what the card must hold (Estimate.need_bytes): what `fits` compares with the budget
 
     @property
     def label(self) -> str:
@@ -410,8 +411,10 @@ def advise(
     base = peak(cfg)
 
     def option(changes: tuple[Change, ...]) -> Option:
-        p = peak(changes[-1].config)
-        return Option(changes, p, base - p, (p <= budget_bytes) if budget_bytes is not None else None)
+        c = changes[-1].config
+        p = peak(c)
+        fit = (p <= budget_bytes) if budget_bytes is not None else None
+        return Option(changes, peak.estimate(c).peak_device_bytes, base - p, fit, p)
 
     tried = (option((ch,)) for ch in single_changes(cfg, fits))
     floor = max(1, int(MIN_SAVED_FRACTION * base))
