@@ -36,12 +36,13 @@ class Change:
 
 @dataclass
 class Option:
-    """A set of changes with its re-estimated nvidia-smi peak and the bytes it saves."""
+    """A set of changes with its re-estimated nvidia-smi peak, what the card must hold and the bytes it saves."""
 
     changes: tuple[Change, ...]
-    peak_device_bytes: int
-    saved_bytes: int
+    peak_device_bytes: int  # the estimated nvidia-smi peak
+    saved_bytes: int  # on what the card must hold (`need_bytes`)
     fits: bool | None  # None when there is no budget
+    need_bytes: int = 0  # what the card must hold (Estimate.need_bytes): what `fits` compares with the budget
 
     @property
     def label(self) -> str:
@@ -335,6 +336,74 @@ def _more_gpus(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     ]
 
 
+ALLOCATOR_KEYS = {
+    "expandable_segments": "expandable",
+    "max_split_size_mb_128": "max_split",
+    "torch_empty_cache_steps_1": "empty_cache",
+}
+
+
+def _allocator_settings(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """The settings that fight the caching allocator's fragmentation (`allocator_term.setting_savings`), each
+    proposed only where the simulation says it lowers what the card must hold at this config (the re-estimate
+    then measures it). `expandable_segments` is not proposed with a sleeping colocated vLLM: its CuMemAllocator
+    pool asserts that expandable segments are off (vllm/device_allocator/cumem.py, pytorch#147851)."""
+    from estimator import allocator_term
+    from estimator.estimate import estimate
+
+    if cfg.device != "cuda":
+        return []
+    try:
+        peak = estimate(cfg).peak_allocated_bytes
+    except (ValueError, KeyError):
+        return []
+    default = allocator_term.config_variant(cfg) == "default"
+    saves = {s.setting: s for s in allocator_term.setting_savings(cfg, peak)}
+    conf = cfg.pytorch_cuda_alloc_conf
+
+    def joined(item: str) -> str:
+        return f"{conf},{item}" if conf else item
+
+    candidates = []
+    if "expandable_segments" not in conf and not (
+        cfg.use_vllm and cfg.vllm_mode == "colocate" and cfg.vllm_sleeps
+    ):
+        candidates.append(
+            (
+                "expandable_segments",
+                "expandable_segments:True",
+                cfg.with_(pytorch_cuda_alloc_conf=joined("expandable_segments:True")),
+            )
+        )
+    if "max_split_size_mb" not in conf:
+        candidates.append(
+            (
+                "max_split_size_mb_128",
+                "max_split_size_mb:128",
+                cfg.with_(pytorch_cuda_alloc_conf=joined("max_split_size_mb:128")),
+            )
+        )
+    if cfg.torch_empty_cache_steps != 1:
+        candidates.append(("torch_empty_cache_steps_1", "", cfg.with_(torch_empty_cache_steps=1)))
+    out = []
+    for variant, item, changed in candidates:
+        s = saves[allocator_term.SETTINGS[variant]]
+        if default and s.saves_bytes <= 0:  # the simulation says it saves nothing here
+            continue
+        label = f"PYTORCH_CUDA_ALLOC_CONF={changed.pytorch_cuda_alloc_conf}" if item else s.setting
+        cost = s.caveat or "none at this config"
+        out.append(
+            Change(
+                ALLOCATOR_KEYS[variant],
+                label,
+                1,
+                changed,
+                f"{cost} ({s.source.split(' ', 1)[0]})",
+            )
+        )
+    return out
+
+
 MIN_COMPLETION_TOKENS = 64
 
 
@@ -364,6 +433,7 @@ def vllm_floor(cfg: RunConfig) -> float:
 
 
 GENERATORS = (
+    _allocator_settings,
     _load_bf16,
     _grad_ckpt,
     _vllm_sleep,
@@ -378,7 +448,13 @@ GENERATORS = (
     _shorter_completions,
     _fewer_generations,
 )
-CONFLICTS = ({"lora", "qlora"}, {"bf16", "qlora"}, {"vllm_share", "vllm_server"}, {"sleep", "vllm_server"})
+CONFLICTS = (
+    {"expandable", "max_split"},
+    {"lora", "qlora"},
+    {"bf16", "qlora"},
+    {"vllm_share", "vllm_server"},
+    {"sleep", "vllm_server"},
+)
 
 
 def single_changes(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
@@ -410,8 +486,10 @@ def advise(
     base = peak(cfg)
 
     def option(changes: tuple[Change, ...]) -> Option:
-        p = peak(changes[-1].config)
-        return Option(changes, p, base - p, (p <= budget_bytes) if budget_bytes is not None else None)
+        c = changes[-1].config
+        p = peak(c)
+        fit = (p <= budget_bytes) if budget_bytes is not None else None
+        return Option(changes, peak.estimate(c).peak_device_bytes, base - p, fit, p)
 
     tried = (option((ch,)) for ch in single_changes(cfg, fits))
     floor = max(1, int(MIN_SAVED_FRACTION * base))

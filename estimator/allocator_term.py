@@ -19,7 +19,8 @@ from estimator.config import NEWEST_TRL, RunConfig
 
 TABLE = Path(__file__).resolve().parent / "catalog" / "allocator_streams.json"
 VARIANTS = ("default", "expandable_segments", "max_split_size_mb_128", "torch_empty_cache_steps_1")
-IGNORED_FIELDS = ("gpu_memory_gib",)  # fields that do not change the stream
+# fields that do not change the recorded stream: the allocator settings select a simulated variant of it instead
+IGNORED_FIELDS = ("gpu_memory_gib", "pytorch_cuda_alloc_conf", "torch_empty_cache_steps")
 
 
 @dataclass(frozen=True)
@@ -90,16 +91,23 @@ def fitted_fraction(cfg: RunConfig, peak_allocated: int, variant: str = "default
 
 def variant_for(alloc_conf: str = "", torch_empty_cache_steps: int | None = None) -> str:
     """The simulated variant nearest a user's settings: expandable segments win (they change every segment),
-    then `torch_empty_cache_steps` (simulated at 1: every step, the most it can save), then `max_split_size_mb`
-    (simulated at 128 MiB), else the default allocator."""
+    then `torch_empty_cache_steps` = 1 (the only value simulated; a larger N keeps the default allocator's
+    figure, which errs high: between two emptyings the cache builds up as without them), then
+    `max_split_size_mb` (simulated at 128 MiB), else the default allocator."""
     conf = alloc_conf.replace(" ", "").lower()
     if "expandable_segments:true" in conf:
         return "expandable_segments"
-    if torch_empty_cache_steps:
+    if torch_empty_cache_steps == 1:
         return "torch_empty_cache_steps_1"
     if "max_split_size_mb" in conf:
         return "max_split_size_mb_128"
     return "default"
+
+
+def config_variant(cfg: RunConfig) -> str:
+    """The simulated variant for the allocator settings `cfg` carries (`pytorch_cuda_alloc_conf`,
+    `torch_empty_cache_steps`)."""
+    return variant_for(cfg.pytorch_cuda_alloc_conf, cfg.torch_empty_cache_steps)
 
 
 def reserve(cfg: RunConfig, peak_allocated: int, variant: str = "default") -> Reserve:

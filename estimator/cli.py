@@ -168,14 +168,14 @@ def execute(req: Request) -> tuple[str, int]:
         fit = report.check_fit(e, g)
         if roles or cfg.use_vllm:  # the training GPU's bytes are the step's own, already in free_bytes
             why = [
-                b for b in layout_on(c, g.memory_bytes).blockers if b != "training GPU" or fit.free_bytes >= 0
+                b for b in layout_on(c, g.usable_bytes).blockers if b != "training GPU" or fit.free_bytes >= 0
             ]
             fit = dataclasses.replace(fit, blocked=", ".join(why))
         return fit
 
     fits = [] if cfg.device == "cpu" else [fit_on(g) for g in gpus.GPUS]
     target = fit_on(req.gpu) if req.gpu is not None else None
-    budget = req.gpu.memory_bytes if req.gpu is not None else None
+    budget = req.gpu.usable_bytes if req.gpu is not None else None  # what torch can use (report.FIT_BASIS)
     layout, fixes, starts = None, [], True
     if roles or cfg.use_vllm:
         total = budget if budget is not None else int((cfg.gpu_memory_gib or 80.0) * GIB)

@@ -13,6 +13,7 @@ Defaults are TRL's (`trl/trainer/grpo_config.py`, `trl/trainer/model_config.py`,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -66,6 +67,7 @@ class Setting:
     metavar: str | None = None
     ours: bool = False  # not a TRL option: the estimator's own
     since: str = "0.1.0"  # grpo-vram version that introduced it
+    check: Callable[[Any], str | None] | None = None  # a further check of a well-typed value: why it is bad
 
 
 def setting(default: Any, help: str, **meta: Any) -> Any:
@@ -268,6 +270,27 @@ class RunConfig:
         group="model",
         metavar="ROLE",
         since="0.2.0",
+    )
+    torch_empty_cache_steps: int | None = setting(
+        None,
+        "empty the CUDA cache every N steps (transformers TrainingArguments; TRL suggests it to save memory "
+        "at the cost of slower steps (about a tenth, TRL says); default: never)",
+        minimum=1,
+        maximum=MAX_COUNT,
+        metavar="N",
+        since="0.2.0",
+    )
+    pytorch_cuda_alloc_conf: str = setting(
+        "",
+        "the PYTORCH_CUDA_ALLOC_CONF string, e.g. expandable_segments:True or max_split_size_mb:128 "
+        "(expandable segments cannot apply inside vLLM's memory pool in colocate mode; default: unset)",
+        group="hardware",
+        flag="--alloc-conf",
+        aliases=("--pytorch-cuda-alloc-conf",),
+        metavar="CONF",
+        ours=True,
+        since="0.2.0",
+        check=lambda v: alloc_conf_problem(v),
     )
     # ours
     trl_version: str = setting(
@@ -572,9 +595,37 @@ def check_value(f: Field, value: Any) -> str | None:
         return f"must be {describe_bounds(f)}"
     if m.choices is not None and value not in m.choices:
         return f"accepted: {', '.join(map(str, m.choices))}"
+    if m.check is not None and (problem := m.check(value)):
+        return problem
     if f.kind in ("int", "float"):
         low = (m.minimum is not None and value < m.minimum) or (m.above is not None and value <= m.above)
         high = (m.maximum is not None and value > m.maximum) or (m.below is not None and value >= m.below)
         if low or high:
             return f"must be {describe_bounds(f)}"
+    return None
+
+
+ALLOC_CONF_BOOLS = ("expandable_segments",)
+
+
+def alloc_conf_problem(conf: str) -> str | None:
+    """Why a PYTORCH_CUDA_ALLOC_CONF string is not one the allocator simulator models (one phrase naming the bad
+    part and what is accepted), or None. Parsed item by item with `AllocatorSettings.from_conf`; torch's own
+    parser (c10/cuda/CUDAAllocatorConfig.cpp) wants exactly True or False for expandable_segments."""
+    from estimator.allocator import AllocatorSettings, _conf_items
+
+    accepted = (
+        "comma-separated key:value with keys max_split_size_mb (> 20), max_non_split_rounding_mb, "
+        "roundup_power2_divisions (N or [MiB:N,...,>:N]), expandable_segments (True/False), large_segment_size_mb"
+    )
+    for key, val in _conf_items(conf):
+        item = f"{key}:{val}" if val else key
+        at = f"{item!r}: " if item != conf.replace(" ", "") else ""
+        if key in ALLOC_CONF_BOOLS and val not in ("True", "False"):
+            return f"{at}expandable_segments takes True or False; accepted: {accepted}"
+        try:
+            AllocatorSettings.from_conf(item)
+        except (ValueError, IndexError) as e:
+            why = str(e) if "int()" not in str(e) else "not a number"
+            return f"{at}{why}; accepted: {accepted}"
     return None

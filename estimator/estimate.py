@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
+from estimator.terms.overhead import NonTensorItem
 from estimator.units import gib
 
 SOURCE = "estimated"
@@ -22,10 +23,18 @@ class Estimate:
     config: RunConfig
     arch: Arch
     phases: dict[str, dict[str, int]]  # phase -> component -> bytes (tensor bytes, "torch allocated")
-    cuda_context_bytes: int  # CUDA context + kernels + cuBLAS workspace: outside torch's allocator
+    cuda_context_bytes: int  # every non-tensor item: CUDA context, modules, cuBLAS workspaces, NCCL
     allocator_overhead_bytes: int  # caching-allocator reserve beyond allocated, at the peak
     notes: tuple[str, ...] = ()
     trainable_params: int = 0
+    # the layers (`allocator_layers`): where the reserve came from, the non-tensor items and what the card must hold
+    reserve_source: str = SOURCE  # "simulated" (this config's traced stream), "fitted", or "estimated" (none)
+    reserve_basis: str = ""  # which stream / fit
+    allocator_variant: str = "default"  # the simulated allocator settings (allocator_term.VARIANTS)
+    non_tensor: tuple[NonTensorItem, ...] = ()  # itemized; their sum is cuda_context_bytes where given
+    need_extra_bytes: int | None = (
+        None  # smallest passing allocator limit - allocated peak (release-and-retry)
+    )
 
     @property
     def phase_totals(self) -> dict[str, int]:
@@ -42,14 +51,66 @@ class Estimate:
         return max(self.phase_totals.values())
 
     @property
+    def in_reserved_bytes(self) -> int:
+        """Non-tensor items allocated through the caching allocator (cuBLAS / cuBLASLt workspaces)."""
+        return sum(i.bytes for i in self.non_tensor if i.in_reserved)
+
+    @property
+    def outside_allocator_bytes(self) -> int:
+        """Non-tensor memory outside torch's allocator (CUDA context, lazily loaded modules, NCCL)."""
+        return self.cuda_context_bytes - self.in_reserved_bytes
+
+    @property
     def peak_reserved_bytes(self) -> int:
-        """peak allocated + caching-allocator overhead: torch.cuda.max_memory_reserved."""
-        return self.peak_allocated_bytes + self.allocator_overhead_bytes
+        """peak allocated + the allocator's reserve beyond it + the workspaces allocated through it:
+        torch.cuda.max_memory_reserved."""
+        return self.peak_allocated_bytes + self.allocator_overhead_bytes + self.in_reserved_bytes
 
     @property
     def peak_device_bytes(self) -> int:
-        """peak reserved + CUDA context: what nvidia-smi shows for the process."""
-        return self.peak_reserved_bytes + self.cuda_context_bytes
+        """peak reserved + the items outside the allocator: what nvidia-smi shows for the process."""
+        return self.peak_reserved_bytes + self.outside_allocator_bytes
+
+    @property
+    def need_bytes(self) -> int:
+        """What the card must hold for the step not to OOM: the allocated peak + the smallest allocator reserve the
+        simulated stream passes with (the allocator frees its cache and retries before it fails) + every
+        non-tensor item. At most `peak_device_bytes`; the nvidia-smi peak where no `need` was computed."""
+        if self.need_extra_bytes is None:
+            return self.peak_device_bytes
+        return self.peak_allocated_bytes + self.need_extra_bytes + self.cuda_context_bytes
+
+    def layers(self) -> dict:
+        """Allocated -> reserved -> nvidia-smi peak, each layer with its bytes and where the number came from."""
+
+        def item(i: NonTensorItem) -> dict:
+            return {"name": i.name, "bytes": i.bytes, "source": SOURCE, "basis": i.source}
+
+        return {
+            "allocated": {
+                "bytes": self.peak_allocated_bytes,
+                "source": SOURCE,
+                "what": "tensor bytes at the peak",
+            },
+            "fragmentation": {
+                "bytes": self.allocator_overhead_bytes,
+                "source": self.reserve_source,
+                "basis": self.reserve_basis,
+                "allocator_settings": self.allocator_variant,
+                "what": "the caching allocator's reserve beyond the allocated peak",
+            },
+            "in_reserved": [item(i) for i in self.non_tensor if i.in_reserved],
+            "reserved": {"bytes": self.peak_reserved_bytes, "source": SOURCE},
+            "outside_allocator": [item(i) for i in self.non_tensor if not i.in_reserved],
+            "nvidia_smi_peak": {"bytes": self.peak_device_bytes, "source": SOURCE},
+            "need": {
+                "bytes": self.need_bytes,
+                "allocator_extra_bytes": self.need_extra_bytes,
+                "source": self.reserve_source,
+                "what": "what the card must hold: smallest allocator limit the step passes (release-and-retry) "
+                "+ every non-tensor item",
+            },
+        }
 
     @property
     def components(self) -> list[str]:
@@ -78,6 +139,8 @@ class Estimate:
             "cuda_context_bytes": self.cuda_context_bytes,
             "peak_device_bytes": self.peak_device_bytes,
             "peak_device_gib": round(gib(self.peak_device_bytes), 3),
+            "need_bytes": self.need_bytes,
+            "layers": self.layers(),
             "notes": list(self.notes),
         }
 
@@ -92,12 +155,34 @@ def estimate(cfg: RunConfig, arch: Arch | None = None) -> Estimate:
         arch = resolve_model(cfg.model)
     phases, notes, effective = build_phases(cfg, arch)
     peak_allocated = max(sum(c.values()) for c in phases.values())
+    items = tuple(overhead.non_tensor_items(effective))
     return Estimate(
         config=cfg,
         arch=arch,
         phases=phases,
-        cuda_context_bytes=overhead.cuda_context(effective),
-        allocator_overhead_bytes=overhead.allocator_overhead(effective, peak_allocated),
+        cuda_context_bytes=sum(i.bytes for i in items),
         notes=tuple(notes),
         trainable_params=weights.trainable_params(effective, arch),
+        non_tensor=items,
+        **allocator_layers(effective, peak_allocated),
     )
+
+
+def allocator_layers(cfg: RunConfig, peak_allocated: int) -> dict:
+    """The Estimate fields the caching allocator sets at `peak_allocated`, under the allocator settings `cfg`
+    carries: the reserve beyond the peak (max_memory_reserved - max_memory_allocated with room to spare) and the
+    smallest extra the step passes with (`allocator_term.reserve` / `need`), and where they came from."""
+    from estimator import allocator_term
+
+    if cfg.device != "cuda":
+        return {"allocator_overhead_bytes": 0, "reserve_source": "none (cpu)", "need_extra_bytes": 0}
+    variant = allocator_term.config_variant(cfg)
+    r = allocator_term.reserve(cfg, peak_allocated, variant)
+    n = allocator_term.need(cfg, peak_allocated, variant)
+    return {
+        "allocator_overhead_bytes": r.bytes,
+        "reserve_source": r.source.split(" ", 1)[0],
+        "reserve_basis": r.source,
+        "allocator_variant": variant,
+        "need_extra_bytes": n.bytes,
+    }

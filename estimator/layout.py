@@ -8,13 +8,14 @@ then fits beside it; in server mode a report for the vLLM card(s). Every number 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
-from estimator.estimate import Estimate
+from estimator.estimate import Estimate, allocator_layers
 from estimator.role_spec import PLACEMENTS, ROLE_KINDS, Role, config_roles  # noqa: F401 (re-exported)
 from estimator.terms import overhead
 from estimator.terms import roles as rt
@@ -409,14 +410,11 @@ def with_roles(
         for p, comps in phases.items():
             comps["roles"] = held + (nograd if p == "score" else 0) + (critic if p == "optimizer" else 0)
         allocated = max(sum(c.values()) for c in phases.values())
-        return Estimate(
-            config=est.config,
-            arch=est.arch,
+        return dataclasses.replace(
+            est,
             phases=phases,
-            cuda_context_bytes=est.cuda_context_bytes,
-            allocator_overhead_bytes=overhead.allocator_overhead(cfg, allocated),
             notes=(*est.notes, f"roles on the training GPUs: {', '.join(b.role for _, b in rows)}"),
-            trainable_params=est.trainable_params,
+            **allocator_layers(cfg, allocated),
         )
 
     return fn

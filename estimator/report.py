@@ -13,10 +13,17 @@ from estimator.solve import Solution
 from estimator.terms.vllm import VERSION as VLLM_VERSION
 from estimator.units import gib
 
+FIT_BASIS = (
+    "what the card must hold (allocated + the smallest allocator reserve the step passes with, the allocator "
+    "freeing its cache and retrying before an OOM, + CUDA context, workspaces, NCCL) against the memory torch "
+    "can use on the GPU (its total_memory, below the nvidia-smi total)"
+)
+
 
 @dataclass(frozen=True)
 class Fit:
-    """Whether the estimated nvidia-smi peak fits one GPU, and by how much (bytes; negative = missing)."""
+    """Whether the step fits one GPU, and by how much (bytes; negative = missing): what the card must hold
+    (`Estimate.need_bytes`) against what torch can use on it (`GPU.usable_bytes`), see FIT_BASIS."""
 
     gpu: GPU
     free_bytes: int
@@ -28,8 +35,8 @@ class Fit:
 
 
 def check_fit(est: Estimate, gpu: GPU) -> Fit:
-    """Free (or missing) memory on `gpu` at the estimated nvidia-smi peak."""
-    return Fit(gpu, gpu.memory_bytes - est.peak_device_bytes)
+    """Free (or missing) memory on `gpu`: what torch can use on it minus what the step must hold (FIT_BASIS)."""
+    return Fit(gpu, gpu.usable_bytes - est.need_bytes)
 
 
 def _g(n: int | float) -> str:
@@ -87,15 +94,37 @@ def settings_line(est: Estimate) -> str:
 
 
 def summary_lines(est: Estimate) -> list[str]:
-    """Peak allocated, allocator overhead, CUDA context, nvidia-smi peak and the peak phase, all `estimated`."""
-    rows = [
-        ("peak allocated (torch max_memory_allocated)", est.peak_allocated_bytes),
-        ("allocator overhead (reserved - allocated)", est.allocator_overhead_bytes),
-        ("peak reserved (torch max_memory_reserved)", est.peak_reserved_bytes),
-        ("CUDA context", est.cuda_context_bytes),
-        ('"nvidia-smi" peak', est.peak_device_bytes),
+    """The layers from tensor bytes to what the card holds, each with where its number came from: peak allocated,
+    the allocator's reserve beyond it and the workspaces allocated through it (= peak reserved), then the items
+    outside the allocator (= the nvidia-smi peak), then what the card must hold with release-and-retry."""
+    width = 58
+
+    def row(label: str, v: int, source: str = SOURCE) -> str:
+        return f"{label:<{width}}{_g(v):>8} GiB  {source}"
+
+    frag_source = est.reserve_source
+    if est.reserve_basis:
+        frag_source = est.reserve_basis
+    settings = "" if est.allocator_variant == "default" else f", {est.allocator_variant}"
+    out = [
+        row("peak allocated (tensor bytes, torch max_memory_allocated)", est.peak_allocated_bytes),
+        row(f"+ allocator overhead (fragmentation{settings})", est.allocator_overhead_bytes, frag_source),
     ]
-    out = [f"{label:<46}{_g(v):>8} GiB  estimated" for label, v in rows]
+    out += [
+        row(f"+ {i.name} (in reserved)", i.bytes, f"{SOURCE} ({i.source})")
+        for i in est.non_tensor
+        if i.in_reserved
+    ]
+    out.append(row("= peak reserved (torch max_memory_reserved)", est.peak_reserved_bytes))
+    outside = [i for i in est.non_tensor if not i.in_reserved]
+    out += [row(f"+ {i.name}", i.bytes, f"{SOURCE} ({i.source})") for i in outside]
+    if not est.non_tensor and est.cuda_context_bytes:
+        out.append(row("+ CUDA context", est.cuda_context_bytes))
+    out.append(row('= "nvidia-smi" peak', est.peak_device_bytes))
+    if est.config.device == "cuda" and est.need_extra_bytes is not None:
+        out.append(
+            row("card must hold (allocator frees its cache and retries)", est.need_bytes, est.reserve_source)
+        )
     out.append(f"peak phase: {est.peak_phase} ({PHASE_HELP[est.peak_phase]}), estimated")
     return out
 
@@ -110,7 +139,7 @@ def fits_line(fits: list[Fit]) -> str:
         return f"✗ {f.gpu.name} ({', '.join(why)})"
 
     cells = [cell(f) for f in sorted(fits, key=lambda f: f.gpu.memory_bytes)]
-    return "fits on (GiB free/missing per GPU, estimated): " + "  ".join(cells)
+    return "fits on (GiB free/missing of what torch can use per GPU, estimated): " + "  ".join(cells)
 
 
 def render(est: Estimate, fits: list[Fit], target: Fit | None = None) -> str:
@@ -137,16 +166,22 @@ def render(est: Estimate, fits: list[Fit], target: Fit | None = None) -> str:
         if target.blocked:
             step = "leaves " + amount if target.free_bytes >= 0 else "is " + amount
             amount = f"fails at {target.blocked} (see the layout); the step itself {step}"
-        out.append(f"{target.gpu.name} ({target.gpu.memory_gib:.2f} GiB): {verdict}, {amount} (estimated)")
+        out.append(
+            f"{target.gpu.name} ({gib(target.gpu.usable_bytes):.2f} GiB torch can use of "
+            f"{target.gpu.memory_gib:.2f} GiB): {verdict}, {amount} (estimated)"
+        )
+        out.append(f"  verdict: {FIT_BASIS}")
     return "\n".join(out)
 
 
 def render_advice(advice: Advice) -> str:
     """Single changes ranked by GiB saved, each with what it costs, then the smallest set that fits."""
-    out = ["what to change (each re-estimated at this configuration; GiB saved, estimated):"]
+    out = [
+        "what to change (each re-estimated at this configuration; GiB saved -> GiB the card must hold, estimated):"
+    ]
     for o in advice.singles:
         mark = "" if o.fits is None else ("✓ fits " if o.fits else "✗      ")
-        out.append(f"  {mark}saves {_g(o.saved_bytes):>6} GiB -> {_g(o.peak_device_bytes):>6} GiB  {o.label}")
+        out.append(f"  {mark}saves {_g(o.saved_bytes):>6} GiB -> {_g(o.need_bytes):>6} GiB  {o.label}")
         if o.tradeoff:
             out.append(f"  {'':>7}cost: {o.tradeoff}")
     if not advice.singles:
@@ -218,7 +253,7 @@ def layout_dict(layout: Layout, fixes: list[str]) -> dict:
 
 
 def _plan_tail(o: Option) -> str:
-    return f"{_g(o.peak_device_bytes)} GiB, saves {_g(o.saved_bytes)} GiB (estimated)"
+    return f"{_g(o.need_bytes)} GiB, saves {_g(o.saved_bytes)} GiB (estimated)"
 
 
 def render_solution(sol: Solution) -> str:
@@ -228,7 +263,7 @@ def render_solution(sol: Solution) -> str:
     note = f"; {sol.note}" if sol.note else ""
     return (
         f"solve: largest {sol.knob} that fits = {sol.value} "
-        f"({_g(sol.peak_device_bytes or 0)} of {_g(sol.budget_bytes)} GiB, estimated{note})"
+        f"(must hold {_g(sol.need_bytes or 0)} of the {_g(sol.budget_bytes)} GiB torch can use, estimated{note})"
     )
 
 
@@ -237,6 +272,7 @@ def _option_dict(o: Option) -> dict:
         "source": SOURCE,
         "changes": [{"key": c.key, "label": c.label} for c in o.changes],
         "peak_device_bytes": o.peak_device_bytes,
+        "need_bytes": o.need_bytes,
         "saved_bytes": o.saved_bytes,
         "fits": o.fits,
         "cost": o.tradeoff,
@@ -261,6 +297,9 @@ def to_json(
             "gpu": f.gpu.name,
             "gpu_memory_bytes": f.gpu.memory_bytes,
             "gpu_memory_source": f.gpu.source,
+            "usable_bytes": f.gpu.usable_bytes,
+            "usable_source": f.gpu.torch_source,
+            "compared": FIT_BASIS,
             "fits": f.fits,
             "free_bytes": f.free_bytes,
             "blocked": f.blocked or None,
@@ -272,7 +311,7 @@ def to_json(
     if advice is not None:
         d["advice"] = {
             "source": SOURCE,
-            "baseline_bytes": advice.baseline_bytes,
+            "baseline_bytes": advice.baseline_bytes,  # what the card must hold (need_bytes)
             "budget_bytes": advice.budget_bytes,
             "singles": [_option_dict(o) for o in advice.singles],
             "plan": _option_dict(advice.plan) if advice.plan else None,
@@ -283,6 +322,7 @@ def to_json(
             "knob": solution.knob,
             "value": solution.value,
             "peak_device_bytes": solution.peak_device_bytes,
+            "need_bytes": solution.need_bytes,
             "budget_bytes": solution.budget_bytes,
             "note": solution.note,
         }

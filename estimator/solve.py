@@ -30,13 +30,19 @@ class Solution:
     knob: str
     value: int | None
     config: RunConfig | None
-    peak_device_bytes: int | None
+    peak_device_bytes: int | None  # the estimated nvidia-smi peak at `value`
     budget_bytes: int
     note: str = ""
+    need_bytes: int | None = (
+        None  # what the card must hold at `value` (release-and-retry): compared with budget
+    )
 
 
 class PeakCache:
-    """Memoized estimated nvidia-smi peak of configs of one model: advice and solve re-estimate the same configs."""
+    """Memoized estimates of configs of one model (advice and solve re-estimate the same configs); called, the
+    bytes a fit verdict compares with the card: what it must hold (`Estimate.need_bytes`: allocated + the smallest
+    allocator reserve the step passes with, the allocator freeing its cache and retrying before an OOM, + the
+    non-tensor items)."""
 
     def __init__(self, arch: Arch, estimate_fn: EstimateFn):
         self.arch, self.estimate_fn = arch, estimate_fn
@@ -48,7 +54,7 @@ class PeakCache:
         return self.cache[cfg]
 
     def __call__(self, cfg: RunConfig) -> int:
-        return self.estimate(cfg).peak_device_bytes
+        return self.estimate(cfg).need_bytes
 
 
 def is_valid(cfg: RunConfig) -> bool:
@@ -105,7 +111,8 @@ def max_context(cfg: RunConfig, arch: Arch) -> int:
 
 
 def solve(cfg: RunConfig, arch: Arch, knob: str, budget_bytes: int, estimate_fn: EstimateFn) -> Solution:
-    """Largest value of `knob` whose estimated nvidia-smi peak is within `budget_bytes`."""
+    """Largest value of `knob` whose estimate of what the card must hold (`PeakCache`) is within `budget_bytes`
+    (the memory torch can use on the card: `GPU.usable_bytes`)."""
     peak = PeakCache(arch, estimate_fn)
 
     def fits(c: RunConfig) -> bool:
@@ -152,7 +159,8 @@ def solve(cfg: RunConfig, arch: Arch, knob: str, budget_bytes: int, estimate_fn:
         note = "; ".join(notes)
     else:
         raise ValueError(f"cannot solve for {knob!r}; accepted: {', '.join(SOLVABLE)}")
-    return Solution(knob, best, best_cfg, peak(best_cfg) if best_cfg else None, budget_bytes, note)
+    device = peak.estimate(best_cfg).peak_device_bytes if best_cfg else None
+    return Solution(knob, best, best_cfg, device, budget_bytes, note, peak(best_cfg) if best_cfg else None)
 
 
 def _how(before: RunConfig, after: RunConfig) -> str:

@@ -127,9 +127,10 @@ def cuda_context(cfg: RunConfig) -> int:
 def allocator_overhead(cfg: RunConfig, peak_allocated: int) -> int:
     """The caching allocator's reserve beyond the allocated peak (max_memory_reserved - max_memory_allocated):
     from the simulated allocation stream of this config where one was traced, else from the model fitted over
-    the simulated streams (`estimator.allocator_term`). 0 on CPU."""
+    the simulated streams (`estimator.allocator_term`), under the allocator settings the config carries
+    (`pytorch_cuda_alloc_conf`, `torch_empty_cache_steps`). 0 on CPU."""
     if cfg.device != "cuda":
         return 0
     from estimator import allocator_term
 
-    return allocator_term.reserve(cfg, peak_allocated).bytes
+    return allocator_term.reserve(cfg, peak_allocated, allocator_term.config_variant(cfg)).bytes
