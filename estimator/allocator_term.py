@@ -1,7 +1,7 @@
 """The allocator's reserve (max_memory_reserved - max_memory_allocated) for a config, and what settings save.
 
 Where the config's allocation stream was traced and simulated (`sweeps.trace.streams` -> the table
-`estimator/catalog/allocator_streams.json`), the reserve is that simulation's. Otherwise it comes from a small
+`estimator/data/allocator_streams.json`), the reserve is that simulation's. Otherwise it comes from a small
 model fitted over those simulations (`fit` in the same table, written by `python -m sweeps.trace.streams
 --table`); the fit's error against the simulations is stored next to it and printed by `make accuracy`-style
 `python -m sweeps.trace.streams --report`. Stdlib only: the estimator never replays a stream at run time (a
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from estimator.config import NEWEST_TRL, RunConfig
 
-TABLE = Path(__file__).resolve().parent / "catalog" / "allocator_streams.json"
+TABLE = Path(__file__).resolve().parent / "data" / "allocator_streams.json"
 VARIANTS = ("default", "expandable_segments", "max_split_size_mb_128", "torch_empty_cache_steps_1")
 # fields that do not change the recorded stream: the allocator settings select a simulated variant of it instead
 IGNORED_FIELDS = ("gpu_memory_gib", "pytorch_cuda_alloc_conf", "torch_empty_cache_steps")

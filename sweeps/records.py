@@ -21,7 +21,7 @@ from estimator.config import NEWEST_TRL
 SCHEMA = 1
 SCHEMAS = (SCHEMA,)  # row schema versions this code reads; any other is rejected, not guessed at
 SOURCES = ("measured-gpu", "measured-cpu", "traced")
-STATUSES = ("ok", "oom", "error")
+STATUSES = ("ok", "oom", "error", "skipped")  # skipped: not run, with the reason (over budget, not traceable)
 VERSION_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes")
 # Versions that must match for a finished row to count as done when a sweep is rerun.
 KEY_VERSIONS = VERSION_PACKAGES

@@ -2,7 +2,7 @@
 what the card holds, the fit verdict against what torch can use, and the fragmentation settings in the advice.
 
 Expected numbers are worked by hand from the stored simulations of the traced 7B LoRA stream c12c87f2df5952d9
-(estimator/catalog/allocator_streams.json: peak allocated, fragmentation and smallest passing limit per allocator
+(estimator/data/allocator_streams.json: peak allocated, fragmentation and smallest passing limit per allocator
 variant), the non-tensor items' published figures and the GPUs' printed total_memory, never from the code's
 own formulas.
 """

@@ -294,7 +294,8 @@ def run_steps(cfg: RunConfig, trainer, opt, probe: LiveStorageMode, steps: int, 
         with probe.phase("train"):
             for mb in buffered[: cfg.gradient_accumulation_steps]:
                 loss = trainer.compute_loss(policy, mb)
-                probe.events.append(("x", "loss"))  # where Trainer.training_step may empty_cache
+                if probe.events is not None:  # where Trainer.training_step may empty_cache
+                    probe.events.append(("x", "loss"))
                 trainer.accelerator.backward(loss)
                 del loss
             probe.register([p.grad for p in policy.parameters() if p.grad is not None], "grad")
