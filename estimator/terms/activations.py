@@ -40,14 +40,82 @@ def rmsnorm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     return (4 + 2 * r + (a if r != a else 0)) * arch.hidden_size
 
 
+QK_NORM_MODEL_TYPES = ("qwen3", "qwen3_moe", "gemma3_text", "gemma3", "olmo2")
+GEMMA_NORM_MODEL_TYPES = ("gemma2", "gemma3_text", "gemma3")
+
+
+def qk_norm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """q_norm / k_norm over head_dim (Qwen3, Gemma3): the fp32 input copy, 4·(q_dim + kv_dim) bytes per token.
+
+    transformers 5.23 `Qwen3RMSNorm.forward` (models/qwen3/modeling_qwen3.py:58-63), applied to q_proj / k_proj
+    outputs in `Qwen3Attention.forward` (:244-245): `hidden_states.to(float32)` is saved by `pow` and by the
+    multiply with `rsqrt`; with a trainable weight (full FT) `weight * hidden.to(input_dtype)` also saves the
+    a-byte cast (Gemma3's `(1 + weight.float())` form saves the fp32 normalized value instead: 4 bytes). Rotary
+    saves only cos/sin, so q and k themselves are counted once, by the attention kernel.
+    """
+    if arch.model_type not in QK_NORM_MODEL_TYPES:
+        return 0
+    per = 4
+    if not cfg.use_peft:
+        per += 4 if arch.model_type in GEMMA_NORM_MODEL_TYPES else linear_output_bytes(cfg)
+    return per * (arch.q_dim + arch.kv_dim)
+
+
+def gemma_extra_norms_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """Gemma2/3's post-attention and post-feedforward RMSNorms, whose outputs go into the residual add (unsaved).
+
+    transformers 5.23 `Gemma2RMSNorm.forward` (models/gemma2/modeling_gemma2.py): `x.float()` is saved by the
+    normalization (4·H); `output * (1.0 + weight.float())` saves the fp32 normalized value when the weight trains
+    (4·H more). `Gemma2DecoderLayer` applies four norms per layer; `rmsnorm_saved_per_token` counts the two whose
+    output feeds a linear.
+    """
+    if arch.model_type not in GEMMA_NORM_MODEL_TYPES:
+        return 0
+    return 2 * (4 + (0 if cfg.use_peft else 4)) * arch.hidden_size
+
+
 def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
     """q, k, v after rotary + output (a bytes) + fp32 logsumexp per head; eager adds the [heads, L] softmax and scores."""
     a = compute_bytes(cfg)
     kv = kv_heads_in_attention(cfg, arch) * arch.head_dim
     per_tok = a * (2 * arch.q_dim + 2 * kv) + 4 * arch.num_heads
     if cfg.attn_implementation == "eager":
-        per_tok += arch.num_heads * seq_len * (a + 4 + 1)  # scores (a), fp32 softmax, dropout mask
+        per_tok += arch.num_heads * seq_len * eager_scores_saved_bytes(cfg)
     return per_tok
+
+
+def eager_scores_saved_bytes(cfg: RunConfig) -> int:
+    """Bytes per [heads, L, L] score element eager attention saves: the fp32 softmax output + its a-byte cast.
+
+    transformers 5.23 `eager_attention_forward` (e.g. models/qwen2/modeling_qwen2.py): `softmax(dtype=float32)`
+    saves its fp32 output; `.to(query.dtype)` gives the a-byte weights `matmul(attn_weights, value)` saves. The
+    pre-softmax scores are not saved (scalar multiply, mask add), and `dropout(p=attention_dropout=0.0)` returns
+    its input (no mask) for every catalog model.
+    """
+    return 4 + compute_bytes(cfg)
+
+
+def eager_backward_transient_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
+    """Eager attention's backward at `_softmax_backward_data`, beyond the recomputed layer's saved tensors.
+
+    Live then: the fp32 incoming gradient (the backward of `.to(query.dtype)`) and the fp32 result, heads·L·8;
+    already released by autograd: the a-byte weights cast (the value matmul's backward ran) and everything the
+    MLP and the norms saved (the layer's backward runs MLP first), so the excess is
+    heads·L·(8 − a) − (layer saved − attention saved), or 0.
+    """
+    if cfg.attn_implementation != "eager":
+        return 0
+    released = layer_saved_per_token(cfg, arch, seq_len) - attention_saved_per_token(cfg, arch, seq_len)
+    return max(0, arch.num_heads * seq_len * (8 - compute_bytes(cfg)) - released)
+
+
+def attention_mask_bytes(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
+    """Eager attention's 4-D additive mask [B, 1, L, L] in the model dtype (transformers masking_utils
+    `eager_mask`), held through the forward and (as a checkpoint input) the backward; sdpa on unpadded batches
+    uses `is_causal` and builds none."""
+    if cfg.attn_implementation != "eager":
+        return 0
+    return batch * seq_len * seq_len * residual_bytes(cfg)
 
 
 def linear_output_bytes(cfg: RunConfig) -> int:
@@ -86,6 +154,8 @@ def layer_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
     """Everything one decoder layer keeps for backward, per token: 2 RMSNorms + attention + MLP + LoRA."""
     return (
         2 * rmsnorm_saved_per_token(cfg, arch)
+        + gemma_extra_norms_saved_per_token(cfg, arch)
+        + qk_norm_saved_per_token(cfg, arch)
         + attention_saved_per_token(cfg, arch, seq_len)
         + mlp_saved_per_token(cfg, arch)
         + lora_saved_per_token(cfg, arch)
@@ -110,13 +180,37 @@ def autocast_weight_cache(
 
 
 def layer_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """Inside the MLP's backward six [T, I] tensors are live: those not saved are gradients in flight, (6 − saved)·a·I (2 full, 3 frozen)."""
+    """Inside the MLP's backward six [T, I] tensors are live: those not saved are gradients in flight, (6 − saved)·a·I (2 full, 3 frozen); or the LoRA backward instant, if larger."""
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
     out = (6 - mlp_saved_tensors(cfg)) * linear_output_bytes(cfg) * inter
     if cfg.load_in_4bit and linear_output_bytes(cfg) != compute_bytes(cfg):
         # one of those is autocast's a-byte copy of down_proj's r-byte input (seen in traces)
         out += (compute_bytes(cfg) - linear_output_bytes(cfg)) * inter
-    return out
+    return max(out, lora_backward_transient_per_token(cfg, arch))
+
+
+def lora_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """Backward through the widest-input LoRA-wrapped linear: the input-gradient chain of its adapter path.
+
+    peft 0.21 `lora.Linear.forward` (peft/tuners/lora/layer.py:1074-1115) computes
+    `lora_B(lora_A(dropout(x.to(lora_A.weight.dtype))))`: with fp32 adapters on a 16-bit base, `x` is cast to
+    fp32 and autocast casts it back to a bytes for `lora_A`'s matmul. Backward of that chain for input width n:
+    the base layer's a-byte input gradient waits (autograd input buffer) while `lora_A`'s a-byte input gradient
+    becomes fp32 (the autocast cast's backward), then passes `native_dropout_backward` (a second fp32 tensor live
+    with the first), then is cast back: peak (a + 4 + 4)·n with dropout, (a + a + 4)·n without; with same-dtype
+    adapters (QLoRA: bf16) no casts: (a + a + a)·n with dropout, 2a·n without.
+    """
+    if not cfg.use_peft:
+        return 0
+    targets = lora_targets(cfg, arch)
+    if not targets:
+        return 0
+    n = max(lin.in_features for lin in targets)
+    a = compute_bytes(cfg)
+    adapter = 2 if cfg.load_in_4bit else 4  # weights.adapter_dtype
+    if adapter != a:
+        return (a + 4 + (4 if cfg.lora_dropout > 0 else a)) * n
+    return (a + a + (a if cfg.lora_dropout > 0 else 0)) * n
 
 
 def dequantized_weight_transient(cfg: RunConfig, arch: Arch) -> int:
@@ -146,9 +240,10 @@ def checkpoint_inputs(cfg: RunConfig, arch: Arch, tokens: int) -> int:
 def saved_activations(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     """Activations held at the end of the training forward: checkpoint inputs with GC, all layers' saved tensors without."""
     tokens = batch * seq_len
+    mask = attention_mask_bytes(cfg, arch, batch, seq_len)
     if cfg.gradient_checkpointing:
-        return checkpoint_inputs(cfg, arch, tokens)
-    return arch.num_layers * tokens * layer_saved_per_token(cfg, arch, seq_len)
+        return checkpoint_inputs(cfg, arch, tokens) + mask
+    return arch.num_layers * tokens * layer_saved_per_token(cfg, arch, seq_len) + mask
 
 
 def recompute_layer(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
@@ -161,4 +256,9 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     tokens = batch * seq_len
     r, a = residual_bytes(cfg), compute_bytes(cfg)
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
-    return tokens * (2 * r * arch.hidden_size + 4 * arch.hidden_size + 3 * a * inter)
+    mlp = tokens * (2 * r * arch.hidden_size + 4 * arch.hidden_size + 3 * a * inter)
+    if cfg.attn_implementation != "eager":
+        return mlp
+    # eager: the a-byte scores (+ mask) and the fp32 softmax of one layer live at once, beside the mask
+    attn = tokens * arch.num_heads * seq_len * (a + 4) + tokens * 2 * arch.hidden_size * r
+    return max(mlp, attn) + attention_mask_bytes(cfg, arch, batch, seq_len)

@@ -99,3 +99,46 @@ def master_weights(cfg: RunConfig, arch: Arch) -> int:
     if cfg.sharding in ("zero2", "zero3") and cfg.bf16 and not cfg.use_peft:
         return trainable_params(cfg, arch) * 4
     return 0
+
+
+def accumulated_gradients(cfg: RunConfig, arch: Arch) -> int:
+    """Gradients resident through every micro-step after the first: full trainable × bytes, when GA > 1.
+
+    transformers 5.23 `Trainer._inner_training_loop` (trainer.py:1890-1946) runs `training_step` on
+    `gradient_accumulation_steps` micro-batches and calls `model.zero_grad()` only after `optimizer.step()`;
+    autograd's AccumulateGrad adds each new gradient into the existing `.grad` in place
+    (torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad`). So from the second micro-step on, the
+    forward and the backward run with every `.grad` already allocated; only the tied-embedding buffer is new.
+    """
+    if cfg.gradient_accumulation_steps <= 1:
+        return 0
+    return gradients(cfg, arch)
+
+
+def gradients_during_generation(cfg: RunConfig, arch: Arch) -> int:
+    """Gradients resident while generating / scoring: when a generation falls inside an accumulation window.
+
+    TRL 1.16 `GRPOTrainer._prepare_inputs` (grpo_trainer.py:1538-1546) regenerates when
+    `_step % (steps_per_generation × num_iterations) == 0`; the optimizer zeroes grads every
+    `gradient_accumulation_steps` micro-steps. Unless the generation period is a multiple of GA, some generation
+    starts mid-window with the previous micro-steps' `.grad` resident.
+    """
+    period = cfg.resolved_steps_per_generation * cfg.num_iterations
+    if cfg.gradient_accumulation_steps <= 1 or period % cfg.gradient_accumulation_steps == 0:
+        return 0
+    return gradients(cfg, arch)
+
+
+def micro_step_gradients(cfg: RunConfig, arch: Arch, instant: str) -> int | None:
+    """`.grad` bytes at a training instant of a later micro-step (GA > 1), or None with GA = 1.
+
+    Every `.grad` is resident (`accumulated_gradients`); the head's backward adds nothing new (its [V, H]
+    gradient is in the head term), and with tied embeddings the head's gradient waits in autograd's input buffer
+    after the head (once) and meets the embedding's own at the end (twice), as in the first micro-step.
+    """
+    acc = accumulated_gradients(cfg, arch)
+    if not acc:
+        return None
+    tied = tied_gradient_buffer(cfg, arch)
+    in_flight = {"head_forward": 0, "head_backward": 0, "backward_end": 2 * tied}.get(instant, tied)
+    return acc + in_flight

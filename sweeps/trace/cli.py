@@ -30,18 +30,29 @@ DECODE_K = 2
 STEPS = 2
 
 
-def variant(cfg: RunConfig, k: int = DECODE_K, steps: int = STEPS) -> dict:
+def variant(
+    cfg: RunConfig,
+    k: int = DECODE_K,
+    steps: int = STEPS,
+    max_micro: int | None = None,
+    num_layers: int | None = None,
+) -> dict:
     """Run settings that are not estimator fields (part of the row key)."""
     v = {"decode": "fast-forward", "k": k} if k < cfg.max_completion_length else {"decode": "full"}
     v.update({"head": "fused-gpu", "steps": steps, "tensors": "fake"})
+    if max_micro is not None:
+        v["max_micro"] = max_micro
+    if num_layers is not None:
+        v["layers"] = num_layers
     return v
 
 
-def _prediction(cfg: RunConfig) -> dict | None:
+def _prediction(cfg: RunConfig, hf_config: dict | None = None) -> dict | None:
     try:
+        from estimator.architecture import from_config
         from estimator.estimate import estimate
 
-        return estimate(cfg).to_dict()
+        return estimate(cfg, from_config(hf_config, name=cfg.model) if hf_config else None).to_dict()
     except Exception:  # the estimator may not cover this config yet
         return None
 
@@ -71,14 +82,24 @@ def _row_header(cfg: RunConfig, sweep: str, var: dict, **status) -> dict:
     return row
 
 
-def make_row(cfg: RunConfig, sweep: str, k: int = DECODE_K) -> dict:
-    """Trace `cfg` and build its result row (status error with the message if the trace raises)."""
-    row = _row_header(cfg, sweep, variant(cfg, k))
-    row["prediction"] = _prediction(cfg)
+def make_row(
+    cfg: RunConfig, sweep: str, k: int = DECODE_K, max_micro: int | None = None, num_layers: int | None = None
+) -> dict:
+    """Trace `cfg` and build its result row (status error with the message if the trace raises).
+
+    `num_layers`: a depth-reduced trace; the row's `model.config` holds the traced config.json, which the
+    estimator is evaluated on (sweeps.runner.predict)."""
+    row = _row_header(cfg, sweep, variant(cfg, k, max_micro=max_micro, num_layers=num_layers))
+    hf = None
+    if num_layers is not None:
+        from sweeps.trace.fake_model import truncated_config_dict
+
+        hf = truncated_config_dict(cfg.model, num_layers)
+    row["prediction"] = _prediction(cfg, hf)
     try:
         from sweeps.trace import step
 
-        res = step.run(cfg, fake=True, steps=STEPS, decode_k=k)
+        res = step.run(cfg, fake=True, steps=STEPS, decode_k=k, max_micro=max_micro, num_layers=num_layers)
     except Exception as e:  # one failing config must not stop a grid
         row["status"] = "error"
         row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
@@ -86,6 +107,8 @@ def make_row(cfg: RunConfig, sweep: str, k: int = DECODE_K) -> dict:
         return row
     obs = res.observed
     row["model"] = {"name": cfg.model, "params": res.params, "trainable_params": res.trainable_params}
+    if hf is not None:
+        row["model"]["config"] = hf
     row["observed"] = {
         "source": "traced",
         "peak_bytes": obs["peak_bytes"],
