@@ -9,7 +9,7 @@ TORCH_CPU := torch==2.13.0
 EXTRAS ?= sweep,dev
 SWEEP_ARGS ?=
 
-.PHONY: install estimate test lint format sweep sweep-smoke trace accuracy tables fit-overheads bench clean
+.PHONY: install estimate test lint format sweep sweep-smoke trace validate heldout band accuracy tables fit-overheads bench clean
 
 install: $(STAMP)
 
@@ -48,6 +48,17 @@ sweep-smoke: install
 trace: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-trace --grid default
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-trace --grid headline
+
+# Issue 9's out-of-sample grids (seeded, resumable: rerun to continue; skips are recorded with their reason).
+validate: install
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set validation
+
+heldout: install
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set heldout
+
+# estimator/band.json from the validation rows (never from the held-out ones)
+band: install
+	$(PY) -m sweeps.report.band
 
 accuracy: install
 	.venv/bin/grpo-vram-accuracy

@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog=PROG,
         description="Estimate the GPU memory of one GRPO step with TRL 1.16's GRPOTrainer (every number is estimated).",
-        epilog="Exit codes: 0 fits (or no --gpu), 1 does not fit on --gpu / --solve finds nothing, 2 bad input.",
+        epilog="Exit codes: 0 fits (or no --gpu), 1 does not fit on --gpu / --solve finds nothing, 2 bad input. "
+        + _band_help(),
         argument_default=argparse.SUPPRESS,
     )
     bool_flag = argparse.BooleanOptionalAction
@@ -286,7 +287,7 @@ def render_trace(traced: dict) -> str:
 def execute(req: Request) -> tuple[str, int]:
     """Estimate, check fits, advise / solve; returns (stdout text, exit code)."""
     from estimator import advice as adv
-    from estimator import gpus, report
+    from estimator import band, gpus, report
     from estimator.estimate import estimate
     from estimator.solve import solve
 
@@ -296,7 +297,7 @@ def execute(req: Request) -> tuple[str, int]:
     est = estimate(req.cfg, req.arch)
     fits = [] if req.cfg.device == "cpu" else [report.check_fit(est, g) for g in gpus.GPUS]
     target = report.check_fit(est, req.gpu) if req.gpu is not None else None
-    budget = req.gpu.memory_bytes if req.gpu is not None else None
+    budget = band.usable_bytes(req.gpu.memory_bytes) if req.gpu is not None else None  # safe side of the band
     advice = None
     if req.advice or (target is not None and not target.fits):
         advice = adv.advise(req.cfg, req.arch, est_fn, budget)
@@ -309,10 +310,11 @@ def execute(req: Request) -> tuple[str, int]:
         code = 0 if solution.value is not None else 1
     if req.as_json:
         d = report.to_json(est, fits, target, advice, solution)
+        d["band"] = {**band.band(), "margin": band.margin()}
         if traced is not None:
             d["trace"] = traced
         return json.dumps(d, indent=2), code
-    parts = [report.render(est, fits, target)]
+    parts = [report.render(est, fits, target), band.describe()]
     if advice is not None:
         parts.append(report.render_advice(advice))
     if solution is not None:
@@ -320,6 +322,12 @@ def execute(req: Request) -> tuple[str, int]:
     if traced is not None:
         parts.append(render_trace(traced))
     return "\n".join(parts), code
+
+
+def _band_help() -> str:
+    from estimator.band import describe
+
+    return describe()
 
 
 def main(argv: list[str] | None = None) -> int:

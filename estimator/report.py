@@ -25,7 +25,9 @@ class Fit:
 
 def check_fit(est: Estimate, gpu: GPU) -> Fit:
     """Free (or missing) memory on `gpu` at the estimated nvidia-smi peak."""
-    return Fit(gpu, gpu.memory_bytes - est.peak_device_bytes)
+    from estimator.band import usable_bytes  # fits decided on the safe side of the validated band
+
+    return Fit(gpu, usable_bytes(gpu.memory_bytes) - est.peak_device_bytes)
 
 
 def _g(n: int | float) -> str:

@@ -128,3 +128,6 @@ def validate(cfg: RunConfig, arch: Arch | None = None) -> None:
     check_values(cfg)
     check_geometry(cfg)
     check_combination(cfg, arch)
+    from estimator.compat import check_library_support  # compat imports InvalidConfig from here
+
+    check_library_support(cfg, arch)

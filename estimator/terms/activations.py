@@ -251,12 +251,23 @@ def recompute_layer(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int
     return batch * seq_len * layer_saved_per_token(cfg, arch, seq_len) if cfg.gradient_checkpointing else 0
 
 
+def moe_nograd_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """Routed experts without grad, per token, S = k routed copies of it (transformers 5.23
+    integrations/moe.py `grouped_mm_experts_forward`): at the end `selected_hidden_states_g`, the down
+    projection's output, `weighted_out` and its `[inv_perm]` gather are live, 4·k·H·a; earlier, the gathered input,
+    gate_up [S, 2I] and act·up [S, I], k·(H + 3I)·a. The larger of the two."""
+    a, k = compute_bytes(cfg), arch.num_experts_per_tok
+    return a * k * max(4 * arch.hidden_size, arch.hidden_size + 3 * arch.moe_intermediate_size)
+
+
 def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     """No-grad forward transient: residual + norm + the MLP's three live [T, I] tensors (act, up, product)."""
     tokens = batch * seq_len
     r, a = residual_bytes(cfg), compute_bytes(cfg)
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
     mlp = tokens * (2 * r * arch.hidden_size + 4 * arch.hidden_size + 3 * a * inter)
+    if arch.is_moe:
+        mlp = tokens * (2 * r * arch.hidden_size + 4 * arch.hidden_size + moe_nograd_per_token(cfg, arch))
     if cfg.attn_implementation != "eager":
         return mlp
     # eager: the a-byte scores (+ mask) and the fp32 softmax of one layer live at once, beside the mask

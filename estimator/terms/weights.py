@@ -54,24 +54,17 @@ def lora_targets(cfg: RunConfig, arch: Arch) -> list[Linear]:
     linears = [lin for lin in arch.layer_linears if lin.is_nn_linear]
     targets = cfg.lora_target_modules
     if targets is None:
-        targets = PEFT_DEFAULT_TARGETS.get(arch.model_type, ("q_proj", "v_proj"))
+        targets = _peft_defaults().get(arch.model_type, ("q_proj", "v_proj"))  # unknown: refused by compat
     if tuple(targets) == ("all-linear",):
         return linears
     wanted = set(targets)
     return [lin for lin in linears if lin.name.split(".")[-1] in wanted]
 
 
-# peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (peft 0.21)
-PEFT_DEFAULT_TARGETS = {
-    "qwen2": ("q_proj", "v_proj"),
-    "qwen3": ("q_proj", "v_proj"),
-    "qwen3_moe": ("q_proj", "v_proj"),
-    "llama": ("q_proj", "v_proj"),
-    "gemma": ("q_proj", "v_proj"),
-    "gemma2": ("q_proj", "v_proj"),
-    "gemma3_text": ("q_proj", "v_proj"),
-    "phi3": ("qkv_proj",),
-}
+def _peft_defaults() -> dict[str, tuple[str, ...]]:
+    from estimator.compat import PEFT_DEFAULT_TARGETS
+
+    return PEFT_DEFAULT_TARGETS
 
 
 def lora_params(cfg: RunConfig, arch: Arch) -> int:

@@ -152,6 +152,8 @@ def _one_from_args(a) -> RunConfig:
         beta=a.beta,
         optim=a.optim,
         device=a.device,
+        attn_implementation=a.attn_implementation,
+        lora_target_modules=tuple(a.lora_target_modules.split(",")) if a.lora_target_modules else None,
     )
 
 
@@ -232,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lora", action="store_true")
     p.add_argument("--qlora", action="store_true")
     p.add_argument("--lora-r", type=int, default=16)
+    p.add_argument(
+        "--lora-target-modules", help="comma list or all-linear (default: PEFT's for the model type)"
+    )
+    p.add_argument("--attn-implementation", default="sdpa", choices=["sdpa", "eager", "flash_attention_2"])
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--prompt", type=int, default=256)
     p.add_argument("--completion", type=int, default=512)
