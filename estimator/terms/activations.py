@@ -260,6 +260,20 @@ def moe_nograd_per_token(cfg: RunConfig, arch: Arch) -> int:
     return a * k * max(4 * arch.hidden_size, arch.hidden_size + 3 * arch.moe_intermediate_size)
 
 
+def eager_nograd_bytes(cfg: RunConfig) -> int:
+    """Bytes per score element live at eager attention's softmax without grad: the masked scores, their fp32 copy,
+    the fp32 softmax.
+
+    transformers 5.23 `eager_attention_forward`: `matmul(q, kᵀ) * scaling + causal_mask` (a bytes, or 4 when the
+    model-dtype mask is fp32), then `softmax(dim=-1, dtype=float32)`; ATen `softmax(input, dim, dtype)`
+    (aten/src/ATen/native/SoftMax.cpp) converts the input with `input.to(dtype)` first, except for fp16 on CUDA
+    (`half_to_float`), then writes a fp32 output.
+    """
+    added = max(compute_bytes(cfg), residual_bytes(cfg))
+    copy = 0 if added == 4 or (cfg.dtype == "float16" and not cfg.bf16) else 4
+    return added + copy + 4
+
+
 def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     """No-grad forward transient: residual + norm + the MLP's three live [T, I] tensors (act, up, product)."""
     tokens = batch * seq_len
@@ -270,6 +284,5 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
         mlp = tokens * (2 * r * arch.hidden_size + 4 * arch.hidden_size + moe_nograd_per_token(cfg, arch))
     if cfg.attn_implementation != "eager":
         return mlp
-    # eager: the a-byte scores (+ mask) and the fp32 softmax of one layer live at once, beside the mask
-    attn = tokens * arch.num_heads * seq_len * (a + 4) + tokens * 2 * arch.hidden_size * r
+    attn = tokens * arch.num_heads * seq_len * eager_nograd_bytes(cfg) + tokens * 2 * arch.hidden_size * r
     return max(mlp, attn) + attention_mask_bytes(cfg, arch, batch, seq_len)
