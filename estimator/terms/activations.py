@@ -25,9 +25,23 @@ def compute_bytes(cfg: RunConfig) -> int:
     return 2 if cfg.bf16 or cfg.dtype != "float32" else nbytes(cfg.dtype)
 
 
-def kv_heads_in_attention(cfg: RunConfig, arch: Arch) -> int:
-    """KV heads the attention kernel sees: native GQA for flash-attn/sdpa without mask; eager repeats K/V to all heads."""
-    return arch.num_heads if cfg.attn_implementation == "eager" else arch.num_kv_heads
+def kv_heads_in_attention(cfg: RunConfig, arch: Arch, seq_len: int | None = None) -> int:
+    """KV heads the attention kernel sees: native GQA for flash-attn/sdpa without mask; eager, and sdpa given a mask
+    (transformers 5.23 integrations/sdpa_attention.py `use_gqa_in_sdpa`: only when `attention_mask is None`), repeat
+    K/V to all heads."""
+    if cfg.attn_implementation == "eager" or (seq_len is not None and sdpa_needs_mask(cfg, arch, seq_len)):
+        return arch.num_heads
+    return arch.num_kv_heads
+
+
+def sdpa_needs_mask(cfg: RunConfig, arch: Arch, seq_len: int) -> bool:
+    """sdpa on an unpadded batch gets `is_causal` and no mask, unless a sliding-window layer is shorter than the
+    sequence (masking_utils `sliding_window_causal_mask` builds a [B, 1, L, L] bool mask then)."""
+    if cfg.attn_implementation != "sdpa":
+        return False
+    from estimator.terms.generation import layer_windows
+
+    return any(w is not None and w < seq_len for w in layer_windows(arch))
 
 
 def rmsnorm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -77,7 +91,7 @@ def gemma_extra_norms_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
 def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
     """q, k, v after rotary + output (a bytes) + fp32 logsumexp per head; eager adds the [heads, L] softmax and scores."""
     a = compute_bytes(cfg)
-    kv = kv_heads_in_attention(cfg, arch) * arch.head_dim
+    kv = kv_heads_in_attention(cfg, arch, seq_len) * arch.head_dim
     per_tok = a * (2 * arch.q_dim + 2 * kv) + 4 * arch.num_heads
     if cfg.attn_implementation == "eager":
         per_tok += arch.num_heads * seq_len * eager_scores_saved_bytes(cfg)
@@ -113,6 +127,8 @@ def attention_mask_bytes(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -
     """Eager attention's 4-D additive mask [B, 1, L, L] in the model dtype (transformers masking_utils
     `eager_mask`), held through the forward and (as a checkpoint input) the backward; sdpa on unpadded batches
     uses `is_causal` and builds none."""
+    if sdpa_needs_mask(cfg, arch, seq_len):
+        return batch * seq_len * seq_len  # bool
     if cfg.attn_implementation != "eager":
         return 0
     return batch * seq_len * seq_len * residual_bytes(cfg)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
-from estimator.terms.weights import trainable_dtype, trainable_params
+from estimator.terms.weights import head_fp32_extra_bytes, trainable_dtype, trainable_params
 from estimator.units import nbytes
 
 BNB_BLOCK = 256  # bitsandbytes 8-bit optimizer blockwise quantization block
@@ -12,22 +12,29 @@ BNB_MIN_8BIT_NUMEL = 4096  # smaller tensors keep 32-bit state (bnb Optimizer8bi
 
 
 def gradients(cfg: RunConfig, arch: Arch) -> int:
-    """trainable × bytes(param dtype): grads take the parameter's dtype (torch autograd)."""
-    return trainable_params(cfg, arch) * nbytes(trainable_dtype(cfg))
+    """trainable × bytes(param dtype): grads take the parameter's dtype (torch autograd); the fp32-cast head's in fp32."""
+    extra = 0 if cfg.use_peft else head_fp32_extra_bytes(cfg, arch)
+    return trainable_params(cfg, arch) * nbytes(trainable_dtype(cfg)) + extra
+
+
+def head_grad_bytes(cfg: RunConfig) -> int:
+    """Bytes per element of the head's (or tied embedding's) gradient: 4 with cast_lm_head_to_fp32 (the Parameter
+    is fp32, `weights.head_fp32_extra_bytes`), else the trainable dtype."""
+    return 4 if cfg.cast_lm_head_to_fp32 else nbytes(trainable_dtype(cfg))
 
 
 def tied_gradient_buffer(cfg: RunConfig, arch: Arch) -> int:
     """Full FT with tied lm_head/embedding: the head's [V, H] gradient waits in autograd's input buffer for the embedding's, V·H·w."""
     if cfg.use_peft or not arch.tie_word_embeddings:
         return 0
-    return arch.embedding_params * nbytes(trainable_dtype(cfg))
+    return arch.embedding_params * head_grad_bytes(cfg)
 
 
 def gradients_after_head(cfg: RunConfig, arch: Arch) -> int:
     """Gradients that exist once the head's backward is done: (untied lm_head + final norm)·w + the tied buffer (full FT)."""
     if cfg.use_peft:
         return 0
-    own = (arch.lm_head_params + arch.final_norm_params) * nbytes(trainable_dtype(cfg))
+    own = arch.lm_head_params * head_grad_bytes(cfg) + arch.final_norm_params * nbytes(trainable_dtype(cfg))
     return own + tied_gradient_buffer(cfg, arch)
 
 
@@ -35,7 +42,10 @@ def gradients_before_first_layer(cfg: RunConfig, arch: Arch) -> int:
     """Gradients during the first layer's backward: all but the embedding's and that layer's (+ the tied buffer)."""
     if cfg.use_peft:
         return gradients(cfg, arch)
-    early = (arch.embedding_params + arch.layer_params) * nbytes(trainable_dtype(cfg))
+    early = arch.embedding_params * (
+        4 if cfg.cast_lm_head_to_fp32 and arch.tie_word_embeddings else nbytes(trainable_dtype(cfg))
+    )
+    early += arch.layer_params * nbytes(trainable_dtype(cfg))
     return max(gradients(cfg, arch) - early, 0) + tied_gradient_buffer(cfg, arch)
 
 
@@ -76,8 +86,13 @@ def optimizer_state(cfg: RunConfig, arch: Arch) -> int:
     n = trainable_params(cfg, arch)
     if cfg.sharding in ("zero2", "zero3") and cfg.bf16 and not cfg.use_peft:
         return 2 * n * 4  # DeepSpeed's optimizer keeps fp32 m and v beside the fp32 master copy
-    if cfg.optim in ("adamw_torch_fused", "adamw_torch"):
-        return 2 * n * nbytes(trainable_dtype(cfg))
+    if cfg.optim in (
+        "adamw_torch_fused",
+        "adamw_torch",
+    ):  # state takes each parameter's dtype (fp32-cast head)
+        return 2 * (
+            n * nbytes(trainable_dtype(cfg)) + (0 if cfg.use_peft else head_fp32_extra_bytes(cfg, arch))
+        )
     if cfg.optim in ("adamw_bnb_8bit", "paged_adamw_8bit"):
         return bnb_8bit_state(cfg, arch)
     if cfg.optim == "paged_adamw_32bit":
@@ -90,7 +105,7 @@ def optimizer_state(cfg: RunConfig, arch: Arch) -> int:
 def optimizer_temporaries(cfg: RunConfig, arch: Arch) -> int:
     """foreach AdamW (`adamw_torch`): one param-sized temporary (sqrt(v) via _foreach_sqrt); fused and bnb kernels: 0."""
     if cfg.optim == "adamw_torch":
-        return trainable_params(cfg, arch) * nbytes(trainable_dtype(cfg))
+        return gradients(cfg, arch)
     return 0
 
 

@@ -37,11 +37,23 @@ def qlora_base_weights(arch: Arch, dtype: str, nested: bool = False) -> int:
     return arch.num_layers * per_layer_q + rest * nbytes(dtype)
 
 
+def head_fp32_extra_bytes(cfg: RunConfig, arch: Arch) -> int:
+    """cast_lm_head_to_fp32: TRL 1.16 `GRPOTrainer.__init__` (grpo_trainer.py:1012-1047) runs
+    `target_model.lm_head.float()`, which casts the head's weight Parameter itself to fp32, on the policy and the
+    reference model; with tied embeddings that Parameter is the embedding's. Extra bytes: V·H·(4 − bytes(dtype))."""
+    w = nbytes(cfg.dtype)
+    if not cfg.cast_lm_head_to_fp32 or w >= 4:
+        return 0
+    return arch.vocab_size * arch.hidden_size * (4 - w)
+
+
 def policy_weights(cfg: RunConfig, arch: Arch) -> int:
-    """Policy weights: dense P × bytes(dtype), or the NF4 base with QLoRA."""
+    """Policy weights: dense P × bytes(dtype), or the NF4 base with QLoRA; + the fp32 head with cast_lm_head_to_fp32."""
     if cfg.load_in_4bit:
-        return qlora_base_weights(arch, cfg.dtype, cfg.use_bnb_nested_quant)
-    return dense_weights(arch, cfg.dtype)
+        return qlora_base_weights(arch, cfg.dtype, cfg.use_bnb_nested_quant) + head_fp32_extra_bytes(
+            cfg, arch
+        )
+    return dense_weights(arch, cfg.dtype) + head_fp32_extra_bytes(cfg, arch)
 
 
 def reference_weights(cfg: RunConfig, arch: Arch) -> int:
