@@ -295,9 +295,13 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     tokens = batch * seq_len
     r, a = residual_bytes(cfg), compute_bytes(cfg)
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
-    mlp = tokens * (2 * r * arch.hidden_size + 4 * arch.hidden_size + 3 * a * inter)
+    # residuals: the layer's input, the post-attention sum, and `inputs_embeds`, which the model's forward keeps
+    # referenced through the whole layer loop (transformers 5.23 LlamaModel.forward: `hidden_states = inputs_embeds`,
+    # modeling_llama.py:388-391; the same in every catalog family)
+    resid = 3 * r * arch.hidden_size
+    mlp = tokens * (resid + 4 * arch.hidden_size + 3 * a * inter)
     if arch.is_moe:
-        mlp = tokens * (2 * r * arch.hidden_size + 4 * arch.hidden_size + moe_nograd_per_token(cfg, arch))
+        mlp = tokens * (resid + 4 * arch.hidden_size + moe_nograd_per_token(cfg, arch))
     if cfg.attn_implementation != "eager":
         return mlp
     attn = tokens * arch.num_heads * seq_len * eager_nograd_bytes(cfg) + tokens * 2 * arch.hidden_size * r

@@ -103,6 +103,10 @@ def build(cfg: RunConfig, conf, fake: bool = True):
             fake_model.emulate_4bit(ref, dtype, nested=cfg.use_bnb_nested_quant)
         ref.eval()
         ref.requires_grad_(False)
+        if (
+            cfg.cast_lm_head_to_fp32
+        ):  # as GRPOTrainer.__init__ casts the reference's head (grpo_trainer.py:1045-1047)
+            ref.lm_head.float()
         add_fused_lm_head(ref, temperature=trainer.temperature, cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32)
         patches.use_gpu_fused_head(ref, cfg.max_completion_length)
         trainer.ref_model = ref
