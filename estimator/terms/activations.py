@@ -290,6 +290,29 @@ def eager_nograd_bytes(cfg: RunConfig) -> int:
     return added + copy + 4
 
 
+def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """No-grad MLP with LoRA on gate/up_proj: at peft's `result = result + lora_B(lora_A(dropout(x))) * scaling`
+    (peft 0.21 lora/layer.py:1103) act(gate), the base result, the scaled adapter output and the sum are live [T, I].
+
+    Base and adapter outputs take autocast's a bytes; without autocast the base output has the model dtype and the
+    adapter's the adapter dtype (fp32, or bf16 with QLoRA, grpo_trainer.py:538-541), and a 16-bit sum of fp16 and
+    bf16 (or anything with fp32) promotes to fp32 (torch type promotion) before `result.to(torch_result_dtype)`.
+    """
+    if not cfg.use_peft:
+        return 0
+    wrapped = [lin for lin in lora_targets(cfg, arch) if lin.out_features == arch.intermediate_size]
+    if not wrapped or arch.is_moe:
+        return 0
+    if cfg.bf16:  # autocast: both outputs in a bytes, and so their sum
+        base = adapter = total = compute_bytes(cfg)
+    else:
+        base = residual_bytes(cfg)
+        adapter_dtype = "bfloat16" if cfg.load_in_4bit else "float32"
+        adapter = nbytes(adapter_dtype)
+        total = 4 if cfg.dtype != adapter_dtype else adapter  # fp16 + bf16 -> fp32; anything + fp32 -> fp32
+    return (base + base + adapter + total) * arch.intermediate_size
+
+
 def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     """No-grad forward transient: residual + norm + the MLP's three live [T, I] tensors (act, up, product)."""
     tokens = batch * seq_len
@@ -299,7 +322,7 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     # referenced through the whole layer loop (transformers 5.23 LlamaModel.forward: `hidden_states = inputs_embeds`,
     # modeling_llama.py:388-391; the same in every catalog family)
     resid = 3 * r * arch.hidden_size
-    mlp = tokens * (resid + 4 * arch.hidden_size + 3 * a * inter)
+    mlp = tokens * (resid + 4 * arch.hidden_size + max(3 * a * inter, lora_nograd_mlp_per_token(cfg, arch)))
     if arch.is_moe:
         mlp = tokens * (resid + 4 * arch.hidden_size + moe_nograd_per_token(cfg, arch))
     if cfg.attn_implementation != "eager":
