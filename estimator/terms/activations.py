@@ -327,5 +327,7 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
         mlp = tokens * (resid + 4 * arch.hidden_size + moe_nograd_per_token(cfg, arch))
     if cfg.attn_implementation != "eager":
         return mlp
-    attn = tokens * arch.num_heads * seq_len * eager_nograd_bytes(cfg) + tokens * 2 * arch.hidden_size * r
+    # beside the scores: q, and K/V repeated to every head (`repeat_kv` copies them when kv_heads < heads)
+    qkv = a * (arch.q_dim + (2 * arch.num_heads * arch.head_dim if arch.num_kv_heads < arch.num_heads else 0))
+    attn = tokens * (arch.num_heads * seq_len * eager_nograd_bytes(cfg) + 2 * arch.hidden_size * r + qkv)
     return max(mlp, attn) + attention_mask_bytes(cfg, arch, batch, seq_len)
