@@ -300,7 +300,9 @@ def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
     """
     if not cfg.use_peft:
         return 0
-    wrapped = [lin for lin in lora_targets(cfg, arch) if lin.out_features == arch.intermediate_size]
+    fused = fused_gate_up(arch)
+    width = 2 * arch.intermediate_size if fused else arch.intermediate_size
+    wrapped = [lin for lin in lora_targets(cfg, arch) if lin.out_features == width]
     if not wrapped or arch.is_moe:
         return 0
     if cfg.bf16:  # autocast: both outputs in a bytes, and so their sum
@@ -310,7 +312,14 @@ def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
         adapter_dtype = "bfloat16" if cfg.load_in_4bit else "float32"
         adapter = nbytes(adapter_dtype)
         total = 4 if cfg.dtype != adapter_dtype else adapter  # fp16 + bf16 -> fp32; anything + fp32 -> fp32
+    if fused:  # Phi-3: gate_up_proj's base result, scaled adapter output and sum, each [T, 2I]; no act yet
+        return (base + adapter + total) * width
     return (base + base + adapter + total) * arch.intermediate_size
+
+
+def fused_gate_up(arch: Arch) -> bool:
+    """Phi-3's MLP (transformers 5.23 Phi3MLP.forward, modeling_phi3.py:57-63): one gate_up_proj [T, 2I], chunked."""
+    return any(lin.name == "gate_up_proj" for lin in arch.layer_linears)
 
 
 def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
@@ -322,7 +331,10 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     # referenced through the whole layer loop (transformers 5.23 LlamaModel.forward: `hidden_states = inputs_embeds`,
     # modeling_llama.py:388-391; the same in every catalog family)
     resid = 3 * r * arch.hidden_size
-    mlp = tokens * (resid + 4 * arch.hidden_size + max(3 * a * inter, lora_nograd_mlp_per_token(cfg, arch)))
+    mlp_live = (
+        (4 if fused_gate_up(arch) else 3) * a * inter
+    )  # fused: the [T, 2I] output lives beside act and product
+    mlp = tokens * (resid + 4 * arch.hidden_size + max(mlp_live, lora_nograd_mlp_per_token(cfg, arch)))
     if arch.is_moe:
         mlp = tokens * (resid + 4 * arch.hidden_size + moe_nograd_per_token(cfg, arch))
     if cfg.attn_implementation != "eager":
