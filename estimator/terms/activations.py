@@ -95,6 +95,11 @@ def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
     per_tok = a * (2 * arch.q_dim + 2 * kv) + 4 * arch.num_heads
     if cfg.attn_implementation == "eager":
         per_tok += arch.num_heads * seq_len * eager_scores_saved_bytes(cfg)
+    elif sdpa_needs_mask(cfg, arch, seq_len):
+        # torch's scaled_dot_product_attention turns the bool mask into an additive one in the query dtype
+        # (aten/src/ATen/native/transformers/attention.cpp `convert_boolean_attn_mask`), per layer, and the
+        # kernel saves it for backward: [B, 1, L, L] × a, i.e. L·a per token
+        per_tok += seq_len * a
     return per_tok
 
 
