@@ -9,6 +9,13 @@
   (modeling_utils.py:1654-1670) raises when a model class sets `_supports_sdpa = False` and sdpa is asked for
   explicitly (Gemma2: `Gemma2PreTrainedModel._supports_sdpa = False`, "sdpa does not support softcapping");
   with no implementation given, transformers falls back to eager.
+* LoRA on a MoE model's fused experts: with `all-linear`, peft 0.21 wraps the 3-D expert parameters in
+  `lora.ParamWrapper`, whose `__init__` raises "does not work with lora_dropout != 0"
+  (peft/tuners/lora/layer.py:2363-2366; seen tracing Qwen3-30B-A3B).
+* `cast_lm_head_to_fp32` with PEFT on tied embeddings: TRL 1.16 `_cast_lm_head_to_fp32`
+  (grpo_trainer.py:1037-1043) registers a hook on `target_model.model.embed_tokens`, but after `get_peft_model`
+  `target_model.model` is the `*ForCausalLM`, which has no `embed_tokens`: `GRPOTrainer.__init__` raises
+  AttributeError (seen tracing Llama-3.2, Qwen3, Gemma3 and SmolLM2).
 """
 
 from __future__ import annotations
@@ -56,6 +63,16 @@ def check_library_support(cfg: RunConfig, arch: Arch | None) -> None:
         raise InvalidConfig(
             f"PEFT {PEFT_VERSION} has no default LoRA target modules for model type {arch.model_type!r}: "
             f"pass --lora-target-modules all-linear, or a list such as {_attention_names(arch)}"
+        )
+    if cfg.use_peft and arch.is_moe and cfg.lora_dropout != 0 and cfg.lora_target_modules == ("all-linear",):
+        raise InvalidConfig(
+            f"PEFT {PEFT_VERSION} wraps {arch.model_type}'s fused experts in lora.ParamWrapper, which refuses "
+            f"lora_dropout != 0: pass --lora-dropout 0, or attention-only --lora-target-modules"
+        )
+    if cfg.use_peft and cfg.cast_lm_head_to_fp32 and arch.tie_word_embeddings:
+        raise InvalidConfig(
+            "TRL 1.16 fails on --cast-lm-head-to-fp32 with PEFT when the embeddings are tied "
+            f"({arch.model_type}: GRPOTrainer reads model.embed_tokens on the PeftModel): drop --cast-lm-head-to-fp32"
         )
     if cfg.attn_implementation == "sdpa" and arch.model_type in NO_SDPA:
         raise InvalidConfig(

@@ -13,7 +13,8 @@ sdpa / eager / flash_attention_2, cast_lm_head_to_fp32, chunked / full log-prob 
 
 A drawn config the libraries refuse is turned into what a user would have to pass (TRL / PEFT / transformers
 error messages): explicit LoRA targets where PEFT has no default (phi3, qwen3_moe), eager attention where the
-model refuses sdpa (gemma2). A config this machine cannot trace is kept, with the reason, by `skip_reason`:
+model refuses sdpa (gemma2), lora_dropout 0 for all-linear on a MoE, no cast_lm_head_to_fp32 with PEFT
+on tied embeddings (`_as_accepted`). A config this machine cannot trace is kept, with the reason, by `skip_reason`:
 the grid runner writes it as a `status: "skipped"` row, never drops it.
 """
 
@@ -85,7 +86,7 @@ def draw(rng: random.Random) -> RunConfig:
     if attn == "sdpa" and family in NO_SDPA:
         attn = "eager"
     dtype = rng.choice(("bfloat16", "bfloat16", "float32", "float16"))
-    return RunConfig(
+    cfg = RunConfig(
         model=model,
         dtype=dtype,
         bf16=dtype != "float16",  # fp16 weights run without bf16 autocast (a user sets fp16, not bf16)
@@ -108,6 +109,19 @@ def draw(rng: random.Random) -> RunConfig:
         cast_lm_head_to_fp32=rng.random() < 0.25,
         logprob_head="full" if rng.random() < 0.1 else "chunked",
     )
+    return _as_accepted(cfg)
+
+
+def _as_accepted(cfg: RunConfig) -> RunConfig:
+    """What a user passes once TRL / PEFT refuse the drawn config (estimator.compat); no further random draws."""
+    from estimator.catalog import resolve_model
+
+    arch = resolve_model(cfg.model)
+    if cfg.use_peft and arch.is_moe and cfg.lora_dropout != 0 and cfg.lora_target_modules == ("all-linear",):
+        cfg = cfg.with_(lora_dropout=0.0)
+    if cfg.use_peft and cfg.cast_lm_head_to_fp32 and arch.tie_word_embeddings:
+        cfg = cfg.with_(cast_lm_head_to_fp32=False)
+    return cfg
 
 
 def random_configs(seed: int, n: int) -> list[RunConfig]:
