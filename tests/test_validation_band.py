@@ -40,6 +40,14 @@ def test_peft_default_targets_match_installed_peft():
             RunConfig(model="google/gemma-2-2b-it", use_peft=True, load_in_4bit=True),
             "--attn-implementation eager",
         ),
+        (
+            RunConfig(model="Qwen/Qwen3-30B-A3B", use_peft=True, lora_target_modules=("all-linear",)),
+            "--lora-dropout 0",
+        ),
+        (
+            RunConfig(model="Qwen/Qwen3-4B", use_peft=True, cast_lm_head_to_fp32=True),
+            "drop --cast-lm-head-to-fp32",
+        ),
     ],
 )
 def test_refused_like_the_libraries(cfg, says):
