@@ -17,7 +17,7 @@ SMOKE_DIR ?= results/raw/scratch
 
 LEGACY_TRL ?= 0.14 0.17 0.19 0.23
 
-.PHONY: install estimate test lint format sweep sweep-smoke sweep-legacy gpu-validate trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams
+.PHONY: install estimate test lint format sweep sweep-smoke sweep-legacy gpu-validate trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams validate heldout band
 
 install: $(STAMP)
 
@@ -110,6 +110,17 @@ trace: install
 # Rank 0 of 2/4/8 FSDP2 ranks on a fake process group (results/traced/multigpu.jsonl; resumes).
 trace-multigpu: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -m sweeps.trace.multigpu
+
+# Issue 9's out-of-sample grids (seeded, resumable: rerun to continue; skips are recorded with their reason).
+validate: install
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set validation
+
+heldout: install
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set heldout
+
+# estimator/band.json from the validation rows (never from the held-out ones)
+band: install
+	$(PY) -m sweeps.report.band
 
 accuracy: install
 	.venv/bin/grpo-vram-accuracy

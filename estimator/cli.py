@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog=PROG,
         description="Estimate the GPU memory of one GRPO step with TRL 1.16's GRPOTrainer (every number is estimated).",
-        epilog="Exit codes: 0 fits (or no --gpu), 1 does not fit on --gpu / --solve finds nothing, 2 bad input.",
+        epilog="Exit codes: 0 fits (or no --gpu), 1 does not fit on --gpu / --solve finds nothing, 2 bad input. "
+        + _band_help(),
         argument_default=argparse.SUPPRESS,
     )
     add_run_flags(p)
@@ -141,7 +142,7 @@ def execute(req: Request) -> tuple[str, int]:
     adds the per-GPU, per-role bytes, the GPU count and vLLM's own start-up checks.
     """
     from estimator import advice as adv
-    from estimator import catalog, gpus, report
+    from estimator import band, catalog, gpus, report
     from estimator.estimate import estimate
     from estimator.layout import VllmSettings, plan, with_roles
     from estimator.role_spec import config_roles
@@ -175,7 +176,8 @@ def execute(req: Request) -> tuple[str, int]:
 
     fits = [] if cfg.device == "cpu" else [fit_on(g) for g in gpus.GPUS]
     target = fit_on(req.gpu) if req.gpu is not None else None
-    budget = req.gpu.usable_bytes if req.gpu is not None else None  # what torch can use (report.FIT_BASIS)
+    # what torch can use (report.FIT_BASIS), shrunk by the validated error band (fits on its safe side)
+    budget = band.usable_bytes(req.gpu.usable_bytes, cfg) if req.gpu is not None else None
     layout, fixes, starts = None, [], True
     if roles or cfg.use_vllm:
         total = budget if budget is not None else int((cfg.gpu_memory_gib or 80.0) * GIB)
@@ -195,10 +197,11 @@ def execute(req: Request) -> tuple[str, int]:
         code = 0 if solution.value is not None else 1
     if req.as_json:
         d = report.to_json(est, fits, target, advice, solution, layout, fixes)
+        d["band"] = band.to_json(cfg)
         if traced is not None:
             d["trace"] = traced
         return json.dumps(d, indent=2), code
-    parts = [report.render(est, fits, target)]
+    parts = [report.render(est, fits, target), band.describe(cfg)]
     if layout is not None:
         parts.append(report.render_layout(layout, fixes))
     if advice is not None:
@@ -212,6 +215,12 @@ def execute(req: Request) -> tuple[str, int]:
     if traced is not None:
         parts.append(render_trace(traced))
     return "\n".join(parts), code
+
+
+def _band_help() -> str:
+    from estimator.band import describe
+
+    return describe()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,6 +52,7 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         "generation_logits": gen.generation_logits(cfg, arch),
     }
     out = dict(max(prefill, decode, key=lambda d: sum(d.values())))
+    out["gradients"] = shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch))
     gathered = gathered_weights(cfg, weights.policy_weights(cfg, arch))
     out["autocast_weight_cache"] = act.autocast_weight_cache(cfg, arch, include_lm_head=True)
     if gathered:
@@ -67,6 +68,7 @@ def score_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     common = {
         "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
         "rollout_buffers": gen.rollout_buffers(cfg),
+        "gradients": shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch)),
     }
     # the backbone's largest layer and the head run one after the other: the phase peak is the larger instant
     layers = {"activations": act.nograd_forward_peak(cfg, arch, b, seq)}
@@ -103,6 +105,7 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
     grad_flow = act.residual_gradients(cfg, arch, tokens)
     layer_bwd = (
         tokens * act.layer_backward_transient_per_token(cfg, arch)
+        + tokens * act.eager_backward_transient_per_token(cfg, arch, seq)
         + grad_flow
         + act.dequantized_weight_transient(cfg, arch)
     )
@@ -126,8 +129,11 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
     # the tied buffer and the embedding's own [V, H] gradient meet before they are summed into .grad
     tied = 2 * opt.tied_gradient_buffer(cfg, arch)
     instants["backward_end"] = {"activations": grad_flow, "gradients": grads + shard(cfg, "gradients", tied)}
-    for comps in instants.values():
+    for name, comps in instants.items():
         comps["rollout_buffers"] = buffers
+        later = opt.micro_step_gradients(cfg, arch, name)  # GA > 1: every .grad resident from micro-step 2
+        if later is not None:
+            comps["gradients"] = shard(cfg, "gradients", later)
     return release.train_instants(cfg, arch, instants, saved + norm_saved)
 
 

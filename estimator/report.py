@@ -35,8 +35,11 @@ class Fit:
 
 
 def check_fit(est: Estimate, gpu: GPU) -> Fit:
-    """Free (or missing) memory on `gpu`: what torch can use on it minus what the step must hold (FIT_BASIS)."""
-    return Fit(gpu, gpu.usable_bytes - est.need_bytes)
+    """Free (or missing) memory on `gpu`: what torch can use on it, shrunk by the validated error band
+    (estimator/band.py: fits are decided on the band's safe side), minus what the step must hold (FIT_BASIS)."""
+    from estimator.band import usable_bytes
+
+    return Fit(gpu, usable_bytes(gpu.usable_bytes, est.config) - est.need_bytes)
 
 
 def _g(n: int | float) -> str:

@@ -116,6 +116,9 @@ def validate(cfg: RunConfig, arch: Arch | None = None) -> None:
     check_values(cfg)
     check_geometry(cfg)
     check_combination(cfg, arch)
+    from estimator.compat import check_library_support  # compat imports InvalidConfig from here
+
+    check_library_support(cfg, arch)
 
 
 INERT_WITHOUT = {  # settings that change nothing unless another one is on: (the switch, how to turn it on)

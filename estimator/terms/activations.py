@@ -26,13 +26,27 @@ def compute_bytes(cfg: RunConfig) -> int:
     return 2 if cfg.bf16 or cfg.dtype != "float32" else nbytes(cfg.dtype)
 
 
-def kv_heads_in_attention(cfg: RunConfig, arch: Arch) -> int:
-    """KV heads the attention kernel sees: native GQA for flash-attn/sdpa without mask; eager repeats K/V to all heads."""
+def kv_heads_in_attention(cfg: RunConfig, arch: Arch, seq_len: int | None = None) -> int:
+    """KV heads the attention kernel sees: native GQA for flash-attn/sdpa without mask; eager, and sdpa given a mask
+    (transformers 5.23 integrations/sdpa_attention.py `use_gqa_in_sdpa`: only when `attention_mask is None`), repeat
+    K/V to all heads."""
     if (
         cfg.attn_implementation == "eager" or cfg.release.sdpa_repeats_kv
-    ):  # TRL ≤0.19's transformers 4.4x-4.52
+    ):  # TRL <=0.19's transformers 4.4x-4.52
+        return arch.num_heads
+    if seq_len is not None and sdpa_needs_mask(cfg, arch, seq_len):
         return arch.num_heads
     return arch.num_kv_heads
+
+
+def sdpa_needs_mask(cfg: RunConfig, arch: Arch, seq_len: int) -> bool:
+    """sdpa on an unpadded batch gets `is_causal` and no mask, unless a sliding-window layer is shorter than the
+    sequence (masking_utils `sliding_window_causal_mask` builds a [B, 1, L, L] bool mask then)."""
+    if cfg.attn_implementation != "sdpa":
+        return False
+    from estimator.terms.generation import layer_windows
+
+    return any(w is not None and w < seq_len for w in layer_windows(arch))
 
 
 def rmsnorm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -52,18 +66,93 @@ def _o_proj_saves_input(cfg: RunConfig, arch: Arch) -> bool:
     return any(lin.name.split(".")[-1] == "o_proj" for lin in lora_targets(cfg, arch))
 
 
+QK_NORM_MODEL_TYPES = ("qwen3", "qwen3_moe", "gemma3_text", "gemma3", "olmo2")
+GEMMA_NORM_MODEL_TYPES = ("gemma2", "gemma3_text", "gemma3")
+
+
+def qk_norm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """q_norm / k_norm over head_dim (Qwen3, Gemma3): the fp32 input copy, 4·(q_dim + kv_dim) bytes per token.
+
+    transformers 5.23 `Qwen3RMSNorm.forward` (models/qwen3/modeling_qwen3.py:58-63), applied to q_proj / k_proj
+    outputs in `Qwen3Attention.forward` (:244-245): `hidden_states.to(float32)` is saved by `pow` and by the
+    multiply with `rsqrt`; with a trainable weight (full FT) `weight * hidden.to(input_dtype)` also saves the
+    a-byte cast (Gemma3's `(1 + weight.float())` form saves the fp32 normalized value instead: 4 bytes). Rotary
+    saves only cos/sin, so q and k themselves are counted once, by the attention kernel.
+    """
+    if arch.model_type not in QK_NORM_MODEL_TYPES:
+        return 0
+    per = 4
+    if not cfg.use_peft:
+        per += 4 if arch.model_type in GEMMA_NORM_MODEL_TYPES else linear_output_bytes(cfg)
+    return per * (arch.q_dim + arch.kv_dim)
+
+
+def gemma_extra_norms_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """Gemma2/3's post-attention and post-feedforward RMSNorms, whose outputs go into the residual add (unsaved).
+
+    transformers 5.23 `Gemma2RMSNorm.forward` (models/gemma2/modeling_gemma2.py): `x.float()` is saved by the
+    normalization (4·H); `output * (1.0 + weight.float())` saves the fp32 normalized value when the weight trains
+    (4·H more). `Gemma2DecoderLayer` applies four norms per layer; `rmsnorm_saved_per_token` counts the two whose
+    output feeds a linear.
+    """
+    if arch.model_type not in GEMMA_NORM_MODEL_TYPES:
+        return 0
+    return 2 * (4 + (0 if cfg.use_peft else 4)) * arch.hidden_size
+
+
 def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
     """q, k, v after rotary + output (a bytes) + fp32 logsumexp per head; eager adds the [heads, L] softmax and scores."""
     a = compute_bytes(cfg)
-    kv = kv_heads_in_attention(cfg, arch) * arch.head_dim
+    kv = kv_heads_in_attention(cfg, arch, seq_len) * arch.head_dim
     per_tok = a * (2 * arch.q_dim + 2 * kv) + 4 * arch.num_heads
     if cfg.attn_implementation == "sdpa" and cfg.release.sdpa_repeats_kv and _o_proj_saves_input(cfg, arch):
         # transformers 4.48-4.52 make the query contiguous ([B, h, L, d]) before sdpa, so the output's
         # transpose(1, 2).contiguous() is a real copy that o_proj saves (transformers 4.48 integrations/sdpa_attention.py L38-62)
         per_tok += a * arch.q_dim
     if cfg.attn_implementation == "eager":
-        per_tok += arch.num_heads * seq_len * (a + 4 + 1)  # scores (a), fp32 softmax, dropout mask
+        per_tok += arch.num_heads * seq_len * eager_scores_saved_bytes(cfg)
+    elif sdpa_needs_mask(cfg, arch, seq_len):
+        # torch's scaled_dot_product_attention turns the bool mask into an additive one in the query dtype
+        # (aten/src/ATen/native/transformers/attention.cpp `convert_boolean_attn_mask`), per layer, and the
+        # kernel saves it for backward: [B, 1, L, L] × a, i.e. L·a per token
+        per_tok += seq_len * a
     return per_tok
+
+
+def eager_scores_saved_bytes(cfg: RunConfig) -> int:
+    """Bytes per [heads, L, L] score element eager attention saves: the fp32 softmax output + its a-byte cast.
+
+    transformers 5.23 `eager_attention_forward` (e.g. models/qwen2/modeling_qwen2.py): `softmax(dtype=float32)`
+    saves its fp32 output; `.to(query.dtype)` gives the a-byte weights `matmul(attn_weights, value)` saves. The
+    pre-softmax scores are not saved (scalar multiply, mask add), and `dropout(p=attention_dropout=0.0)` returns
+    its input (no mask) for every catalog model.
+    """
+    return 4 + compute_bytes(cfg)
+
+
+def eager_backward_transient_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
+    """Eager attention's backward at `_softmax_backward_data`, beyond the recomputed layer's saved tensors.
+
+    Live then: the fp32 incoming gradient (the backward of `.to(query.dtype)`) and the fp32 result, heads·L·8;
+    already released by autograd: the a-byte weights cast (the value matmul's backward ran) and everything the
+    MLP and the norms saved (the layer's backward runs MLP first), so the excess is
+    heads·L·(8 − a) − (layer saved − attention saved), or 0.
+    """
+    if cfg.attn_implementation != "eager":
+        return 0
+    released = layer_saved_per_token(cfg, arch, seq_len) - attention_saved_per_token(cfg, arch, seq_len)
+    return max(0, arch.num_heads * seq_len * (8 - compute_bytes(cfg)) - released)
+
+
+def attention_mask_bytes(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
+    """Eager attention's 4-D additive mask [B, 1, L, L] in the model dtype (transformers masking_utils
+    `eager_mask`), held through the forward and (as a checkpoint input) the backward; sdpa on unpadded batches
+    uses `is_causal` and builds none."""
+    if sdpa_needs_mask(cfg, arch, seq_len):
+        return batch * seq_len * seq_len  # bool
+    if cfg.attn_implementation != "eager":
+        return 0
+    return batch * seq_len * seq_len * residual_bytes(cfg)
 
 
 def linear_output_bytes(cfg: RunConfig) -> int:
@@ -102,6 +191,8 @@ def layer_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
     """Everything one decoder layer keeps for backward, per token: 2 RMSNorms + attention + MLP + LoRA."""
     return (
         2 * rmsnorm_saved_per_token(cfg, arch)
+        + gemma_extra_norms_saved_per_token(cfg, arch)
+        + qk_norm_saved_per_token(cfg, arch)
         + attention_saved_per_token(cfg, arch, seq_len)
         + mlp_saved_per_token(cfg, arch)
         + lora_saved_per_token(cfg, arch)
@@ -126,7 +217,7 @@ def autocast_weight_cache(
 
 
 def layer_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """Inside the MLP's backward six [T, I] tensors are live: those not saved are gradients in flight, (6 − saved)·a·I (2 full, 3 frozen).
+    """Inside the MLP's backward six [T, I] tensors are live: those not saved are gradients in flight, (6 − saved)·a·I (2 full, 3 frozen); or the LoRA backward instant, if larger.
 
     With a 4-bit base whose outputs are r-byte, one more a-byte [T, I] copy (down_proj's input cast by autocast) is
     added because traces show it, not because a code path was read for it: observed, not derived.
@@ -136,7 +227,31 @@ def layer_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     if cfg.load_in_4bit and linear_output_bytes(cfg) != compute_bytes(cfg):
         # observed in traces (not derived from a code path): autocast's a-byte copy of down_proj's r-byte input
         out += (compute_bytes(cfg) - linear_output_bytes(cfg)) * inter
-    return out
+    return max(out, lora_backward_transient_per_token(cfg, arch))
+
+
+def lora_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """Backward through the widest-input LoRA-wrapped linear: the input-gradient chain of its adapter path.
+
+    peft 0.21 `lora.Linear.forward` (peft/tuners/lora/layer.py:1074-1115) computes
+    `lora_B(lora_A(dropout(x.to(lora_A.weight.dtype))))`: with fp32 adapters on a 16-bit base, `x` is cast to
+    fp32 and autocast casts it back to a bytes for `lora_A`'s matmul. Backward of that chain for input width n:
+    the base layer's a-byte input gradient waits (autograd input buffer) while `lora_A`'s a-byte input gradient
+    becomes fp32 (the autocast cast's backward), then passes `native_dropout_backward` (a second fp32 tensor live
+    with the first), then is cast back: peak (a + 4 + 4)·n with dropout, (a + a + 4)·n without; with same-dtype
+    adapters (QLoRA: bf16) no casts: (a + a + a)·n with dropout, 2a·n without.
+    """
+    if not cfg.use_peft:
+        return 0
+    targets = lora_targets(cfg, arch)
+    if not targets:
+        return 0
+    n = max(lin.in_features for lin in targets)
+    a = compute_bytes(cfg)
+    adapter = 2 if cfg.load_in_4bit else 4  # weights.adapter_dtype
+    if adapter != a:
+        return (a + 4 + (4 if cfg.lora_dropout > 0 else a)) * n
+    return (a + a + (a if cfg.lora_dropout > 0 else 0)) * n
 
 
 def dequantized_weight_transient(cfg: RunConfig, arch: Arch) -> int:
@@ -169,9 +284,10 @@ def checkpoint_inputs(cfg: RunConfig, arch: Arch, tokens: int) -> int:
 def saved_activations(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     """Activations held at the end of the training forward: checkpoint inputs with GC, all layers' saved tensors without."""
     tokens = batch * seq_len
+    mask = attention_mask_bytes(cfg, arch, batch, seq_len)
     if cfg.gradient_checkpointing:
-        return checkpoint_inputs(cfg, arch, tokens)
-    return arch.num_layers * tokens * layer_saved_per_token(cfg, arch, seq_len)
+        return checkpoint_inputs(cfg, arch, tokens) + mask
+    return arch.num_layers * tokens * layer_saved_per_token(cfg, arch, seq_len) + mask
 
 
 def recompute_layer(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
@@ -179,9 +295,79 @@ def recompute_layer(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int
     return batch * seq_len * layer_saved_per_token(cfg, arch, seq_len) if cfg.gradient_checkpointing else 0
 
 
+def moe_nograd_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """Routed experts without grad, per token, S = k routed copies of it (transformers 5.23
+    integrations/moe.py `grouped_mm_experts_forward`): at the end `selected_hidden_states_g`, the down
+    projection's output, `weighted_out` and its `[inv_perm]` gather are live, 4·k·H·a; earlier, the gathered input,
+    gate_up [S, 2I] and act·up [S, I], k·(H + 3I)·a. The larger of the two."""
+    a, k = compute_bytes(cfg), arch.num_experts_per_tok
+    return a * k * max(4 * arch.hidden_size, arch.hidden_size + 3 * arch.moe_intermediate_size)
+
+
+def eager_nograd_bytes(cfg: RunConfig) -> int:
+    """Bytes per score element live at eager attention's softmax without grad: the masked scores, their fp32 copy,
+    the fp32 softmax.
+
+    transformers 5.23 `eager_attention_forward`: `matmul(q, kᵀ) * scaling + causal_mask` (a bytes, or 4 when the
+    model-dtype mask is fp32), then `softmax(dim=-1, dtype=float32)`; ATen `softmax(input, dim, dtype)`
+    (aten/src/ATen/native/SoftMax.cpp) converts the input with `input.to(dtype)` first, except for fp16 on CUDA
+    (`half_to_float`), then writes a fp32 output.
+    """
+    added = max(compute_bytes(cfg), residual_bytes(cfg))
+    copy = 0 if added == 4 or (cfg.dtype == "float16" and not cfg.bf16) else 4
+    return added + copy + 4
+
+
+def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """No-grad MLP with LoRA on gate/up_proj: at peft's `result = result + lora_B(lora_A(dropout(x))) * scaling`
+    (peft 0.21 lora/layer.py:1103) act(gate), the base result, the scaled adapter output and the sum are live [T, I].
+
+    Base and adapter outputs take autocast's a bytes; without autocast the base output has the model dtype and the
+    adapter's the adapter dtype (fp32, or bf16 with QLoRA, grpo_trainer.py:538-541), and a 16-bit sum of fp16 and
+    bf16 (or anything with fp32) promotes to fp32 (torch type promotion) before `result.to(torch_result_dtype)`.
+    """
+    if not cfg.use_peft:
+        return 0
+    fused = fused_gate_up(arch)
+    width = 2 * arch.intermediate_size if fused else arch.intermediate_size
+    wrapped = [lin for lin in lora_targets(cfg, arch) if lin.out_features == width]
+    if not wrapped or arch.is_moe:
+        return 0
+    if cfg.bf16:  # autocast: both outputs in a bytes, and so their sum
+        base = adapter = total = compute_bytes(cfg)
+    else:
+        base = residual_bytes(cfg)
+        adapter_dtype = "bfloat16" if cfg.load_in_4bit else "float32"
+        adapter = nbytes(adapter_dtype)
+        total = 4 if cfg.dtype != adapter_dtype else adapter  # fp16 + bf16 -> fp32; anything + fp32 -> fp32
+    if fused:  # Phi-3: gate_up_proj's base result, scaled adapter output and sum, each [T, 2I]; no act yet
+        return (base + adapter + total) * width
+    return (base + base + adapter + total) * arch.intermediate_size
+
+
+def fused_gate_up(arch: Arch) -> bool:
+    """Phi-3's MLP (transformers 5.23 Phi3MLP.forward, modeling_phi3.py:57-63): one gate_up_proj [T, 2I], chunked."""
+    return any(lin.name == "gate_up_proj" for lin in arch.layer_linears)
+
+
 def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     """No-grad forward transient: residual + norm + the MLP's three live [T, I] tensors (act, up, product)."""
     tokens = batch * seq_len
     r, a = residual_bytes(cfg), compute_bytes(cfg)
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
-    return tokens * (2 * r * arch.hidden_size + 4 * arch.hidden_size + 3 * a * inter)
+    # residuals: the layer's input, the post-attention sum, and `inputs_embeds`, which the model's forward keeps
+    # referenced through the whole layer loop (transformers 5.23 LlamaModel.forward: `hidden_states = inputs_embeds`,
+    # modeling_llama.py:388-391; the same in every catalog family)
+    resid = 3 * r * arch.hidden_size
+    mlp_live = (
+        (4 if fused_gate_up(arch) else 3) * a * inter
+    )  # fused: the [T, 2I] output lives beside act and product
+    mlp = tokens * (resid + 4 * arch.hidden_size + max(mlp_live, lora_nograd_mlp_per_token(cfg, arch)))
+    if arch.is_moe:
+        mlp = tokens * (resid + 4 * arch.hidden_size + moe_nograd_per_token(cfg, arch))
+    if cfg.attn_implementation != "eager":
+        return mlp
+    # beside the scores: q, and K/V repeated to every head (`repeat_kv` copies them when kv_heads < heads)
+    qkv = a * (arch.q_dim + (2 * arch.num_heads * arch.head_dim if arch.num_kv_heads < arch.num_heads else 0))
+    attn = tokens * (arch.num_heads * seq_len * eager_nograd_bytes(cfg) + 2 * arch.hidden_size * r + qkv)
+    return max(mlp, attn) + attention_mask_bytes(cfg, arch, batch, seq_len)

@@ -10,14 +10,46 @@ from estimator.config import RunConfig
 from estimator.terms.activations import residual_bytes
 
 
+def layer_windows(arch: Arch) -> list[int | None]:
+    """Per decoder layer, the sliding window its cache keeps (None = full attention), as transformers 5.23 decides.
+
+    `cache_utils.get_layer_types_and_kwargs`: `config.layer_types` when set, else "sliding_attention" wherever
+    `sliding_window` is not None (Phi-3). Config classes fill `layer_types` in `__post_init__`: Gemma2 alternates
+    (`(i + 1) % 2`, configuration_gemma2.py:95-98), Gemma3 is sliding except every `sliding_window_pattern`-th
+    (default 6, configuration_gemma3.py:106-112); Qwen2/Qwen3 use sliding windows only with `use_sliding_window`.
+    """
+    conf = (arch.extra or {}).get("config") or {}
+    window = conf.get("sliding_window")
+    n = arch.num_layers
+    types = conf.get("layer_types")
+    if not types:
+        if window is None or conf.get("use_sliding_window") is False:
+            types = ["full_attention"] * n
+        elif arch.model_type == "gemma2":
+            types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+        elif arch.model_type in ("gemma3_text", "gemma3"):
+            pattern = int(conf.get("sliding_window_pattern") or 6)
+            types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+        else:
+            types = ["sliding_attention"] * n
+    if window is None:
+        return [None] * n
+    return [int(window) if t == "sliding_attention" else None for t in list(types)[:n]] + [None] * (
+        n - len(types)
+    )
+
+
 def kv_cache(cfg: RunConfig, arch: Arch, seq_len: int | None = None) -> int:
-    """2 (K, V) × layers × sequences × kv_heads × head_dim × (P + C) × r bytes.
+    """2 (K, V) × sequences × kv_heads × head_dim × r × Σ_layers kept length: P + C, or window − 1 on a sliding layer.
 
     The cache takes the residual dtype, not autocast's: rotary promotes K to the dtype of cos/sin (the hidden
     states'), and DynamicCache's first `torch.cat` onto an empty tensor of K's dtype promotes V too (seen in traces).
+    A sliding-window layer (`DynamicSlidingWindowLayer.update`, cache_utils.py:244-247) keeps the last
+    `sliding_window − 1` positions.
     """
     length = cfg.sequence_length if seq_len is None else seq_len
-    return 2 * arch.num_layers * cfg.generation_sequences * arch.kv_dim * length * residual_bytes(cfg)
+    kept = sum(length if w is None else min(length, w - 1) for w in layer_windows(arch))
+    return 2 * cfg.generation_sequences * arch.kv_dim * kept * residual_bytes(cfg)
 
 
 def kv_concat_transient(cfg: RunConfig, arch: Arch) -> int:

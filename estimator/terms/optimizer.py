@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
-from estimator.terms.weights import trainable_dtype, trainable_params
+from estimator.terms.weights import head_fp32_extra_bytes, trainable_dtype, trainable_params
 from estimator.units import nbytes
 
 BNB_BLOCK = 256  # bitsandbytes 8-bit optimizer blockwise quantization block
@@ -12,22 +12,29 @@ BNB_MIN_8BIT_NUMEL = 4096  # smaller tensors keep 32-bit state (bnb Optimizer8bi
 
 
 def gradients(cfg: RunConfig, arch: Arch) -> int:
-    """trainable × bytes(param dtype): grads take the parameter's dtype (torch autograd)."""
-    return trainable_params(cfg, arch) * nbytes(trainable_dtype(cfg))
+    """trainable × bytes(param dtype): grads take the parameter's dtype (torch autograd); the fp32-cast head's in fp32."""
+    extra = 0 if cfg.use_peft else head_fp32_extra_bytes(cfg, arch)
+    return trainable_params(cfg, arch) * nbytes(trainable_dtype(cfg)) + extra
+
+
+def head_grad_bytes(cfg: RunConfig) -> int:
+    """Bytes per element of the head's (or tied embedding's) gradient: 4 with cast_lm_head_to_fp32 (the Parameter
+    is fp32, `weights.head_fp32_extra_bytes`), else the trainable dtype."""
+    return 4 if cfg.cast_lm_head_to_fp32 else nbytes(trainable_dtype(cfg))
 
 
 def tied_gradient_buffer(cfg: RunConfig, arch: Arch) -> int:
     """Full FT with tied lm_head/embedding: the head's [V, H] gradient waits in autograd's input buffer for the embedding's, V·H·w."""
     if cfg.use_peft or not arch.tie_word_embeddings:
         return 0
-    return arch.embedding_params * nbytes(trainable_dtype(cfg))
+    return arch.embedding_params * head_grad_bytes(cfg)
 
 
 def gradients_after_head(cfg: RunConfig, arch: Arch) -> int:
     """Gradients that exist once the head's backward is done: (untied lm_head + final norm)·w + the tied buffer (full FT)."""
     if cfg.use_peft:
         return 0
-    own = (arch.lm_head_params + arch.final_norm_params) * nbytes(trainable_dtype(cfg))
+    own = arch.lm_head_params * head_grad_bytes(cfg) + arch.final_norm_params * nbytes(trainable_dtype(cfg))
     return own + tied_gradient_buffer(cfg, arch)
 
 
@@ -35,7 +42,10 @@ def gradients_before_first_layer(cfg: RunConfig, arch: Arch) -> int:
     """Gradients during the first layer's backward: all but the embedding's and that layer's (+ the tied buffer)."""
     if cfg.use_peft:
         return gradients(cfg, arch)
-    early = (arch.embedding_params + arch.layer_params) * nbytes(trainable_dtype(cfg))
+    early = arch.embedding_params * (
+        4 if cfg.cast_lm_head_to_fp32 and arch.tie_word_embeddings else nbytes(trainable_dtype(cfg))
+    )
+    early += arch.layer_params * nbytes(trainable_dtype(cfg))
     return max(gradients(cfg, arch) - early, 0) + tied_gradient_buffer(cfg, arch)
 
 
@@ -76,8 +86,13 @@ def optimizer_state(cfg: RunConfig, arch: Arch) -> int:
     n = trainable_params(cfg, arch)
     if cfg.sharding in ("zero2", "zero3") and cfg.bf16 and not cfg.use_peft:
         return 2 * n * 4  # DeepSpeed's optimizer keeps fp32 m and v beside the fp32 master copy
-    if cfg.optim in ("adamw_torch_fused", "adamw_torch"):
-        return 2 * n * nbytes(trainable_dtype(cfg))
+    if cfg.optim in (
+        "adamw_torch_fused",
+        "adamw_torch",
+    ):  # state takes each parameter's dtype (fp32-cast head)
+        return 2 * (
+            n * nbytes(trainable_dtype(cfg)) + (0 if cfg.use_peft else head_fp32_extra_bytes(cfg, arch))
+        )
     if cfg.optim in ("adamw_bnb_8bit", "paged_adamw_8bit"):
         return bnb_8bit_state(cfg, arch)
     if cfg.optim == "paged_adamw_32bit":
@@ -106,7 +121,7 @@ def optimizer_temporaries(cfg: RunConfig, arch: Arch) -> int:
     if cfg.optim == "adamw_torch":
         if cfg.device == "cpu":
             return 2 * _largest_trainable(cfg, arch) * nbytes(trainable_dtype(cfg))
-        return trainable_params(cfg, arch) * nbytes(trainable_dtype(cfg))
+        return gradients(cfg, arch)
     return 0
 
 
@@ -115,3 +130,46 @@ def master_weights(cfg: RunConfig, arch: Arch) -> int:
     if cfg.sharding in ("zero2", "zero3") and cfg.bf16 and not cfg.use_peft:
         return trainable_params(cfg, arch) * 4
     return 0
+
+
+def accumulated_gradients(cfg: RunConfig, arch: Arch) -> int:
+    """Gradients resident through every micro-step after the first: full trainable × bytes, when GA > 1.
+
+    transformers 5.23 `Trainer._inner_training_loop` (trainer.py:1890-1946) runs `training_step` on
+    `gradient_accumulation_steps` micro-batches and calls `model.zero_grad()` only after `optimizer.step()`;
+    autograd's AccumulateGrad adds each new gradient into the existing `.grad` in place
+    (torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad`). So from the second micro-step on, the
+    forward and the backward run with every `.grad` already allocated; only the tied-embedding buffer is new.
+    """
+    if cfg.gradient_accumulation_steps <= 1:
+        return 0
+    return gradients(cfg, arch)
+
+
+def gradients_during_generation(cfg: RunConfig, arch: Arch) -> int:
+    """Gradients resident while generating / scoring: when a generation falls inside an accumulation window.
+
+    TRL 1.16 `GRPOTrainer._prepare_inputs` (grpo_trainer.py:1538-1546) regenerates when
+    `_step % (steps_per_generation × num_iterations) == 0`; the optimizer zeroes grads every
+    `gradient_accumulation_steps` micro-steps. Unless the generation period is a multiple of GA, some generation
+    starts mid-window with the previous micro-steps' `.grad` resident.
+    """
+    period = cfg.resolved_steps_per_generation * cfg.num_iterations
+    if cfg.gradient_accumulation_steps <= 1 or period % cfg.gradient_accumulation_steps == 0:
+        return 0
+    return gradients(cfg, arch)
+
+
+def micro_step_gradients(cfg: RunConfig, arch: Arch, instant: str) -> int | None:
+    """`.grad` bytes at a training instant of a later micro-step (GA > 1), or None with GA = 1.
+
+    Every `.grad` is resident (`accumulated_gradients`); the head's backward adds nothing new (its [V, H]
+    gradient is in the head term), and with tied embeddings the head's gradient waits in autograd's input buffer
+    after the head (once) and meets the embedding's own at the end (twice), as in the first micro-step.
+    """
+    acc = accumulated_gradients(cfg, arch)
+    if not acc:
+        return None
+    tied = tied_gradient_buffer(cfg, arch)
+    in_flight = {"head_forward": 0, "head_backward": 0, "backward_end": 2 * tied}.get(instant, tied)
+    return acc + in_flight

@@ -41,16 +41,29 @@ def qlora_base_weights(arch: Arch, dtype: str, nested: bool = False) -> int:
     return arch.num_layers * per_layer_q + rest * nbytes(dtype)
 
 
+def head_fp32_extra_bytes(cfg: RunConfig, arch: Arch) -> int:
+    """cast_lm_head_to_fp32: TRL 1.16 `GRPOTrainer.__init__` (grpo_trainer.py:1012-1047) runs
+    `target_model.lm_head.float()`, which casts the head's weight Parameter itself to fp32, on the policy and the
+    reference model; with tied embeddings that Parameter is the embedding's. Extra bytes: V·H·(4 − bytes(dtype))."""
+    w = nbytes(cfg.dtype)
+    if not cfg.cast_lm_head_to_fp32 or w >= 4:
+        return 0
+    return arch.vocab_size * arch.hidden_size * (4 - w)
+
+
 def policy_weights(cfg: RunConfig, arch: Arch) -> int:
-    """Policy weights: dense P × bytes(dtype), the NF4 base with QLoRA, or a GPTQ/AWQ checkpoint's packed base."""
+    """Policy weights: dense P × bytes(dtype), the NF4 base with QLoRA, or a GPTQ/AWQ checkpoint's packed base;
+    + the fp32 head with cast_lm_head_to_fp32."""
     spec = arch_quant_spec(arch)
     if (
         spec is not None
     ):  # the checkpoint is quantized: its packed linears load as they are (terms/quantized.py)
-        return packed_base_weights(arch, spec, nbytes(cfg.dtype))
+        return packed_base_weights(arch, spec, nbytes(cfg.dtype)) + head_fp32_extra_bytes(cfg, arch)
     if cfg.load_in_4bit:
-        return qlora_base_weights(arch, cfg.dtype, cfg.use_bnb_nested_quant)
-    return dense_weights(arch, cfg.dtype)
+        return qlora_base_weights(arch, cfg.dtype, cfg.use_bnb_nested_quant) + head_fp32_extra_bytes(
+            cfg, arch
+        )
+    return dense_weights(arch, cfg.dtype) + head_fp32_extra_bytes(cfg, arch)
 
 
 def reference_weights(cfg: RunConfig, arch: Arch) -> int:
@@ -63,24 +76,17 @@ def lora_targets(cfg: RunConfig, arch: Arch) -> list[Linear]:
     linears = [lin for lin in arch.layer_linears if lin.is_nn_linear]
     targets = cfg.lora_target_modules
     if targets is None:
-        targets = PEFT_DEFAULT_TARGETS.get(arch.model_type, ("q_proj", "v_proj"))
+        targets = _peft_defaults().get(arch.model_type, ("q_proj", "v_proj"))  # unknown: refused by compat
     if tuple(targets) == ("all-linear",):
         return linears
     wanted = set(targets)
     return [lin for lin in linears if lin.name.split(".")[-1] in wanted]
 
 
-# peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (peft 0.21)
-PEFT_DEFAULT_TARGETS = {
-    "qwen2": ("q_proj", "v_proj"),
-    "qwen3": ("q_proj", "v_proj"),
-    "qwen3_moe": ("q_proj", "v_proj"),
-    "llama": ("q_proj", "v_proj"),
-    "gemma": ("q_proj", "v_proj"),
-    "gemma2": ("q_proj", "v_proj"),
-    "gemma3_text": ("q_proj", "v_proj"),
-    "phi3": ("qkv_proj",),
-}
+def _peft_defaults() -> dict[str, tuple[str, ...]]:
+    from estimator.compat import PEFT_DEFAULT_TARGETS
+
+    return PEFT_DEFAULT_TARGETS
 
 
 def lora_params(cfg: RunConfig, arch: Arch) -> int:

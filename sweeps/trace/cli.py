@@ -34,18 +34,29 @@ DECODE_K = 2
 STEPS = 2
 
 
-def variant(cfg: RunConfig, k: int = DECODE_K, steps: int = STEPS) -> dict:
+def variant(
+    cfg: RunConfig,
+    k: int = DECODE_K,
+    steps: int = STEPS,
+    max_micro: int | None = None,
+    num_layers: int | None = None,
+) -> dict:
     """Run settings that are not estimator fields (part of the row key)."""
     v = {"decode": "fast-forward", "k": k} if k < cfg.max_completion_length else {"decode": "full"}
     v.update({"head": "fused-gpu", "steps": steps, "tensors": "fake"})
+    if max_micro is not None:
+        v["max_micro"] = max_micro
+    if num_layers is not None:
+        v["layers"] = num_layers
     return v
 
 
-def _prediction(cfg: RunConfig) -> dict | None:
+def _prediction(cfg: RunConfig, hf_config: dict | None = None) -> dict | None:
     try:
+        from estimator.architecture import from_config
         from estimator.estimate import estimate
 
-        return estimate(cfg).to_dict()
+        return estimate(cfg, from_config(hf_config, name=cfg.model) if hf_config else None).to_dict()
     except Exception:  # the estimator may not cover this config yet
         return None
 
@@ -96,23 +107,35 @@ def quiet_libraries():
                 logging.getLogger(name).setLevel(level)
 
 
-def make_row(cfg: RunConfig, sweep: str, k: int = DECODE_K) -> dict:
-    """Trace `cfg` and build its result row (status error with the message if the trace raises)."""
+def make_row(
+    cfg: RunConfig, sweep: str, k: int = DECODE_K, max_micro: int | None = None, num_layers: int | None = None
+) -> dict:
+    """Trace `cfg` and build its result row (status error with the message if the trace raises).
+
+    `num_layers`: a depth-reduced trace; the row's `model.config` holds the traced config.json, which the
+    estimator is evaluated on (sweeps.runner.predict)."""
     if cfg.num_gpus > 1:  # rank 0 of N ranks on a fake process group (sweeps/trace/multigpu.py)
         from sweeps.trace import multigpu
 
         layout = {"world_size": cfg.num_gpus, "strategy": cfg.fsdp_sharding_strategy}
         return multigpu.make_row(cfg, layout, sweep)
-    row = _row_header(cfg, sweep, variant(cfg, k))
-    row["prediction"] = _prediction(cfg)
+    row = _row_header(cfg, sweep, variant(cfg, k, max_micro=max_micro, num_layers=num_layers))
+    hf = None
+    if num_layers is not None:
+        from sweeps.trace.fake_model import truncated_config_dict
+
+        hf = truncated_config_dict(cfg.model, num_layers)
+    row["prediction"] = _prediction(cfg, hf)
     try:
         from sweeps.trace import step
 
         with quiet_libraries():
-            res = step.run(cfg, fake=True, steps=STEPS, decode_k=k)
+            res = step.run(
+                cfg, fake=True, steps=STEPS, decode_k=k, max_micro=max_micro, num_layers=num_layers
+            )
     except Exception as e:  # one failing config must not stop a grid
         return with_error(row, e)
-    return with_result(row, cfg, res)
+    return with_result(row, cfg, res, hf)
 
 
 def with_error(row: dict, e: Exception) -> dict:
@@ -123,10 +146,13 @@ def with_error(row: dict, e: Exception) -> dict:
     return row
 
 
-def with_result(row: dict, cfg: RunConfig, res) -> dict:
-    """`row` with a trace's observed peaks (source `traced`), the model's sizes and the step times."""
+def with_result(row: dict, cfg: RunConfig, res, hf: dict | None = None) -> dict:
+    """`row` with a trace's observed peaks (source `traced`), the model's sizes and the step times (and the
+    traced config.json `hf` of a depth-reduced trace, which the estimator is evaluated on)."""
     obs = res.observed
     row["model"] = {"name": cfg.model, "params": res.params, "trainable_params": res.trainable_params}
+    if hf is not None:
+        row["model"]["config"] = hf
     row["observed"] = {
         "source": "traced",
         "peak_bytes": obs["peak_bytes"],

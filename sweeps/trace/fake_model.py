@@ -38,6 +38,15 @@ def config_path(spec: str) -> Path:
     raise cat.UnknownModel(f"unknown model {spec!r}")
 
 
+def truncated_config_dict(spec: str, num_layers: int) -> dict:
+    """The model's config.json with only its first `num_layers` decoder layers (a depth-reduced trace)."""
+    d = dict(cat.load_config(config_path(spec)))
+    d["num_hidden_layers"] = min(num_layers, d["num_hidden_layers"])
+    if isinstance(d.get("layer_types"), list):
+        d["layer_types"] = d["layer_types"][: d["num_hidden_layers"]]
+    return d
+
+
 def hf_config(spec: str | dict, attn_implementation: str = "sdpa"):
     """A transformers config object for `spec` (or a config dict)."""
     from transformers import AutoConfig

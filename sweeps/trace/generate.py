@@ -40,11 +40,20 @@ def _sample_step(logits: torch.Tensor) -> torch.Tensor:
 
 
 def _fast_forward_cache(cache, length: int) -> None:
-    """Replace every cache layer's keys/values with same-shaped tensors `length` positions long."""
+    """Replace every cache layer's keys/values with same-shaped tensors `length` positions long.
+
+    A sliding-window layer (transformers `DynamicSlidingWindowLayer.update`, cache_utils.py) keeps only the last
+    `sliding_window - 1` positions and counts the rest in `cumulative_length`: it is fast-forwarded the same way.
+    """
     for layer in cache.layers:
         k, v = layer.keys, layer.values
-        layer.keys = k.new_zeros((*k.shape[:-2], length, k.shape[-1]))
-        layer.values = v.new_zeros((*v.shape[:-2], length, v.shape[-1]))
+        kept = length
+        window = getattr(layer, "sliding_window", None)
+        if window is not None:
+            kept = min(length, window - 1)
+            layer.cumulative_length = length
+        layer.keys = k.new_zeros((*k.shape[:-2], kept, k.shape[-1]))
+        layer.values = v.new_zeros((*v.shape[:-2], kept, v.shape[-1]))
 
 
 def generate(model, batch: int, prompt_len: int, completion_len: int, bf16: bool, k: int = 2) -> torch.Tensor:

@@ -138,6 +138,10 @@ def build(cfg: RunConfig, conf, fake: bool = True, out_dir: str | None = None):
             fake_model.emulate_4bit(ref, dtype, nested=cfg.use_bnb_nested_quant)
         ref.eval()
         ref.requires_grad_(False)
+        if (
+            cfg.cast_lm_head_to_fp32
+        ):  # as GRPOTrainer.__init__ casts the reference's head (grpo_trainer.py:1045-1047)
+            ref.lm_head.float()
         add_fused_lm_head(ref, temperature=trainer.temperature, cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32)
         patches.use_gpu_fused_head(ref, cfg.max_completion_length)
         trainer.ref_model = ref
@@ -164,8 +168,13 @@ def use_cuda_optimizer_defaults(optimizer: torch.optim.Optimizer) -> None:
             group["foreach"] = True
 
 
-def _score(trainer, cfg: RunConfig, ids: torch.Tensor) -> dict:
-    """Post-generation batch as `_generate_and_score_completions` leaves it, with the no-grad passes it runs."""
+def _score(trainer, cfg: RunConfig, ids: torch.Tensor, max_chunks: int | None = None) -> dict:
+    """Post-generation batch as `_generate_and_score_completions` leaves it, with the no-grad passes it runs.
+
+    `max_chunks`: score only the first `max_chunks` chunks of `per_device_train_batch_size` sequences and place
+    them in a zero `[G, C]` result. Every chunk has the same shapes, so the pass's peak is the same; the result
+    tensor is the size TRL's `torch.cat` of all chunks gives (a time cap, recorded in the row's variant).
+    """
     from trl.models.utils import disable_gradient_checkpointing
     from trl.trainer.utils import use_adapter
 
@@ -185,23 +194,36 @@ def _score(trainer, cfg: RunConfig, ids: torch.Tensor) -> dict:
         "num_items_in_batch": completion_mask.sum(),
     }
     model = trainer.model
+    scored_ids, scored_mask = input_ids, attention_mask
+    if max_chunks is not None and b > max_chunks * bs:
+        scored_ids, scored_mask = input_ids[: max_chunks * bs], attention_mask[: max_chunks * bs]
+
+    def full(logps: torch.Tensor) -> torch.Tensor:
+        if logps.shape[0] == b:
+            return logps
+        out = logps.new_zeros((b, *logps.shape[1:]))
+        out[: logps.shape[0]] = logps
+        return out
+
     with torch.no_grad(), disable_gradient_checkpointing(model, trainer.args.gradient_checkpointing_kwargs):
         if cfg.runs_old_logprob_pass:
-            out["old_per_token_logps"] = trainer._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, c, batch_size=bs
-            )[0]
+            out["old_per_token_logps"] = full(
+                trainer._get_per_token_logps_and_entropies(model, scored_ids, scored_mask, c, batch_size=bs)[
+                    0
+                ]
+            )
         if cfg.runs_reference_pass:
             if trainer.ref_model is not None:
                 ref = trainer._get_per_token_logps_and_entropies(
-                    trainer.ref_model, input_ids, attention_mask, c, batch_size=bs
+                    trainer.ref_model, scored_ids, scored_mask, c, batch_size=bs
                 )[0]
             else:
                 with use_adapter(model, adapter_name=None):
                     ref = trainer._get_per_token_logps_and_entropies(
-                        model, input_ids, attention_mask, c, batch_size=bs
+                        model, scored_ids, scored_mask, c, batch_size=bs
                     )[0]
-            out["ref_per_token_logps"] = ref
-    del input_ids, attention_mask
+            out["ref_per_token_logps"] = full(ref)
+    del input_ids, attention_mask, scored_ids, scored_mask
     return out
 
 
@@ -214,21 +236,41 @@ def _micro_batches(inputs: dict, n: int) -> list[dict]:
 
 @offline_env()
 @preserved_rng()
-def run(cfg: RunConfig, fake: bool = True, steps: int = 2, decode_k: int = 2) -> TraceResult:
+def run(
+    cfg: RunConfig,
+    fake: bool = True,
+    steps: int = 2,
+    decode_k: int = 2,
+    max_micro: int | None = None,
+    num_layers: int | None = None,
+) -> TraceResult:
     """Trace (or, with fake=False, really run on CPU) `steps` GRPO steps of `cfg`; returns the probe result.
 
+    `max_micro` (a time cap): at most that many score chunks and training micro-batches per step. From the
+    second micro-batch on, every one has the same shapes and finds the previous ones' gradients resident in
+    `.grad`, so 2 reach the same peak as GA of them; the variant records the cap. `num_layers` (a time cap):
+    trace only the first decoder layers (`fake_model.truncated_config_dict`); the row carries that config.
     The trainer's output_dir is a temporary folder removed afterwards (none is left in /tmp)."""
     with tempfile.TemporaryDirectory(prefix="grpo-vram-trace-") as out_dir:
-        return _run(cfg, fake, steps, decode_k, out_dir)
+        return _run(cfg, fake, steps, decode_k, out_dir, max_micro, num_layers)
 
 
-def _run(cfg: RunConfig, fake: bool, steps: int, decode_k: int, out_dir: str) -> TraceResult:
+def _run(
+    cfg: RunConfig,
+    fake: bool,
+    steps: int,
+    decode_k: int,
+    out_dir: str,
+    max_micro: int | None = None,
+    num_layers: int | None = None,
+) -> TraceResult:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     from sweeps.trace import fake_model, patches
 
-    conf = fake_model.hf_config(cfg.model, cfg.attn_implementation)
+    spec = fake_model.truncated_config_dict(cfg.model, num_layers) if num_layers else cfg.model
+    conf = fake_model.hf_config(spec, cfg.attn_implementation)
     t0 = time.perf_counter()
     mode = FakeTensorMode(shape_env=ShapeEnv()) if fake else nullcontext()
     with patches.patched(), mode:
@@ -240,7 +282,7 @@ def _run(cfg: RunConfig, fake: bool, steps: int, decode_k: int, out_dir: str) ->
             probe.register(trainer.ref_model, "ref_param")
         setup = time.perf_counter() - t0
         with probe:
-            step_seconds = run_steps(cfg, trainer, opt, probe, steps, decode_k)
+            step_seconds = run_steps(cfg, trainer, opt, probe, steps, decode_k, max_micro)
         observed = probe.result()
         for d in (observed["phases"], *observed["steps"].values(), observed["phase_at_peak"]):
             d.pop("(between steps)", None)
@@ -249,13 +291,25 @@ def _run(cfg: RunConfig, fake: bool, steps: int, decode_k: int, out_dir: str) ->
         trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     variant = {"decode": "fast-forward", "k": decode_k} if decode_k < cfg.max_completion_length else {}
     variant.update({"head": "fused-gpu", "steps": steps, "tensors": "fake" if fake else "real-cpu"})
+    if max_micro is not None:
+        variant["max_micro"] = max_micro
+    if num_layers is not None:
+        variant["layers"] = num_layers
     observed["allocator"] = simulate(
         probe.events
     ).to_dict()  # the caching allocator's reserve for this stream
     return TraceResult(observed, step_seconds, setup, params, trainable, variant, probe.events)
 
 
-def run_steps(cfg: RunConfig, trainer, opt, probe: LiveStorageMode, steps: int, decode_k: int) -> list[float]:
+def run_steps(
+    cfg: RunConfig,
+    trainer,
+    opt,
+    probe: LiveStorageMode,
+    steps: int,
+    decode_k: int,
+    max_micro: int | None = None,
+) -> list[float]:
     """Run `steps` GRPO steps (generate, score, train, optimizer) inside an active `probe`; seconds per step.
 
     Shared by the single-process trace and `sweeps.trace.distributed` (which wraps the policy in FSDP2 first).
@@ -289,10 +343,13 @@ def run_steps(cfg: RunConfig, trainer, opt, probe: LiveStorageMode, steps: int, 
             )
         with probe.phase("score"):
             buffered = None
-            buffered = _micro_batches(_score(trainer, cfg, ids), n_micro)
+            buffered = _micro_batches(_score(trainer, cfg, ids, max_micro), n_micro)
             del ids
         with probe.phase("train"):
-            for mb in buffered[: cfg.gradient_accumulation_steps]:
+            trained = cfg.gradient_accumulation_steps
+            if max_micro is not None:
+                trained = min(trained, max_micro)
+            for mb in buffered[:trained]:
                 loss = trainer.compute_loss(policy, mb)
                 if probe.events is not None:  # where Trainer.training_step may empty_cache
                     probe.events.append(("x", "loss"))

@@ -1,0 +1,41 @@
+"""`make band`: compute estimator/band.json from the validation grid's traced rows (not the held-out ones)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from sweeps import records
+from sweeps.report.accuracy import accuracy_frame
+
+REPO = Path(__file__).resolve().parents[2]
+VALIDATION = REPO / "results" / "traced" / "validation.jsonl"
+BAND_FILE = REPO / "estimator" / "band.json"
+
+
+def compute(path: Path = VALIDATION) -> dict:
+    """low / high relative error of the current estimator over the traced ok rows of `path`."""
+    df = accuracy_frame(records.load_rows(path))
+    err = df[df["rel_error"].notna()]["rel_error"].astype(float)
+    if not len(err):
+        raise SystemExit(f"no traced rows with a prediction in {path}")
+    return {
+        "low": round(float(err.min()), 4),
+        "high": round(float(err.max()), 4),
+        "n": int(len(err)),
+        "source": "traced, results/traced/validation.jsonl (seed A)",
+    }
+
+
+def main() -> int:
+    b = compute()
+    tmp = BAND_FILE.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(b, indent=1) + "\n")
+    tmp.replace(BAND_FILE)
+    print(json.dumps(b))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
