@@ -1,11 +1,17 @@
-"""The estimator's validated error band, and "fits" decided on its safe side.
+"""The estimator's validated error band, per regime, and "fits" decided on its safe side.
 
 The band is data (`estimator/band.json`), computed by `make band` (`python -m sweeps.report.band`) from the
 traced rows of the out-of-sample validation grid (`results/traced/validation.jsonl`, seed A of
-`sweeps/trace/random_grid.py`): the lowest and highest (estimated − traced) / traced over those rows. A
-negative `low` is the worst under-prediction seen; `--gpu`, `--solve`, the advice and the "fits on" list
-compare the estimate with the GPU's memory shrunk by that margin, so a run the band says might not fit is
-never reported as fitting. The held-out grid (seed B) checks that the band holds on configs nobody tuned on.
+`sweeps/trace/random_grid.py`): per regime, the lowest and highest (estimated − traced) / traced over those
+rows. A negative `low` is the worst under-prediction seen in that regime; `--gpu`, `--solve`, the advice and
+the "fits on" list compare the estimate with the GPU's memory shrunk by that regime's margin, so a run the band
+says might not fit is never reported as fitting. The held-out grid (seed B) checks that the bands hold on
+configs nobody tuned on.
+
+Regimes split the validation rows where the errors differ most (see `make accuracy`): mixture-of-experts
+models, eager attention, sdpa with a 16-bit bf16 base, and sdpa otherwise (fp16 / fp32 weights or an fp32
+head). A regime is a grouping of the validation rows, not a fitted factor: its band is the worst error seen.
+A regime with fewer than MIN_ROWS rows uses the band over all validation rows.
 """
 
 from __future__ import annotations
@@ -15,29 +21,68 @@ from functools import lru_cache
 from pathlib import Path
 
 BAND_FILE = Path(__file__).with_name("band.json")
+REGIMES = ("moe", "eager", "sdpa-bf16", "sdpa-other")
+MIN_ROWS = 5
 
 
 @lru_cache(maxsize=1)
 def band() -> dict:
-    """{"low", "high", "n", "source"}: relative errors of the estimate on the validation rows."""
+    """{"regimes": {name: {"low", "high", "n"}}, "all": {...}, "source"}: relative errors on the validation rows."""
     return json.loads(BAND_FILE.read_text())
 
 
-def margin() -> float:
+def regime(cfg, model_type: str | None = None) -> str:
+    """The band regime of a config: moe, eager, sdpa-bf16 or sdpa-other (`model_type` from its config.json)."""
+    if model_type is None:
+        from estimator.catalog import resolve_model
+
+        try:
+            model_type = resolve_model(cfg.model).model_type
+        except Exception:  # a model resolved elsewhere (a row's own config.json): no MoE information here
+            model_type = ""
+    if "moe" in (model_type or ""):
+        return "moe"
+    if cfg.attn_implementation == "eager":
+        return "eager"
+    if cfg.dtype == "bfloat16" and not cfg.cast_lm_head_to_fp32:
+        return "sdpa-bf16"
+    return "sdpa-other"
+
+
+def regime_band(cfg=None) -> tuple[str, dict]:
+    """(name, {"low", "high", "n"}) of the band that applies to `cfg` (all validation rows when cfg is None)."""
+    b = band()
+    if cfg is None:
+        return "all", b["all"]
+    name = regime(cfg)
+    r = b["regimes"].get(name)
+    if r is None or r["n"] < MIN_ROWS:
+        return "all", b["all"]
+    return name, r
+
+
+def margin(cfg=None) -> float:
     """Safe-side margin m: estimate × (1 + m) covers the worst under-prediction, m = 1 / (1 + low) − 1 (0 if none)."""
-    low = float(band()["low"])
+    low = float(regime_band(cfg)[1]["low"])
     return 1.0 / (1.0 + low) - 1.0 if low < 0 else 0.0
 
 
-def usable_bytes(memory_bytes: int) -> int:
+def usable_bytes(memory_bytes: int, cfg=None) -> int:
     """GPU memory an estimate may use and still be called a fit: memory / (1 + margin)."""
-    return int(memory_bytes / (1.0 + margin()))
+    return int(memory_bytes / (1.0 + margin(cfg)))
 
 
-def describe() -> str:
+def describe(cfg=None) -> str:
     """One line for the output and --help: the band, its size and where it comes from."""
-    b = band()
+    name, r = regime_band(cfg)
+    where = "all regimes" if name == "all" else f"regime {name}"
     return (
-        f"error band: {b['low'] * 100:+.1f}% / {b['high'] * 100:+.1f}% on {b['n']} off-grid traces "
-        f"({b['source']}); fits are decided with the estimate raised by {margin() * 100:.1f}%"
+        f"error band ({where}): {r['low'] * 100:+.1f}% / {r['high'] * 100:+.1f}% on {r['n']} off-grid traces "
+        f"({band()['source']}); fits are decided with the estimate raised by {margin(cfg) * 100:.1f}%"
     )
+
+
+def to_json(cfg=None) -> dict:
+    """The band that applies, for `--json`."""
+    name, r = regime_band(cfg)
+    return {"regime": name, **r, "margin": margin(cfg), "source": band()["source"]}

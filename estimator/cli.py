@@ -180,12 +180,12 @@ def execute(req: Request) -> tuple[str, int]:
     budget = band.usable_bytes(req.gpu.usable_bytes, cfg) if req.gpu is not None else None
     layout, fixes, starts = None, [], True
     if roles or cfg.use_vllm:
-        total = budget if budget is not None else int((cfg.gpu_memory_gib or 80.0) * GIB)
+        total = req.gpu.usable_bytes if req.gpu is not None else int((cfg.gpu_memory_gib or 80.0) * GIB)
         layout = layout_on(cfg, total)
         fixes = adv.layout_fixes(layout, cfg) + adv.role_moves(layout)
         starts = layout.vllm is None or layout.vllm.failure is None or "start-up" not in layout.vllm.failure
         if not layout.fits:
-            budget = total
+            budget = band.usable_bytes(total, cfg)
     fails = (target is not None and not target.fits) or (layout is not None and not layout.fits)
     advice = None
     if req.advice or fails:  # vLLM failing at start-up is not fixed by saving training memory: no target then

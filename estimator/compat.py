@@ -2,16 +2,16 @@
 
 * PEFT's default LoRA targets: with `target_modules=None`, peft 0.21 `LoraModel._prepare_adapter_config`
   looks the model type up in `TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`
-  (peft/utils/constants.py:67-107) and raises "Please specify `target_modules` in `peft_config`" when it is
+  (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/utils/constants.py#L67-L107) and raises "Please specify `target_modules` in `peft_config`" when it is
   missing. `PEFT_DEFAULT_TARGETS` below copies that table's entries for the model types the catalog and the
   estimator size (data, not code; `estimator.terms.weights.PEFT_DEFAULT_TARGETS` reads it).
 * Attention implementations: transformers 5.23 `PreTrainedModel._sdpa_can_dispatch`
-  (modeling_utils.py:1654-1670) raises when a model class sets `_supports_sdpa = False` and sdpa is asked for
+  (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/modeling_utils.py#L1654-L1670) raises when a model class sets `_supports_sdpa = False` and sdpa is asked for
   explicitly (Gemma2: `Gemma2PreTrainedModel._supports_sdpa = False`, "sdpa does not support softcapping");
   with no implementation given, transformers falls back to eager.
 * LoRA on a MoE model's fused experts: with `all-linear`, peft 0.21 wraps the 3-D expert parameters in
   `lora.ParamWrapper`, whose `__init__` raises "does not work with lora_dropout != 0"
-  (peft/tuners/lora/layer.py:2363-2366; seen tracing Qwen3-30B-A3B).
+  (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L2363-L2366; seen tracing Qwen3-30B-A3B).
 * `cast_lm_head_to_fp32` with PEFT on tied embeddings: TRL 1.16 `_cast_lm_head_to_fp32`
   (grpo_trainer.py:1037-1043) registers a hook on `target_model.model.embed_tokens`, but after `get_peft_model`
   `target_model.model` is the `*ForCausalLM`, which has no `embed_tokens`: `GRPOTrainer.__init__` raises

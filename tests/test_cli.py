@@ -68,17 +68,15 @@ def test_json_breakdown(capsys):
     need = d["peak_allocated_bytes"] * 36_237_436_800 / 35_277_086_208 + 893_386_752
     assert d["need_bytes"] == pytest.approx(need, abs=2)
     h100 = next(f for f in d["fits"] if f["gpu"] == "H100 80GB")
-    # fits are decided on the safe side of the validated error band (estimator/band.py): the usable memory is
-    # shrunk by the band's margin for this config's regime before the need is compared with it
+    # fits are decided on the safe side of the validated error band (estimator/band.py): the tensor peak is
+    # raised by the band's margin for this config's regime (sdpa with fp32 weights) on top of the need
     m = band.margin(RunConfig(model="7B", use_peft=True))
+    need += int(m * d["peak_allocated_bytes"])
     assert h100["usable_bytes"] == 81082 * 2**20 and h100["free_bytes"] == pytest.approx(
-        int(81082 * 2**20 / (1 + m)) - need, abs=2
+        81082 * 2**20 - need, abs=2
     )
-    for f in d[
-        "fits"
-    ]:  # every listed card is > 5 % away from ~36.8e9 B: 34.2e9 (RTX 5090) ... 42.5e9 (A100 40GB)
-        assert abs(f["usable_bytes"] / need - 1) > 0.05, f["gpu"]
-        assert f["fits"] == (int(f["usable_bytes"] / (1 + m)) > need), f["gpu"]
+    for f in d["fits"]:
+        assert f["fits"] == (f["usable_bytes"] > need), f["gpu"]
 
 
 @pytest.mark.parametrize(

@@ -112,11 +112,21 @@ def test_validation_rows_within_the_band(row):
     est = estimate(cfg, arch_for(cfg, (row.get("model") or {}).get("config")))
     traced = row["observed"]["peak_bytes"]
     rel = (est.peak_allocated_bytes - traced) / traced
-    b = band.band()
+    _, b = band.regime_band(cfg)
     assert b["low"] - 1e-4 <= rel <= b["high"] + 1e-4
-    assert est.peak_allocated_bytes * (1 + band.margin()) >= traced  # never under after the band
+    assert est.peak_allocated_bytes * (1 + band.margin(cfg)) >= traced  # never under after the band
 
 
 def test_band_says_where_it_comes_from():
     assert "validation" in band.describe() and band.margin() >= 0
     assert band.usable_bytes(100 * 2**30) <= 100 * 2**30
+    # a regime's margin is never larger than the band over all rows (its worst row is one of them)
+    for name in band.REGIMES:
+        assert band.band()["regimes"][name]["low"] >= band.band()["all"]["low"]
+
+
+def test_regimes_split_as_documented():
+    assert band.regime(RunConfig(model="qwen3-30b-a3b")) == "moe"
+    assert band.regime(RunConfig(model="7B", attn_implementation="eager")) == "eager"
+    assert band.regime(RunConfig(model="7B", dtype="bfloat16")) == "sdpa-bf16"
+    assert band.regime(RunConfig(model="7B")) == "sdpa-other"  # TRL's float32 default

@@ -73,7 +73,7 @@ GEMMA_NORM_MODEL_TYPES = ("gemma2", "gemma3_text", "gemma3")
 def qk_norm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     """q_norm / k_norm over head_dim (Qwen3, Gemma3): the fp32 input copy, 4·(q_dim + kv_dim) bytes per token.
 
-    transformers 5.23 `Qwen3RMSNorm.forward` (models/qwen3/modeling_qwen3.py:58-63), applied to q_proj / k_proj
+    transformers 5.23 `Qwen3RMSNorm.forward` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/qwen3/modeling_qwen3.py#L58-L63), applied to q_proj / k_proj
     outputs in `Qwen3Attention.forward` (:244-245): `hidden_states.to(float32)` is saved by `pow` and by the
     multiply with `rsqrt`; with a trainable weight (full FT) `weight * hidden.to(input_dtype)` also saves the
     a-byte cast (Gemma3's `(1 + weight.float())` form saves the fp32 normalized value instead: 4 bytes). Rotary
@@ -233,7 +233,7 @@ def layer_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
 def lora_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     """Backward through the widest-input LoRA-wrapped linear: the input-gradient chain of its adapter path.
 
-    peft 0.21 `lora.Linear.forward` (peft/tuners/lora/layer.py:1074-1115) computes
+    peft 0.21 `lora.Linear.forward` (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L1074-L1115) computes
     `lora_B(lora_A(dropout(x.to(lora_A.weight.dtype))))`: with fp32 adapters on a 16-bit base, `x` is cast to
     fp32 and autocast casts it back to a bytes for `lora_A`'s matmul. Backward of that chain for input width n:
     the base layer's a-byte input gradient waits (autograd input buffer) while `lora_A`'s a-byte input gradient
@@ -320,7 +320,7 @@ def eager_nograd_bytes(cfg: RunConfig) -> int:
 
 def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
     """No-grad MLP with LoRA on gate/up_proj: at peft's `result = result + lora_B(lora_A(dropout(x))) * scaling`
-    (peft 0.21 lora/layer.py:1103) act(gate), the base result, the scaled adapter output and the sum are live [T, I].
+    (peft 0.21 https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L1103) act(gate), the base result, the scaled adapter output and the sum are live [T, I].
 
     Base and adapter outputs take autocast's a bytes; without autocast the base output has the model dtype and the
     adapter's the adapter dtype (fp32, or bf16 with QLoRA, grpo_trainer.py:538-541), and a 16-bit sum of fp16 and
@@ -346,7 +346,7 @@ def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
 
 
 def fused_gate_up(arch: Arch) -> bool:
-    """Phi-3's MLP (transformers 5.23 Phi3MLP.forward, modeling_phi3.py:57-63): one gate_up_proj [T, 2I], chunked."""
+    """Phi-3's MLP (transformers 5.23 Phi3MLP.forward, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/phi3/modeling_phi3.py#L57-L63): one gate_up_proj [T, 2I], chunked."""
     return any(lin.name == "gate_up_proj" for lin in arch.layer_linears)
 
 
@@ -357,7 +357,7 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
     # residuals: the layer's input, the post-attention sum, and `inputs_embeds`, which the model's forward keeps
     # referenced through the whole layer loop (transformers 5.23 LlamaModel.forward: `hidden_states = inputs_embeds`,
-    # modeling_llama.py:388-391; the same in every catalog family)
+    # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L388-L391; the same in every catalog family)
     resid = 3 * r * arch.hidden_size
     mlp_live = (
         (4 if fused_gate_up(arch) else 3) * a * inter

@@ -15,8 +15,8 @@ def layer_windows(arch: Arch) -> list[int | None]:
 
     `cache_utils.get_layer_types_and_kwargs`: `config.layer_types` when set, else "sliding_attention" wherever
     `sliding_window` is not None (Phi-3). Config classes fill `layer_types` in `__post_init__`: Gemma2 alternates
-    (`(i + 1) % 2`, configuration_gemma2.py:95-98), Gemma3 is sliding except every `sliding_window_pattern`-th
-    (default 6, configuration_gemma3.py:106-112); Qwen2/Qwen3 use sliding windows only with `use_sliding_window`.
+    (`(i + 1) % 2`, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma2/configuration_gemma2.py#L95-L98), Gemma3 is sliding except every `sliding_window_pattern`-th
+    (default 6, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/configuration_gemma3.py#L106-L112); Qwen2/Qwen3 use sliding windows only with `use_sliding_window`.
     """
     conf = (arch.extra or {}).get("config") or {}
     window = conf.get("sliding_window")
@@ -44,7 +44,7 @@ def kv_cache(cfg: RunConfig, arch: Arch, seq_len: int | None = None) -> int:
 
     The cache takes the residual dtype, not autocast's: rotary promotes K to the dtype of cos/sin (the hidden
     states'), and DynamicCache's first `torch.cat` onto an empty tensor of K's dtype promotes V too (seen in traces).
-    A sliding-window layer (`DynamicSlidingWindowLayer.update`, cache_utils.py:244-247) keeps the last
+    A sliding-window layer (`DynamicSlidingWindowLayer.update`, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cache_utils.py#L244-L247) keeps the last
     `sliding_window − 1` positions.
     """
     length = cfg.sequence_length if seq_len is None else seq_len

@@ -135,7 +135,7 @@ def master_weights(cfg: RunConfig, arch: Arch) -> int:
 def accumulated_gradients(cfg: RunConfig, arch: Arch) -> int:
     """Gradients resident through every micro-step after the first: full trainable × bytes, when GA > 1.
 
-    transformers 5.23 `Trainer._inner_training_loop` (trainer.py:1890-1946) runs `training_step` on
+    transformers 5.23 `Trainer._inner_training_loop` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/trainer.py#L1890-L1946) runs `training_step` on
     `gradient_accumulation_steps` micro-batches and calls `model.zero_grad()` only after `optimizer.step()`;
     autograd's AccumulateGrad adds each new gradient into the existing `.grad` in place
     (torch/csrc/autograd/functions/accumulate_grad.h `accumulateGrad`). So from the second micro-step on, the

@@ -14,16 +14,27 @@ VALIDATION = REPO / "results" / "traced" / "validation.jsonl"
 BAND_FILE = REPO / "estimator" / "band.json"
 
 
+def _stats(err) -> dict:
+    return {"low": round(float(err.min()), 4), "high": round(float(err.max()), 4), "n": int(len(err))}
+
+
 def compute(path: Path = VALIDATION) -> dict:
-    """low / high relative error of the current estimator over the traced ok rows of `path`."""
-    df = accuracy_frame(records.load_rows(path))
-    err = df[df["rel_error"].notna()]["rel_error"].astype(float)
-    if not len(err):
+    """Per regime (estimator.band.regime) and over all rows: low / high relative error of the current estimator
+    over the traced ok rows of `path`."""
+    from estimator.band import REGIMES, regime
+    from estimator.config import RunConfig
+
+    rows = records.load_rows(path)
+    df = accuracy_frame(rows)
+    df = df[df["rel_error"].notna()]
+    if not len(df):
         raise SystemExit(f"no traced rows with a prediction in {path}")
+    configs = {r["key"]: RunConfig.from_dict(r["config"]) for r in rows if isinstance(r.get("config"), dict)}
+    names = df["key"].map(lambda k: regime(configs[k]))
+    err = df["rel_error"].astype(float)
     return {
-        "low": round(float(err.min()), 4),
-        "high": round(float(err.max()), 4),
-        "n": int(len(err)),
+        "regimes": {name: _stats(err[names == name]) for name in REGIMES if (names == name).any()},
+        "all": _stats(err),
         "source": "traced, results/traced/validation.jsonl (seed A)",
     }
 
