@@ -129,7 +129,7 @@ def test_trace_output_dir_is_removed(monkeypatch, tmp_path):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     used = []
 
-    def fake_run(cfg, fake, steps, decode_k, out_dir):
+    def fake_run(cfg, fake, steps, decode_k, out_dir, *caps):
         assert os.path.isdir(out_dir)
         used.append(out_dir)
         return "result"

@@ -244,32 +244,38 @@ def split_summary(name: str, rel_errors: pd.Series, after_band: pd.Series | None
     return line
 
 
-def split_lines(paths: list[str], predictor: Predictor = predict) -> list[str]:
-    """One summary line per set (in-sample, validation, held-out) over the traced rows of `paths`."""
+def split_of_sweep(sweep: str | None) -> str:
+    """The accuracy set of a traced row by its sweep (the grids write <sweep>.jsonl, so as `split_of`)."""
+    return OUT_OF_SAMPLE_FILES.get(str(sweep), "in-sample")
+
+
+def split_lines_of(acc: pd.DataFrame, rows: Iterable[dict]) -> list[str]:
+    """One summary line per set (in-sample, validation, held-out) over the traced lines of `acc`, before and
+    after the validated band of each row's regime (estimator/band.py)."""
     from estimator.band import margin
 
-    files: list[Path] = []
-    for p in map(Path, paths):
-        files += sorted(p.glob("*.jsonl")) if p.is_dir() else [p] if p.exists() else []
+    configs = {
+        (r.get("source"), r.get("key")): r.get("config") for r in rows if isinstance(r.get("config"), dict)
+    }
+    df = acc[(acc["source"] == "traced") & acc["rel_error"].notna()] if len(acc) else acc
     by_split: dict[str, list[float]] = {s: [] for s in SPLITS}
     banded: dict[str, list[float]] = {s: [] for s in SPLITS}
-    for f in files:
-        rows = records.load_rows(f)
-        df = accuracy_frame(rows, predictor)
-        if len(df):
-            df = df[(df["source"] == "traced") & df["rel_error"].notna()]
-            configs = {r["key"]: r["config"] for r in rows if isinstance(r.get("config"), dict)}
-            split = split_of(f)
-            by_split[split] += list(df["rel_error"])
-            for _, line in df.iterrows():  # the estimate raised by its regime's margin (estimator/band.py)
-                m = margin(RunConfig.from_dict(configs[line["key"]]))
-                banded[split].append(
-                    (line["predicted_bytes"] * (1 + m) - line["observed_bytes"]) / line["observed_bytes"]
-                )
+    for _, line in df.iterrows():
+        split = split_of_sweep(line["sweep"])
+        by_split[split].append(line["rel_error"])
+        m = margin(RunConfig.from_dict(configs[("traced", line["key"])]))
+        raised = line["predicted_bytes"] * (1 + m)
+        banded[split].append((raised - line["observed_bytes"]) / line["observed_bytes"])
     return [
         split_summary(s, pd.Series(v, dtype=float), pd.Series(banded[s], dtype=float))
         for s, v in by_split.items()
     ]
+
+
+def split_lines(paths: list[str], predictor: Predictor = predict) -> list[str]:
+    """`split_lines_of` over the rows of `paths` (result dirs or .jsonl files)."""
+    rows = records.read_rows(paths).rows
+    return split_lines_of(accuracy_frame(rows, predictor), rows)
 
 
 def format_table(df: pd.DataFrame) -> str:
@@ -320,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no prediction for {r['model']} {r['method']} {r['config']}: {r['prediction_error']}")
     for line in summary_lines(df):
         print(line)
-    for line in split_lines(args.paths):
+    for line in split_lines_of(df, loaded.rows):
         print(line)
     return 0
 
