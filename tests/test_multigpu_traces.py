@@ -61,19 +61,11 @@ def test_rank0_parameter_shards_match_the_trace(row):
 
 def test_rank0_shard_elements_by_hand_on_a_tiny_qwen2():
     """Σ ceil(dim0 / n) · rest written out for a 2-layer Qwen2 (the tracer test's model) against the estimator."""
+    from test_trace_distributed import TINY as tiny  # the 2-layer Qwen2 the tracer test runs
+
     from estimator.architecture import from_config
     from estimator.terms.sharding import fsdp_shard_numel
 
-    tiny = {
-        "model_type": "qwen2",
-        "vocab_size": 8000,
-        "hidden_size": 256,
-        "intermediate_size": 704,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "tie_word_embeddings": False,
-    }
     arch = from_config(tiny, "tiny")
     for n in (2, 3, 8):
 

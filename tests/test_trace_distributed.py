@@ -5,26 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_trace import TINY as TRACE_TINY
 
 from estimator.config import RunConfig
 
 pytestmark = pytest.mark.slow
 
-TINY = {
-    "model_type": "qwen2",
-    "architectures": ["Qwen2ForCausalLM"],
-    "vocab_size": 8000,
-    "hidden_size": 256,
-    "intermediate_size": 704,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 2048,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": False,
-    "use_sliding_window": False,
-}
+TINY = {**TRACE_TINY, "num_hidden_layers": 2}  # the tracer test's tiny Qwen2, two layers
 
 
 def _rank0_shard_elements(n: int) -> int:
