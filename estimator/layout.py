@@ -264,9 +264,19 @@ def plan(
     policy_row = RoleBytes(
         "policy (TRL step)", policy_resident(cfg, arch), est.peak_allocated_bytes - policy_resident(cfg, arch)
     )
+    # the training GPUs' peak with the estimated tensor peak raised by the validated error band of this regime
+    # (estimator/band.py), as report.check_fit decides fits; vLLM's reservation is fixed, not raised
+    from estimator.band import margin
+
+    fixed = est.phases[est.peak_phase].get("vllm", 0)
+    raised = int(margin(cfg) * max(0, est.peak_allocated_bytes - fixed))
     groups = [
         GpuGroup(
-            "training", cfg.num_gpus, (policy_row, *on_policy), training_peak(est, on_policy), total_bytes
+            "training",
+            cfg.num_gpus,
+            (policy_row, *on_policy),
+            training_peak(est, on_policy) + raised,
+            total_bytes,
         )
     ]
     own: dict[str, list[Role]] = {}
