@@ -49,21 +49,21 @@ def regime(cfg, model_type: str | None = None) -> str:
     return "sdpa-other"
 
 
-def regime_band(cfg=None) -> tuple[str, dict]:
+def regime_band(cfg=None, model_type: str | None = None) -> tuple[str, dict]:
     """(name, {"low", "high", "n"}) of the band that applies to `cfg` (all validation rows when cfg is None)."""
     b = band()
     if cfg is None:
         return "all", b["all"]
-    name = regime(cfg)
+    name = regime(cfg, model_type)
     r = b["regimes"].get(name)
     if r is None or r["n"] < MIN_ROWS:
         return "all", b["all"]
     return name, r
 
 
-def margin(cfg=None) -> float:
+def margin(cfg=None, model_type: str | None = None) -> float:
     """Safe-side margin m: estimate × (1 + m) covers the worst under-prediction, m = 1 / (1 + low) − 1 (0 if none)."""
-    low = float(regime_band(cfg)[1]["low"])
+    low = float(regime_band(cfg, model_type)[1]["low"])
     return 1.0 / (1.0 + low) - 1.0 if low < 0 else 0.0
 
 

@@ -176,8 +176,8 @@ def execute(req: Request) -> tuple[str, int]:
 
     fits = [] if cfg.device == "cpu" else [fit_on(g) for g in gpus.GPUS]
     target = fit_on(req.gpu) if req.gpu is not None else None
-    # what torch can use (report.FIT_BASIS), shrunk by the validated error band (fits on its safe side)
-    budget = band.usable_bytes(req.gpu.usable_bytes, cfg) if req.gpu is not None else None
+    # what torch can use (report.FIT_BASIS); candidates are compared by Estimate.fit_bytes (band included)
+    budget = req.gpu.usable_bytes if req.gpu is not None else None
     layout, fixes, starts = None, [], True
     if roles or cfg.use_vllm:
         total = req.gpu.usable_bytes if req.gpu is not None else int((cfg.gpu_memory_gib or 80.0) * GIB)
@@ -185,7 +185,7 @@ def execute(req: Request) -> tuple[str, int]:
         fixes = adv.layout_fixes(layout, cfg) + adv.role_moves(layout)
         starts = layout.vllm is None or layout.vllm.failure is None or "start-up" not in layout.vllm.failure
         if not layout.fits:
-            budget = band.usable_bytes(total, cfg)
+            budget = total
     fails = (target is not None and not target.fits) or (layout is not None and not layout.fits)
     advice = None
     if req.advice or fails:  # vLLM failing at start-up is not fixed by saving training memory: no target then

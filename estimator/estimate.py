@@ -72,6 +72,20 @@ class Estimate:
         return self.peak_reserved_bytes + self.outside_allocator_bytes
 
     @property
+    def band_bytes(self) -> int:
+        """The validated error band of this config's regime on the estimated tensor peak (estimator/band.py):
+        margin × (peak allocated − vLLM's fixed share). Fits are decided with it added (`fit_bytes`)."""
+        from estimator.band import margin
+
+        fixed = self.phases[self.peak_phase].get("vllm", 0)
+        return int(margin(self.config, self.arch.model_type) * max(0, self.peak_allocated_bytes - fixed))
+
+    @property
+    def fit_bytes(self) -> int:
+        """What a fit verdict compares with the GPU: what the card must hold + the error band (safe side)."""
+        return self.need_bytes + self.band_bytes
+
+    @property
     def need_bytes(self) -> int:
         """What the card must hold for the step not to OOM: the allocated peak + the smallest allocator reserve the
         simulated stream passes with (the allocator frees its cache and retries before it fails) + every
@@ -140,6 +154,8 @@ class Estimate:
             "peak_device_bytes": self.peak_device_bytes,
             "peak_device_gib": round(gib(self.peak_device_bytes), 3),
             "need_bytes": self.need_bytes,
+            "band_bytes": self.band_bytes,  # the regime's validated error band on the tensor peak (band.py)
+            "fit_bytes": self.fit_bytes,  # need + band: what the fit verdicts compare with a GPU
             "layers": self.layers(),
             "notes": list(self.notes),
         }

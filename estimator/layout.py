@@ -266,10 +266,7 @@ def plan(
     )
     # the training GPUs' peak with the estimated tensor peak raised by the validated error band of this regime
     # (estimator/band.py), as report.check_fit decides fits; vLLM's reservation is fixed, not raised
-    from estimator.band import margin
-
-    fixed = est.phases[est.peak_phase].get("vllm", 0)
-    raised = int(margin(cfg) * max(0, est.peak_allocated_bytes - fixed))
+    raised = est.band_bytes
     groups = [
         GpuGroup(
             "training",

@@ -38,11 +38,7 @@ def check_fit(est: Estimate, gpu: GPU) -> Fit:
     """Free (or missing) memory on `gpu`: what torch can use on it minus what the step must hold (FIT_BASIS),
     with the estimated tensor peak raised by the validated error band of this config's regime (estimator/band.py:
     fits are decided on the band's safe side). vLLM's reservation is a fixed share, not an estimate: not raised."""
-    from estimator.band import margin
-
-    fixed = est.phases[est.peak_phase].get("vllm", 0)
-    raised = int(margin(est.config) * max(0, est.peak_allocated_bytes - fixed))
-    return Fit(gpu, gpu.usable_bytes - est.need_bytes - raised)
+    return Fit(gpu, gpu.usable_bytes - est.fit_bytes)
 
 
 def _g(n: int | float) -> str:

@@ -54,7 +54,8 @@ class PeakCache:
         return self.cache[cfg]
 
     def __call__(self, cfg: RunConfig) -> int:
-        return self.estimate(cfg).need_bytes
+        """What fits are decided on: what the card must hold + the regime's error band (Estimate.fit_bytes)."""
+        return self.estimate(cfg).fit_bytes
 
 
 def is_valid(cfg: RunConfig) -> bool:

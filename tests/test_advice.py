@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from estimator.advice import advise
 from estimator.architecture import from_config
 from estimator.config import RunConfig
@@ -18,6 +20,14 @@ ARCH = from_config(
         "vocab_size": 128,
     }
 )
+
+
+@pytest.fixture(autouse=True)
+def _no_band(monkeypatch):
+    """These tests price toy estimates by hand; the error band's share is tested in tests/test_validation_band.py."""
+    from estimator import band
+
+    monkeypatch.setattr(band, "margin", lambda cfg=None, model_type=None: 0.0)
 
 
 def toy(cfg: RunConfig, arch) -> Estimate:

@@ -160,7 +160,7 @@ def _card(allocated: int, extra: int, need_extra: int, context: int) -> Estimate
 
 def test_verdict_is_against_what_torch_can_use_not_the_box(monkeypatch):
     monkeypatch.setattr(
-        band, "margin", lambda cfg=None: 0.0
+        band, "margin", lambda cfg=None, model_type=None: 0.0
     )  # the band's own share: tests/test_validation_band.py
     h100 = gpus.lookup("H100")  # nvidia-smi 81,559 MiB, torch total_memory 81,082 MiB (printed)
     # needs 81,300 MiB: under the nvidia-smi total, over what torch can use -> 218 MiB missing
@@ -171,7 +171,7 @@ def test_verdict_is_against_what_torch_can_use_not_the_box(monkeypatch):
 
 def test_verdict_uses_release_and_retry_not_the_unlimited_reserve(monkeypatch):
     monkeypatch.setattr(
-        band, "margin", lambda cfg=None: 0.0
+        band, "margin", lambda cfg=None, model_type=None: 0.0
     )  # the band's own share: tests/test_validation_band.py
     h100 = gpus.lookup("H100")
     # with room the allocator would reserve 2,000 MiB beyond the peak (nvidia-smi 82,000 MiB > 81,082), but the

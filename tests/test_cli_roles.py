@@ -189,7 +189,7 @@ def test_fits_line_gives_vllm_its_share_of_each_card(capsys, monkeypatch):
     from estimator import band
 
     monkeypatch.setattr(
-        band, "margin", lambda cfg=None: 0.0
+        band, "margin", lambda cfg=None, model_type=None: 0.0
     )  # vLLM's share per card, not the band, is tested here
     argv = ["--model", "0.5B", "--dtype", "bfloat16", "--gens", "2", "--per-device-train-batch-size", "2"]
     argv += ["--use-vllm", "--vllm-gpu-memory-utilization", "0.5", "--vllm-max-model-length", "1024"]

@@ -76,10 +76,10 @@ def test_solve_says_when_the_generations_search_is_capped():
 
 
 class _Peak:
-    """An estimate whose nvidia-smi peak and what the card must hold (what solve compares) are both `n`."""
+    """An estimate whose nvidia-smi peak, what the card must hold and what fits compare (band included) are `n`."""
 
     def __init__(self, n):
-        self.peak_device_bytes = self.need_bytes = n
+        self.peak_device_bytes = self.need_bytes = self.fit_bytes = n
 
 
 def _trace_main(capsys, *argv):
