@@ -127,6 +127,15 @@ def summary_lines(est: Estimate) -> list[str]:
         out.append(
             row("card must hold (allocator frees its cache and retries)", est.need_bytes, est.reserve_source)
         )
+    if est.config.device == "cuda" and est.band_bytes:
+        out.append(
+            row(
+                "+ validated error band on the tensor peak (safe side)",
+                est.band_bytes,
+                "traced (validation rows, estimator/band.py)",
+            )
+        )
+        out.append(row("= what the fit verdicts compare with each GPU", est.fit_bytes))
     out.append(f"peak phase: {est.peak_phase} ({PHASE_HELP[est.peak_phase]}), estimated")
     return out
 
