@@ -42,6 +42,7 @@ Predictor = Callable[[dict, dict | None], tuple[dict | None, str | None]]
 
 COLUMNS = [
     "source",
+    "set",
     "trl_version",
     "sweep",
     "key",
@@ -128,6 +129,7 @@ def accuracy_frame(rows: Iterable[dict], predictor: Predictor = predict) -> pd.D
         line = {
             "source": r.get("source"),
             "trl_version": str(config.get("trl_version", NEWEST_TRL)),
+            "set": set_of(r.get("source"), r.get("sweep")),
             "sweep": r.get("sweep"),
             "key": r["key"],
             "model": model_label(str(config.get("model", ""))),
@@ -257,6 +259,15 @@ def split_summary(name: str, rel_errors: pd.Series, after_band: pd.Series | None
         still = float((after_band.astype(float) < -UNDER_LIMIT).mean() * 100)
         line += f"; after the band {still:.0f}%"
     return line
+
+
+def set_of(source: str | None, sweep: str | None) -> str:
+    """The set a row is reported in: a SETS entry (multi-gpu, padded), else in-sample / validation / held-out
+    for traced rows (by sweep), else its source's own rows (measured rows were never tuned on one by one)."""
+    for name, key in SETS.items():
+        if (source, sweep) == key:
+            return name
+    return split_of_sweep(sweep) if source == "traced" else str(source)
 
 
 def split_of_sweep(sweep: str | None) -> str:

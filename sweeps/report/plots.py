@@ -25,6 +25,7 @@ SOURCE_STYLE = {  # colour and marker per source, the same in every figure
     "measured-cpu": ("tab:green", "^"),
     "measured-gpu": ("tab:red", "D"),
 }
+SET_COLOURS = ("tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:green", "tab:olive", "tab:cyan")
 RC = {
     "svg.hashsalt": "grpo-vram",
     "path.simplify": False,
@@ -136,10 +137,27 @@ def accuracy_figure(acc: pd.DataFrame, band: float = 0.05) -> Figure:
             lo = float(min(obs.min(), pred.min())) / 1.5
             hi = float(max(obs.max(), pred.max())) * 1.5
             emax = max(float(np.abs(rel).max()) * 1.15, 2 * band * 100)
-            for source in sorted(set(acc["source"])):
-                m = (acc["source"] == source).to_numpy()
-                color, marker = SOURCE_STYLE.get(source, ("black", "x"))
-                label = f"{source} ({m.sum()} rows)"
+            groups = (
+                acc[["source", "set"]].drop_duplicates().sort_values(["source", "set"])
+                if "set" in acc
+                else None
+            )
+            keys = (
+                list(groups.itertuples(index=False, name=None))
+                if groups is not None
+                else [(src, src) for src in sorted(set(acc["source"]))]
+            )
+            for i, (source, subset) in enumerate(keys):
+                m = (acc["source"] == source).to_numpy().copy()
+                if groups is not None:
+                    m &= (acc["set"] == subset).to_numpy()
+                # marker per source (as in every figure); colour per set, so tuned and out-of-sample rows differ
+                color, marker = SET_COLOURS[i % len(SET_COLOURS)], SOURCE_STYLE.get(source, ("black", "x"))[1]
+                label = (
+                    f"{source}, {subset} ({m.sum()} rows)"
+                    if subset != source
+                    else f"{source} ({m.sum()} rows)"
+                )
                 ax.scatter(obs[m], pred[m], c=color, marker=marker, s=22, label=label, zorder=3)
                 er.scatter(obs[m], rel[m], c=color, marker=marker, s=22, label=label, zorder=3)
         xs = np.geomspace(lo, hi, 50)
@@ -156,8 +174,8 @@ def accuracy_figure(acc: pd.DataFrame, band: float = 0.05) -> Figure:
         ax.set_ylim(lo, hi)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         er.set_ylim(-emax, emax)
-        ax.legend(loc="upper left", title="source")
-        er.legend(loc="upper right", title="source")
+        ax.legend(loc="upper left", title="source, set")
+        er.legend(loc="upper right", title="source, set")
         fig.tight_layout()
     return fig
 
