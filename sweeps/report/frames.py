@@ -129,7 +129,8 @@ class Card:
 
 
 def cards(sizes: Iterable[int] = FIT_SIZES_GB) -> list[Card]:
-    """For each marketed size, the catalog GPU (estimator.gpus) with the smallest driver-reported memory."""
+    """For each marketed size, the catalog GPU (estimator.gpus) with the smallest driver-reported memory, sized by
+    what torch can use on it (`usable_bytes`), as `vram-estimate`'s verdicts are."""
     from estimator.gpus import GPUS
 
     out = []
@@ -138,7 +139,7 @@ def cards(sizes: Iterable[int] = FIT_SIZES_GB) -> list[Card]:
         if not same:
             raise ValueError(f"no {gb} GB GPU in estimator.gpus")
         g = min(same, key=lambda g: (g.memory_bytes, g.name))
-        out.append(Card(gb, g.name, g.memory_bytes))
+        out.append(Card(gb, g.name, g.usable_bytes))
     return out
 
 
@@ -286,7 +287,7 @@ def headline_frame(
                     _cell(model, method, obs["source"], alloc, need, need > gpu_bytes, vsrc, obs["key"])
                 )
             else:
-                need = est.peak_device_bytes
+                need = est.fit_bytes  # what vram-estimate's verdict compares: need + the regime's error band
                 recs.append(
                     _cell(
                         model,
@@ -387,7 +388,9 @@ def fits_frame(
     recs = []
     for model in models:
         for method in METHODS:
-            need = predict(method_config(model, method, base)).peak_device_bytes
+            need = predict(
+                method_config(model, method, base)
+            ).fit_bytes  # as vram-estimate's verdict, band included
             rec = {"model": model, "method": method, "source": "estimated", "needed_bytes": need}
             rec.update({g.label: need <= g.bytes for g in gpus})
             recs.append(rec)

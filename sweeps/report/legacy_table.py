@@ -3,8 +3,8 @@
 The Oxen.ai H100 table that started this project was made with TRL 0.14: 1 prompt × 4 completions per device,
 gradient accumulation 4, prompt 256 and completion 786 tokens, bf16 weights, LoRA on q_proj, k_proj, o_proj,
 up_proj, down_proj. Every cell here is `estimated` (the estimator with TRL 0.14's profile,
-estimator/trl_versions.py), with a fit verdict for the H100 80GB: allocated peak + CUDA context + allocator
-reserve ≤ the memory the driver reports.
+estimator/trl_versions.py), with vram-estimate's fit verdict for the H100 80GB: what the card must hold + the
+validated error band of the config's regime ≤ the memory torch can use on it.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ H100_GB = 80
 
 
 def h100_bytes() -> int:
-    """Driver-reported memory of the catalog's H100 80GB (estimator/gpus.py)."""
+    """What torch can use on the catalog's H100 80GB (estimator/gpus.py `usable_bytes`), as vram-estimate decides."""
     from estimator.gpus import GPUS
 
-    return min(g.memory_bytes for g in GPUS if round(g.marketed_gb) == H100_GB and "H100" in g.name)
+    return min(g.usable_bytes for g in GPUS if round(g.marketed_gb) == H100_GB and "H100" in g.name)
 
 
 def seed_frame() -> pd.DataFrame:
@@ -57,7 +57,7 @@ def seed_frame() -> pd.DataFrame:
     for method, changes in ROWS.items():
         for label, model in MODELS.items():
             est = estimate(for_release(VERSION, {**SEED, **changes, "model": model}))
-            need = est.peak_device_bytes
+            need = est.fit_bytes  # vram-estimate's verdict: what the card must hold + the regime's error band
             recs.append(
                 {
                     "method": method,
@@ -94,8 +94,9 @@ def seed_markdown(frame: pd.DataFrame | None = None) -> str:
             "so full fine-tuning holds a reference copy, full [B, C+1, V] logits with a row-wise log_softmax, "
             "reference log-probs computed while the policy's graph is alive, generation per micro-batch with "
             f"the earlier micro-batches' gradients resident). Settings: {settings}; LoRA r=16 on "
-            f"{', '.join(LORA_TARGETS)}. Cells: GiB the card must hold (allocated peak + CUDA context + "
-            "allocator reserve), all `estimated`, and the fit verdict on the H100 80GB.",
+            f"{', '.join(LORA_TARGETS)}. Cells: GiB the card must hold plus the validated error band of the "
+            "config's regime (what `vram-estimate --gpu H100` compares), all `estimated`, and that verdict on the "
+            "H100 80GB (the memory torch can use on it).",
             md_table(table),
             releases_markdown(),
         ]

@@ -247,7 +247,9 @@ def render(frame, head, fits, curves, acc, env, gpus, gpu80, base, splits: Seque
         f"Default setting: {setting_text(base)}. Methods (changes to TRL 1.16's `GRPOConfig` defaults):\n\n"
         f"{methods}",
         f"Cells: peak allocated GiB (source), best available source first (measured-gpu > traced > estimated); "
-        f'"OOM on {gpu80.gb} GB" when it does not fit the {gpu80.name} ({gpu80.bytes / MIB:.0f} MiB). '
+        f'"OOM on {gpu80.gb} GB" when it does not fit the {gpu80.name} ({gpu80.bytes / MIB:.0f} MiB torch can use, '
+        f"as `vram-estimate` decides; an estimated cell adds the validated error band of its regime, a traced "
+        "or measured cell does not need one). "
         f"Sources in this table: {head_counts}.",
         headline_markdown(head, gpu80),
         "What the card must hold for the same cells (GiB; allocated + CUDA context + allocator reserve, "
@@ -257,7 +259,8 @@ def render(frame, head, fits, curves, acc, env, gpus, gpu80, base, splits: Seque
         legacy_table.seed_markdown(),
         "## Fits on which GPU (estimated)",
         f"Same default setting; each size is the catalog GPU (`estimator/gpus.py`) with the least memory the "
-        f'driver reports: {gpu_text}. "fits" = estimated peak on the card ≤ that memory. All estimated.',
+        f'driver reports, sized by what torch can use on it: {gpu_text}. "fits" = what the card must hold '
+        "plus the validated error band (`vram-estimate`'s verdict) ≤ that memory. All estimated.",
         fits_markdown(fits, gpus),
         "## Memory vs num_generations",
         "Estimated peak allocated GiB (columns: num_generations; per_device_train_batch_size = num_generations, "
