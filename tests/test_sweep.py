@@ -221,3 +221,8 @@ def test_structured_schema_refuses_a_non_boolean_before_running():
 
     with pytest.raises(ConfigCompositionException, match="gradient_checkpointing=maybe"):
         _compose("trainer.gradient_checkpointing=maybe")
+
+
+def test_a_trl_release_this_environment_does_not_run_is_refused_before_any_run():
+    with pytest.raises(app.BadInput, match="trl_version=0.14: this environment runs TRL 1.16"):
+        app.to_job(_compose("trainer.trl_version=0.14"))

@@ -29,7 +29,7 @@ from estimator.catalog import UnknownModel, resolve_model
 from estimator.config import DEVICES, DTYPES, OPTIMIZERS, RunConfig
 from estimator.units import MIB
 from sweeps import records
-from sweeps.runner import schema, tiny
+from sweeps.runner import grpo_setup, schema, tiny
 from sweeps.runner.predict import arch_for, predict
 
 log = logging.getLogger(__name__)
@@ -211,6 +211,9 @@ def to_job(cfg: DictConfig) -> Job:
         validate.validate(config, arch_for(config) or resolve_model(config.model))
     except (validate.InvalidConfig, UnknownModel, ConfigError) as exc:
         raise BadInput(str(exc)) from None
+    problem = grpo_setup.release_problem(config)  # refused before any run, not recorded as a failed one
+    if problem:
+        raise BadInput(problem)
     run = c.get("run") or {}
     unknown = sorted(set(run) - set(RUN_KEYS) - {"inject_failure", "weights"})
     if unknown:

@@ -150,6 +150,19 @@ def grpo_args(cfg: RunConfig, variant: dict, output_dir: Path):
     return GRPOConfig(**kwargs)
 
 
+def release_problem(cfg: RunConfig) -> str | None:
+    """Why this environment cannot run `cfg.trl_version` (it runs the installed TRL only), or None."""
+    from estimator.trl_versions import fmt, installed_version
+
+    here = installed_version()
+    if here is not None and cfg.trl_version != fmt(here):
+        return (
+            f"trl_version={cfg.trl_version}: this environment runs TRL {fmt(here)}; "
+            "older releases run in their own environments through `make sweep-legacy`"
+        )
+    return None
+
+
 def build(cfg: RunConfig, variant: dict, workdir: Path) -> Built:
     """Model on disk, tokenizer, prompts, reward, GRPOConfig -> GRPOTrainer (the user's path)."""
     from datasets import Dataset
@@ -157,14 +170,9 @@ def build(cfg: RunConfig, variant: dict, workdir: Path) -> Built:
     from trl import GRPOTrainer
 
     variant = {**VARIANT_DEFAULTS, **variant}
-    from estimator.trl_versions import fmt, installed_version
-
-    here = installed_version()
-    if here is not None and cfg.trl_version != fmt(here):
-        raise ValueError(
-            f"trl_version={cfg.trl_version}: this environment runs TRL {fmt(here)}; "
-            "older releases run in their own environments through `make sweep-legacy`"
-        )
+    problem = release_problem(cfg)
+    if problem:
+        raise ValueError(problem)
     workdir = Path(workdir)
     info: dict = {}
     if cfg.device == "cuda":
