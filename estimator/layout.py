@@ -264,15 +264,12 @@ def plan(
     policy_row = RoleBytes(
         "policy (TRL step)", policy_resident(cfg, arch), est.peak_allocated_bytes - policy_resident(cfg, arch)
     )
-    # the training GPUs' peak with the estimated tensor peak raised by the validated error band of this regime
-    # (estimator/band.py), as report.check_fit decides fits; vLLM's reservation is fixed, not raised
-    raised = est.band_bytes
     groups = [
         GpuGroup(
             "training",
             cfg.num_gpus,
             (policy_row, *on_policy),
-            training_peak(est, on_policy) + raised,
+            banded_training_peak(est, on_policy),
             total_bytes,
         )
     ]
@@ -368,6 +365,12 @@ def _sleep(cfg: RunConfig, settings: VllmSettings, weights: int, server: bool) -
     return vt.sleep_residue(level, settings.tensor_parallel_size), vt.sleep_host_bytes(level, weights)
 
 
+def banded_training_peak(est: Estimate, on_policy: list[RoleBytes]) -> int:
+    """A training GPU's peak with the estimated tensor peak raised by the validated error band of its regime
+    (`Estimate.band_bytes`, estimator/band.py), as report.check_fit decides fits; vLLM's share is not raised."""
+    return training_peak(est, on_policy) + est.band_bytes
+
+
 def _largest_safe(
     est: Estimate,
     roles: list[Role],
@@ -390,7 +393,7 @@ def _largest_safe(
         on_policy = [
             _role_bytes(cfg, r, arch_of(r.model), cfg.num_gpus) for r in roles if r.placement == "policy"
         ]
-        if training_peak(e, on_policy) <= total:
+        if banded_training_peak(e, on_policy) <= total:
             best, lo = mid / 100, mid + 1
         else:
             hi = mid - 1
