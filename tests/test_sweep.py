@@ -226,3 +226,14 @@ def test_structured_schema_refuses_a_non_boolean_before_running():
 def test_a_trl_release_this_environment_does_not_run_is_refused_before_any_run():
     with pytest.raises(app.BadInput, match="trl_version=0.14: this environment runs TRL 1.16"):
         app.to_job(_compose("trainer.trl_version=0.14"))
+
+
+def test_every_grpo_config_setting_reaches_trl(tmp_path):
+    """The runner passes the schema's GRPOConfig settings through by name: a changed value arrives in TRL's
+    GRPOConfig (torch_empty_cache_steps was accepted by the sweep and silently dropped before)."""
+    from estimator.config import RunConfig
+
+    cfg = RunConfig(model="tiny-2M", device="cpu", torch_empty_cache_steps=3, num_iterations=2, beta=0.04)
+    args = grpo_setup.grpo_args(cfg, {**grpo_setup.VARIANT_DEFAULTS, "steps": 2}, tmp_path)
+    assert (args.torch_empty_cache_steps, args.num_iterations, args.beta) == (3, 2, 0.04)
+    assert args.per_device_train_batch_size == 8 and args.num_generations == 8 and not args.use_vllm

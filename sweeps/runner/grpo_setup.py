@@ -102,6 +102,24 @@ def peft_config(cfg: RunConfig, variant: dict):
     )
 
 
+def grpo_config_values(cfg: RunConfig) -> dict:
+    """Every run setting TRL's GRPOConfig takes under its own name, from the schema (`estimator.config`: group
+    GRPOConfig, not ours) and present in the installed GRPOConfig; a setting added to the schema reaches TRL here
+    with no further edit. (ms-swift / OpenRLHF keys such as vllm_sleep_level are not GRPOConfig's: skipped.)"""
+    from dataclasses import fields as dataclass_fields
+
+    from trl import GRPOConfig
+
+    from estimator.config import schema
+
+    known = {f.name for f in dataclass_fields(GRPOConfig)}
+    return {
+        f.name: getattr(cfg, f.name)
+        for f in schema()
+        if f.meta.group == "GRPOConfig" and not f.meta.ours and f.name in known and f.name != "bf16"
+    }
+
+
 def grpo_args(cfg: RunConfig, variant: dict, output_dir: Path):
     """GRPOConfig with the run's settings (TRL defaults elsewhere)."""
     from trl import GRPOConfig
@@ -117,17 +135,7 @@ def grpo_args(cfg: RunConfig, variant: dict, output_dir: Path):
         disable_tqdm=True,
         learning_rate=variant["learning_rate"],
         seed=variant["seed"],
-        per_device_train_batch_size=cfg.per_device_train_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        num_generations=cfg.num_generations,
-        max_completion_length=cfg.max_completion_length,
-        steps_per_generation=cfg.steps_per_generation,
-        generation_batch_size=cfg.generation_batch_size,
-        num_iterations=cfg.num_iterations,
-        beta=cfg.beta,
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        optim=cfg.optim,
-        cast_lm_head_to_fp32=cfg.cast_lm_head_to_fp32,
+        **grpo_config_values(cfg),
         model_init_kwargs=model_init_kwargs(cfg),
     )
     if cfg.bf16 is False:
@@ -137,16 +145,6 @@ def grpo_args(cfg: RunConfig, variant: dict, output_dir: Path):
         # min_tokens, transformers' generate min_new_tokens
         key = "min_tokens" if cfg.use_vllm else "min_new_tokens"
         kwargs["generation_kwargs"] = {key: cfg.max_completion_length}
-    if cfg.use_vllm:
-        kwargs.update(
-            use_vllm=True,
-            vllm_mode=cfg.vllm_mode,
-            vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-            vllm_enable_sleep_mode=cfg.vllm_enable_sleep_mode,
-            vllm_importance_sampling_correction=cfg.vllm_importance_sampling_correction,
-            vllm_max_model_length=cfg.vllm_max_model_length,
-            vllm_tensor_parallel_size=cfg.vllm_tensor_parallel_size,
-        )
     return GRPOConfig(**kwargs)
 
 
