@@ -237,3 +237,11 @@ def test_every_grpo_config_setting_reaches_trl(tmp_path):
     args = grpo_setup.grpo_args(cfg, {**grpo_setup.VARIANT_DEFAULTS, "steps": 2}, tmp_path)
     assert (args.torch_empty_cache_steps, args.num_iterations, args.beta) == (3, 2, 0.04)
     assert args.per_device_train_batch_size == 8 and args.num_generations == 8 and not args.use_vllm
+
+
+def test_a_setting_the_runner_cannot_apply_is_refused_not_silently_dropped():
+    with pytest.raises(app.BadInput, match="trainer.vllm_sleep_level=1: the runner measures one TRL process"):
+        app.to_job(_compose("trainer.vllm_sleep_level=1"))
+    with pytest.raises(app.BadInput, match="trainer.offload_optimizer=True"):
+        app.to_job(_compose("trainer.offload_optimizer=true"))
+    assert app.to_job(_compose("trainer.torch_empty_cache_steps=2")).config.torch_empty_cache_steps == 2
