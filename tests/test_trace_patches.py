@@ -12,6 +12,7 @@ import torch
 EXPECTED = {
     ("torch.nn.modules.module.Module", "_apply"),
     ("torch.nn.functional", "dropout"),
+    ("torch.nn.functional", "softmax"),
     ("transformers.masking_utils", "_ignore_causal_mask_sdpa"),
     ("trl.trainer.grpo_trainer", "nanmin"),
     ("trl.trainer.grpo_trainer", "nanmax"),
@@ -112,3 +113,46 @@ def test_offline_env_is_scoped_and_keeps_the_callers_values(monkeypatch):
         assert os.environ["TRANSFORMERS_VERBOSITY"] == "info"
     assert "HF_HUB_OFFLINE" not in os.environ
     assert os.environ["TRANSFORMERS_VERBOSITY"] == "info"
+
+
+def _ops(fn) -> list[str]:
+    """aten ops `fn` dispatches, in order, under FakeTensorMode (CPU fake tensors, as the tracer uses)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func.overloadpacket.__name__))
+            return func(*args, **(kwargs or {}))
+
+    with FakeTensorMode(), Log():
+        fn()
+    return seen
+
+
+def test_fp16_softmax_to_fp32_takes_cudas_half_to_float_kernel_while_patched():
+    """ATen SoftMax.cpp `softmax(input, dim, dtype)`: on CUDA, fp16 -> fp32 runs `_softmax(x, dim, true)` with no
+    fp32 copy of the input; CPU tensors convert first. bf16 converts on both devices."""
+    from sweeps.trace import patches
+
+    def softmax(dtype):
+        return lambda: torch.nn.functional.softmax(
+            torch.empty(2, 3, 4, dtype=dtype), dim=-1, dtype=torch.float32
+        )
+
+    def kernels(dtype) -> list[str]:
+        return [op for op in _ops(softmax(dtype)) if op in ("_to_copy", "_softmax")]
+
+    assert kernels(torch.float16) == ["_to_copy", "_softmax"]  # CPU's path, unpatched
+    with patches.patched():
+        assert kernels(torch.float16) == ["_softmax"]
+        assert kernels(torch.bfloat16) == ["_to_copy", "_softmax"]
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode():
+            out = torch.nn.functional.softmax(
+                torch.empty(2, 4, dtype=torch.float16), dim=-1, dtype=torch.float32
+            )
+        assert out.dtype == torch.float32

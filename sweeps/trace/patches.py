@@ -9,6 +9,8 @@
   builds a 4-D mask, which sends SDPA to the math path; on a real GPU run the all-ones mask is seen and SDPA
   runs causal flash/efficient attention with no mask. Every traced batch is unpadded (prompts all
   `max_prompt_length`, completions forced to full length), so a fake padding mask is treated as all ones.
+* `nn.functional.softmax(fp16, dtype=float32)`: CUDA's `half_to_float` kernel, not CPU's fp32 copy of the input
+  (eager attention's scores in fp16 runs).
 * TRL's metric-only `nanmin`/`nanmax` branch on data (`isnan(t).all()`): replaced by `min`/`max`.
 * fused LM head, GPU path (`fused-gpu`): on CUDA with Triton, TRL scores only the completion positions
   (`hidden_states[mask]`, a compact `[N_valid, H]` copy, then `masked_scatter` back) and folds each
@@ -84,6 +86,22 @@ def _fused_dropout(orig):
     return dropout
 
 
+def _cuda_softmax(orig):
+    """ATen's `softmax(input, dim, dtype)` (aten/src/ATen/native/SoftMax.cpp, `softmax`): on CUDA an fp16 input
+    with `dtype=float32` runs `_softmax(input, dim, half_to_float=True)`, which reads fp16 and writes fp32 with no
+    fp32 copy of the input; on CPU it converts first (`input.toType(dtype)`, a full fp32 copy). Eager attention
+    calls `nn.functional.softmax(scores, dim=-1, dtype=torch.float32)`, so a trace of an fp16 CUDA run on CPU
+    tensors held one fp32 [B, heads, L, L] copy too many. Traces of CUDA runs take the CUDA branch."""
+
+    @functools.wraps(orig)
+    def softmax(input, dim=None, _stacklevel=3, dtype=None):
+        if dim is not None and dtype == torch.float32 and input.dtype == torch.float16:
+            return torch._softmax(input, dim, True)
+        return orig(input, dim, _stacklevel=_stacklevel, dtype=dtype)
+
+    return softmax
+
+
 def _noop(*args, **kwargs) -> None:
     return None
 
@@ -112,6 +130,7 @@ def _replacements() -> list[tuple[object, str, object]]:
     return [
         (torch.nn.Module, "_apply", _apply),
         (torch.nn.functional, "dropout", _fused_dropout(torch.nn.functional.dropout)),
+        (torch.nn.functional, "softmax", _cuda_softmax(torch.nn.functional.softmax)),
         (mu, "_ignore_causal_mask_sdpa", _ignore_mask_fake_as_ones(mu._ignore_causal_mask_sdpa)),
         (gt, "nanmin", _min),
         (gt, "nanmax", _max),

@@ -103,6 +103,7 @@ TARGETS = (
     # torch
     Target("torch.nn.modules.module:Module._apply", "torch", "patches._apply (FakeTensor variant of it)"),
     Target("torch.nn.functional:dropout", "torch", "patches._fused_dropout (wraps it)"),
+    Target("torch.nn.functional:softmax", "torch", "patches._cuda_softmax (wraps it)"),
     Target(
         "torch.optim.optimizer:_default_to_fused_or_foreach",
         "torch",
