@@ -15,8 +15,8 @@ from estimator.phase_names import GENERATE, OPTIMIZER, SCORE, TRAIN
 from estimator.terms import activations as act
 from estimator.terms import generation as gen
 from estimator.terms import logprob_head as head
+from estimator.terms import moe_lora, release, vllm, weights
 from estimator.terms import optimizer as opt
-from estimator.terms import release, vllm, weights
 from estimator.terms.sharding import deepspeed_dtype_config, gathered_weights, is_fsdp, shard
 from estimator.units import nbytes
 
@@ -50,11 +50,14 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     decode = {  # the last step: full cache, one layer's K/V briefly held twice, the step's logits
         "kv_cache": gen.kv_cache(cfg, arch) + gen.kv_concat_transient(cfg, arch),
         "generation_logits": gen.generation_logits(cfg, arch),
+        "activations": moe_lora.merged_weights(cfg, arch) + moe_lora.factor_copies(cfg, arch),
     }
     out = dict(max(prefill, decode, key=lambda d: sum(d.values())))
     out["gradients"] = shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch))
     gathered = gathered_weights(cfg, weights.policy_weights(cfg, arch))
-    out["autocast_weight_cache"] = act.autocast_weight_cache(cfg, arch, include_lm_head=True)
+    out["autocast_weight_cache"] = act.autocast_weight_cache(
+        cfg, arch, include_lm_head=True
+    ) + act.fp32_head_cast_in_generation(cfg, arch)
     if gathered:
         out["gathered_weights"] = gathered
     return out
@@ -108,6 +111,7 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
         + tokens * act.eager_backward_transient_per_token(cfg, arch, seq)
         + grad_flow
         + act.dequantized_weight_transient(cfg, arch)
+        + moe_lora.backward_transient(cfg, arch)
     )
     after_head = shard(cfg, "gradients", opt.gradients_after_head(cfg, arch))
     if cfg.gradient_checkpointing:

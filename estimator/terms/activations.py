@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
+from estimator.terms import moe_lora
 from estimator.terms.quantized import arch_quant_spec
 from estimator.terms.weights import lora_targets
 from estimator.units import nbytes
@@ -110,7 +111,7 @@ def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
         # transpose(1, 2).contiguous() is a real copy that o_proj saves (transformers 4.48 integrations/sdpa_attention.py L38-62)
         per_tok += a * arch.q_dim
     if cfg.attn_implementation == "eager":
-        per_tok += arch.num_heads * seq_len * eager_scores_saved_bytes(cfg)
+        per_tok += arch.num_heads * seq_len * (eager_scores_saved_bytes(cfg) + softcap_saved_bytes(cfg, arch))
     elif sdpa_needs_mask(cfg, arch, seq_len):
         # torch's scaled_dot_product_attention turns the bool mask into an additive one in the query dtype
         # (aten/src/ATen/native/transformers/attention.cpp `convert_boolean_attn_mask`), per layer, and the
@@ -130,18 +131,38 @@ def eager_scores_saved_bytes(cfg: RunConfig) -> int:
     return 4 + compute_bytes(cfg)
 
 
+def attn_logit_softcapping(arch: Arch) -> float | None:
+    """The config's `attn_logit_softcapping` (Gemma 2: 50.0), or None."""
+    return ((arch.extra or {}).get("config") or {}).get("attn_logit_softcapping")
+
+
+def softcap_saved_bytes(cfg: RunConfig, arch: Arch) -> int:
+    """Bytes per score element eager attention's logit soft-capping saves: transformers 5.23 Gemma 2
+    `eager_attention_forward` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma2/modeling_gemma2.py#L195-L198)
+    computes `tanh(scores / softcap) * softcap`, and `tanh` saves its a-byte output for backward; 0 without it."""
+    return compute_bytes(cfg) if attn_logit_softcapping(arch) else 0
+
+
+def softmax_half_to_float(cfg: RunConfig) -> bool:
+    """Eager attention's scores are fp16 (an fp16 model without autocast): on CUDA ATen's `softmax(x, dtype=float32)`
+    runs `_softmax(x, half_to_float=True)` (aten/src/ATen/native/SoftMax.cpp), with no fp32 copy of the input."""
+    return cfg.dtype == "float16" and not cfg.bf16
+
+
 def eager_backward_transient_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
     """Eager attention's backward at `_softmax_backward_data`, beyond the recomputed layer's saved tensors.
 
-    Live then: the fp32 incoming gradient (the backward of `.to(query.dtype)`) and the fp32 result, heads·L·8;
+    Live then: the fp32 incoming gradient (the backward of `.to(query.dtype)`) and the result, fp32 (heads·L·8),
+    or fp16 with CUDA's `half_to_float` softmax, whose backward writes the input dtype (heads·L·(4 + a));
     already released by autograd: the a-byte weights cast (the value matmul's backward ran) and everything the
     MLP and the norms saved (the layer's backward runs MLP first), so the excess is
-    heads·L·(8 − a) − (layer saved − attention saved), or 0.
+    heads·L·(8 − a) (4 with `half_to_float`) − (layer saved − attention saved), or 0.
     """
     if cfg.attn_implementation != "eager":
         return 0
     released = layer_saved_per_token(cfg, arch, seq_len) - attention_saved_per_token(cfg, arch, seq_len)
-    return max(0, arch.num_heads * seq_len * (8 - compute_bytes(cfg)) - released)
+    excess = 4 if softmax_half_to_float(cfg) else 8 - compute_bytes(cfg)
+    return max(0, arch.num_heads * seq_len * excess - released)
 
 
 def attention_mask_bytes(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
@@ -170,8 +191,25 @@ def mlp_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     a = linear_output_bytes(cfg)
     saved = mlp_saved_tensors(cfg)
     if arch.is_moe:
-        return arch.num_experts_per_tok * saved * a * arch.moe_intermediate_size + 4 * arch.num_experts
+        return arch.num_experts_per_tok * moe_expert_saved_per_copy(cfg, arch) + 4 * arch.num_experts
     return saved * a * arch.intermediate_size
+
+
+def moe_expert_saved_per_copy(cfg: RunConfig, arch: Arch) -> int:
+    """What one routed token copy keeps for backward in transformers 5.23 `grouped_mm_experts_forward`
+    (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/integrations/moe.py#L424-L537).
+
+    Autograd saves an operand only for a gradient it will compute (`_grouped_mm` keeps its input only when the
+    weight requires grad): gate_up's output [2I] (act and the up half), act(gate) [I], and the down projection's
+    output [H], which `proj_out * sample_weights_g` keeps because the routing weights require grad; plus the
+    gathered input [H] when gate_up trains and the act·up product [I] when down_proj trains (full fine-tuning,
+    or LoRA wrapping the stacks, terms/moe_lora.py). All a bytes.
+    """
+    a, h, i = compute_bytes(cfg), arch.hidden_size, arch.moe_intermediate_size
+    wrapped = moe_lora.wrapped_expert_params(cfg, arch)
+    gate_up_trains = not cfg.use_peft or "gate_up" in wrapped
+    down_trains = not cfg.use_peft or "down" in wrapped
+    return a * (3 * i + h + (h if gate_up_trains else 0) + (i if down_trains else 0))
 
 
 def lora_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -216,6 +254,17 @@ def autocast_weight_cache(
     return numel * compute_bytes(cfg)
 
 
+def fp32_head_cast_in_generation(cfg: RunConfig, arch: Arch) -> int:
+    """`cast_lm_head_to_fp32` under bf16/fp16 autocast: generation calls the fp32 head through the model's own
+    forward, where autocast casts its [V, H] weight to a bytes for each call (torch autocast `cached_cast` caches
+    only leaves that require grad; the head is frozen with LoRA and the cast is short-lived either way): V·H·a.
+    TRL's fused head disables autocast for scoring and training (grpo_trainer.py `_fused_forward`), so only
+    generation pays it."""
+    if not (cfg.cast_lm_head_to_fp32 and cfg.bf16) or nbytes(cfg.dtype) == 4 or residual_bytes(cfg) == 4:
+        return 0
+    return arch.vocab_size * arch.hidden_size * compute_bytes(cfg)
+
+
 def layer_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     """Inside the MLP's backward six [T, I] tensors are live: those not saved are gradients in flight, (6 − saved)·a·I (2 full, 3 frozen); or the LoRA backward instant, if larger.
 
@@ -227,7 +276,19 @@ def layer_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     if cfg.load_in_4bit and linear_output_bytes(cfg) != compute_bytes(cfg):
         # observed in traces (not derived from a code path): autocast's a-byte copy of down_proj's r-byte input
         out += (compute_bytes(cfg) - linear_output_bytes(cfg)) * inter
-    return max(out, lora_backward_transient_per_token(cfg, arch))
+    return max(out, lora_backward_transient_per_token(cfg, arch), moe_combine_backward_per_token(cfg, arch))
+
+
+def moe_combine_backward_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """Backward of the experts' combine step, per token: `weighted_out.view(T, k, H).sum(1)` hands back an expanded
+    gradient that is made contiguous [T, k, H], and `weighted_out[inv_perm]`'s backward scatters it into a zeroed
+    [S, H] (torch FunctionsManual.cpp `index_backward`, `index_put_` in place on CUDA): 2·k·H·a.
+
+    (Under FakeTensorMode `index_backward` takes its out-of-place `index_put` branch for tensor subclasses, so a
+    traced step holds one more [S, H] here than a CUDA step.)"""
+    if not arch.is_moe:
+        return 0
+    return 2 * arch.num_experts_per_tok * arch.hidden_size * compute_bytes(cfg)
 
 
 def lora_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -287,12 +348,15 @@ def saved_activations(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> i
     mask = attention_mask_bytes(cfg, arch, batch, seq_len)
     if cfg.gradient_checkpointing:
         return checkpoint_inputs(cfg, arch, tokens) + mask
-    return arch.num_layers * tokens * layer_saved_per_token(cfg, arch, seq_len) + mask
+    per_layer = tokens * layer_saved_per_token(cfg, arch, seq_len) + moe_lora.saved_per_layer(cfg, arch)
+    return arch.num_layers * per_layer + mask
 
 
 def recompute_layer(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     """With GC, backward re-runs one layer's forward at a time: one layer's saved tensors, tokens × per-layer bytes."""
-    return batch * seq_len * layer_saved_per_token(cfg, arch, seq_len) if cfg.gradient_checkpointing else 0
+    if not cfg.gradient_checkpointing:
+        return 0
+    return batch * seq_len * layer_saved_per_token(cfg, arch, seq_len) + moe_lora.saved_per_layer(cfg, arch)
 
 
 def moe_nograd_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -304,18 +368,31 @@ def moe_nograd_per_token(cfg: RunConfig, arch: Arch) -> int:
     return a * k * max(4 * arch.hidden_size, arch.hidden_size + 3 * arch.moe_intermediate_size)
 
 
-def eager_nograd_bytes(cfg: RunConfig) -> int:
+def query_bytes(cfg: RunConfig, arch: Arch) -> int:
+    """Bytes of the query eager attention casts its probabilities to (`.to(query.dtype)`): a, except behind a
+    Qwen3-style q_norm, whose `weight * hidden.to(input_dtype)` promotes to the r-byte weight's dtype
+    (transformers 5.23 `Qwen3RMSNorm.forward`, see `qk_norm_saved_per_token`)."""
+    a = compute_bytes(cfg)
+    if arch.model_type in QK_NORM_MODEL_TYPES and arch.model_type not in GEMMA_NORM_MODEL_TYPES:
+        return max(a, residual_bytes(cfg))
+    return a
+
+
+def eager_nograd_bytes(cfg: RunConfig, arch: Arch) -> int:
     """Bytes per score element live at eager attention's softmax without grad: the masked scores, their fp32 copy,
     the fp32 softmax.
 
     transformers 5.23 `eager_attention_forward`: `matmul(q, kᵀ) * scaling + causal_mask` (a bytes, or 4 when the
     model-dtype mask is fp32), then `softmax(dim=-1, dtype=float32)`; ATen `softmax(input, dim, dtype)`
     (aten/src/ATen/native/SoftMax.cpp) converts the input with `input.to(dtype)` first, except for fp16 on CUDA
-    (`half_to_float`), then writes a fp32 output.
+    (`half_to_float`), then writes a fp32 output. Its `.to(query.dtype)` then writes an a-byte copy while the
+    masked scores are still bound to `attn_weights` (rebound only after the cast): added + 4 + q, when the
+    query's q bytes (`query_bytes`) are < 4.
     """
+    q = query_bytes(cfg, arch)
     added = max(compute_bytes(cfg), residual_bytes(cfg))
-    copy = 0 if added == 4 or (cfg.dtype == "float16" and not cfg.bf16) else 4
-    return added + copy + 4
+    copy = 0 if added == 4 or softmax_half_to_float(cfg) else 4
+    return max(added + copy + 4, added + 4 + (q if q != 4 else 0))
 
 
 def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -326,13 +403,14 @@ def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
     adapter's the adapter dtype (fp32, or bf16 with QLoRA, grpo_trainer.py:538-541), and a 16-bit sum of fp16 and
     bf16 (or anything with fp32) promotes to fp32 (torch type promotion) before `result.to(torch_result_dtype)`.
     """
-    if not cfg.use_peft:
+    if not cfg.use_peft or arch.is_moe:
         return 0
     fused = fused_gate_up(arch)
     width = 2 * arch.intermediate_size if fused else arch.intermediate_size
     wrapped = [lin for lin in lora_targets(cfg, arch) if lin.out_features == width]
-    if not wrapped or arch.is_moe:
-        return 0
+    down = lora_nograd_down_input_per_token(cfg, arch)
+    if not wrapped:
+        return down
     if cfg.bf16:  # autocast: both outputs in a bytes, and so their sum
         base = adapter = total = compute_bytes(cfg)
     else:
@@ -341,8 +419,33 @@ def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
         adapter = nbytes(adapter_dtype)
         total = 4 if cfg.dtype != adapter_dtype else adapter  # fp16 + bf16 -> fp32; anything + fp32 -> fp32
     if fused:  # Phi-3: gate_up_proj's base result, scaled adapter output and sum, each [T, 2I]; no act yet
-        return (base + adapter + total) * width
-    return (base + base + adapter + total) * arch.intermediate_size
+        return max((base + adapter + total) * width, down)
+    return max((base + base + adapter + total) * arch.intermediate_size, down)
+
+
+def lora_nograd_down_input_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """No-grad down_proj with LoRA, per token: its [T, I] input chain at `lora_A`.
+
+    peft 0.21 `lora.Linear.forward` (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L1074-L1115):
+    the act·up product x (held by the caller) is cast to the adapter dtype (`_cast_input_dtype`, a copy when the
+    dtypes differ), passed through `lora_dropout` (generation runs with the policy in train mode, so
+    `native_dropout` writes an output and a bool mask when lora_dropout > 0) and, under autocast, cast to a bytes
+    for `lora_A`'s matmul; all live together: x + cast + (out + mask) + autocast copy, × I.
+    """
+    if not cfg.use_peft or not any(
+        lin.in_features == arch.intermediate_size for lin in lora_targets(cfg, arch)
+    ):
+        return 0
+    a = compute_bytes(cfg)
+    x = a if cfg.bf16 else residual_bytes(cfg)
+    adapter = 2 if cfg.load_in_4bit else 4  # weights.adapter_dtype: bf16 with a 4-bit base, else fp32
+    x_dtype_is_adapter = x == adapter and (adapter == 4 or cfg.dtype == "bfloat16" or cfg.bf16)
+    live = x + (0 if x_dtype_is_adapter else adapter)
+    if cfg.lora_dropout > 0:
+        live += adapter + 1
+    if cfg.bf16 and adapter != a:
+        live += a
+    return live * arch.intermediate_size
 
 
 def fused_gate_up(arch: Arch) -> bool:
@@ -363,11 +466,19 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
         (4 if fused_gate_up(arch) else 3) * a * inter
     )  # fused: the [T, 2I] output lives beside act and product
     mlp = tokens * (resid + 4 * arch.hidden_size + max(mlp_live, lora_nograd_mlp_per_token(cfg, arch)))
-    if arch.is_moe:
+    if arch.is_moe:  # + the wrapped expert stacks merged for this layer's forward (terms/moe_lora.py)
         mlp = tokens * (resid + 4 * arch.hidden_size + moe_nograd_per_token(cfg, arch))
+        mlp += moe_lora.merged_weights(cfg, arch) + moe_lora.factor_copies(cfg, arch)
     if cfg.attn_implementation != "eager":
         return mlp
     # beside the scores: q, and K/V repeated to every head (`repeat_kv` copies them when kv_heads < heads)
     qkv = a * (arch.q_dim + (2 * arch.num_heads * arch.head_dim if arch.num_kv_heads < arch.num_heads else 0))
-    attn = tokens * (arch.num_heads * seq_len * eager_nograd_bytes(cfg) + 2 * arch.hidden_size * r + qkv)
-    return max(mlp, attn) + attention_mask_bytes(cfg, arch, batch, seq_len)
+    attn = tokens * (
+        arch.num_heads * seq_len * eager_nograd_bytes(cfg, arch) + 2 * arch.hidden_size * r + qkv
+    )
+    # the a-byte probabilities outlive the attention: every catalog decoder layer binds them to a local
+    # (`hidden_states, _ = self.self_attn(...)`, transformers 5.23
+    # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L297)
+    # until the layer returns, so they are live through the MLP
+    probs = tokens * arch.num_heads * seq_len * a
+    return max(mlp + probs, attn) + attention_mask_bytes(cfg, arch, batch, seq_len)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from estimator.architecture import Arch, Linear
 from estimator.config import RunConfig
+from estimator.terms.moe_lora import expert_lora_params
 from estimator.terms.quantized import arch_quant_spec, packed_base_weights
 from estimator.units import nbytes
 
@@ -90,12 +91,13 @@ def _peft_defaults() -> dict[str, tuple[str, ...]]:
 
 
 def lora_params(cfg: RunConfig, arch: Arch) -> int:
-    """layers × Σ_targets r × (in + out): A is [r, in], B is [out, r] (Hu et al. 2021)."""
+    """layers × Σ_targets r × (in + out): A is [r, in], B is [out, r] (Hu et al. 2021); plus, on a MoE model, the
+    fused experts and router peft wraps in `lora.ParamWrapper` (estimator/terms/moe_lora.py)."""
     if not cfg.use_peft:
         return 0
     return arch.num_layers * sum(
         lin.count * cfg.lora_r * (lin.in_features + lin.out_features) for lin in lora_targets(cfg, arch)
-    )
+    ) + expert_lora_params(cfg, arch)
 
 
 def adapter_dtype(cfg: RunConfig) -> str:

@@ -1,0 +1,100 @@
+"""LoRA on a mixture-of-experts model's fused expert weights (peft 0.21 `lora.ParamWrapper`).
+
+Since transformers 5 the experts of a MoE layer are two 3-D parameters, `gate_up_proj` [E, 2I, H] and
+`down_proj` [E, H, I], and the router is a custom module, none of them an `nn.Linear`. peft 0.21
+`_convert_peft_config_moe` (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/utils/transformers_weight_conversion.py#L402-L482)
+maps the transformers-4 names a LoRA config targets onto them: `all-linear` (or naming `gate_proj` + `up_proj`,
+`down_proj`, `gate`) adds `gate_up_proj` with rank 2r (two fused projections, `rank_pattern` r × 2), `down_proj`
+with rank r, and the router weight with rank r, as `target_parameters`. Each is wrapped in `lora.ParamWrapper`,
+whose A is [rank·E, in] and B [out, rank·E].
+
+On every forward `ParamWrapper._activate_lora` (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L2572-L2601)
+registers a parametrization that returns `baddbmm(W, lhs, rhs)` (`_LoraFactorsProxy`, autocast off, in W's
+dtype), cached for the forward: a merged copy of the whole expert stack per layer, beside the frozen W. The
+factors `lhs`, `rhs` are `.to(W.dtype)` copies of A and B. With grad, `baddbmm` saves both factors and the
+grouped matmul saves the merged weight as its weight operand, so each layer keeps them until its backward; the
+backward of the grouped matmul then produces the merged weight's full-size gradient before `baddbmm`'s backward
+reduces it to the factors' gradients.
+
+Data: the model types peft converts (transformers 5.23 `conversion_mapping._MODEL_TO_CONVERSION_PATTERN`, the
+entries mapped to "qwen2_moe" or "mixtral") and the transformers-4 names of each family.
+"""
+
+from __future__ import annotations
+
+from estimator.architecture import Arch
+from estimator.config import RunConfig
+from estimator.units import nbytes
+
+# transformers-4 names peft maps onto the fused experts and the router, per conversion family
+_QWEN2_MOE = {"gate_up": ("gate_proj", "up_proj"), "down": ("down_proj",), "router": ("gate",)}
+_MIXTRAL = {"gate_up": ("w1", "w3"), "down": ("w2",), "router": ("gate",)}
+CONVERTED_MOE: dict[str, dict[str, tuple[str, ...]]] = {
+    "qwen2_moe": _QWEN2_MOE,
+    "qwen3_moe": _QWEN2_MOE,
+    "olmoe": _QWEN2_MOE,
+    "deepseek_v2": _QWEN2_MOE,
+    "deepseek_v3": _QWEN2_MOE,
+    "mixtral": _MIXTRAL,
+    "minimax": _MIXTRAL,
+}
+
+
+def wrapped_expert_params(cfg: RunConfig, arch: Arch) -> frozenset[str]:
+    """Which of "gate_up", "down", "router" peft wraps in a ParamWrapper for this config (empty off MoE / PEFT)."""
+    names = CONVERTED_MOE.get(arch.model_type)
+    if not (cfg.use_peft and arch.is_moe and names):
+        return frozenset()
+    targets = cfg.lora_target_modules
+    if targets is None:  # PEFT's per-model defaults are attention projections
+        return frozenset()
+    if tuple(targets) == ("all-linear",):
+        return frozenset(names)
+    wanted = set(targets)
+    return frozenset(k for k, old in names.items() if set(old) <= wanted)
+
+
+def expert_lora_params(cfg: RunConfig, arch: Arch) -> int:
+    """Per model: layers × (gate_up 2r·E·(H + 2I) + down r·E·(I + H) + router r·(H + E)) for the wrapped ones."""
+    wrapped = wrapped_expert_params(cfg, arch)
+    h, i, e, r = arch.hidden_size, arch.moe_intermediate_size, arch.num_experts, cfg.lora_r
+    per_layer = {
+        "gate_up": 2 * r * e * (h + 2 * i),
+        "down": r * e * (i + h),
+        "router": r * (h + e),
+    }
+    return arch.num_layers * sum(per_layer[k] for k in wrapped)
+
+
+def _stack_numel(arch: Arch, which: str) -> int:
+    h, i, e = arch.hidden_size, arch.moe_intermediate_size, arch.num_experts
+    return {"gate_up": e * 2 * i * h, "down": e * h * i, "router": e * h}[which]
+
+
+def merged_weights(cfg: RunConfig, arch: Arch) -> int:
+    """One layer's merged copies W + ΔW of the wrapped stacks, in the base weights' dtype: Σ numel × w."""
+    w = nbytes(cfg.dtype)
+    return w * sum(_stack_numel(arch, k) for k in wrapped_expert_params(cfg, arch))
+
+
+def factor_copies(cfg: RunConfig, arch: Arch) -> int:
+    """One layer's `.to(W.dtype)` copies of A and B for the stacks folded by `baddbmm` (saved with grad)."""
+    wrapped = wrapped_expert_params(cfg, arch) - {"router"}
+    h, i, e, r = arch.hidden_size, arch.moe_intermediate_size, arch.num_experts, cfg.lora_r
+    numel = {"gate_up": 2 * r * e * (h + 2 * i), "down": r * e * (i + h)}
+    return nbytes(cfg.dtype) * sum(numel[k] for k in wrapped)
+
+
+def saved_per_layer(cfg: RunConfig, arch: Arch) -> int:
+    """What one layer keeps for backward: its merged stacks and the factor copies."""
+    if not wrapped_expert_params(cfg, arch):
+        return 0
+    return merged_weights(cfg, arch) + factor_copies(cfg, arch)
+
+
+def backward_transient(cfg: RunConfig, arch: Arch) -> int:
+    """The largest merged stack's gradient, alive between the grouped matmul's backward and `baddbmm`'s."""
+    wrapped = wrapped_expert_params(cfg, arch) - {"router"}
+    if not wrapped:
+        return 0
+    return nbytes(cfg.dtype) * max(_stack_numel(arch, k) for k in wrapped)

@@ -1,0 +1,82 @@
+"""LoRA on a MoE model's fused experts (estimator/terms/moe_lora.py) against peft building it, and hand-worked bytes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from estimator.architecture import from_config
+from estimator.config import RunConfig
+from estimator.terms import activations, moe_lora, weights
+from sweeps.trace import fake_model
+
+
+def _peft_trainable(config: dict, **lora) -> int:
+    """Trainable parameters peft 0.21 gives a transformers model built on the meta device from `config`."""
+    import peft
+    import transformers
+
+    conf = transformers.AutoConfig.for_model(**config)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(conf, dtype=torch.bfloat16)
+    pm = peft.get_peft_model(model, peft.LoraConfig(lora_dropout=0.0, **lora))
+    return sum(p.numel() for p in pm.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [
+        ["all-linear"],
+        ["q_proj", "k_proj", "v_proj", "o_proj"],
+        ["q_proj", "gate_proj", "up_proj", "down_proj"],
+    ],
+)
+def test_trainable_params_match_peft_on_qwen3_moe(targets):
+    config = fake_model.truncated_config_dict("Qwen/Qwen3-30B-A3B", 1)
+    cfg = RunConfig(
+        model="Qwen/Qwen3-30B-A3B",
+        use_peft=True,
+        lora_r=8,
+        lora_dropout=0.0,
+        lora_target_modules=tuple(targets),
+    )
+    arch = from_config(config, name=cfg.model)
+    lora = {"r": 8, "target_modules": "all-linear" if targets == ["all-linear"] else targets}
+    assert weights.lora_params(cfg, arch) == _peft_trainable(json.loads(json.dumps(config)), **lora)
+
+
+def test_merged_expert_stacks_by_hand():
+    """Qwen3-30B-A3B: 128 experts, H 2048, I 768, bf16. One layer merges gate_up [128, 1536, 2048] and down
+    [128, 2048, 768]: 128 × (1536 × 2048 + 2048 × 768) × 2 B = 1,207,959,552 B (the traces' `aten.baddbmm`
+    bytes for one layer), and the router's W + ΔW [128, 2048]: 524,288 B."""
+    config = fake_model.truncated_config_dict("Qwen/Qwen3-30B-A3B", 4)
+    arch = from_config(config, name="Qwen/Qwen3-30B-A3B")
+    cfg = RunConfig(
+        model="Qwen/Qwen3-30B-A3B",
+        use_peft=True,
+        lora_r=8,
+        lora_dropout=0.0,
+        lora_target_modules=("all-linear",),
+        dtype="bfloat16",
+    )
+    assert moe_lora.merged_weights(cfg, arch) == 1_207_959_552 + 524_288
+    # factor copies: gate_up lhs/rhs 2r·E·(H + 2I), down r·E·(I + H), each bf16
+    assert moe_lora.factor_copies(cfg, arch) == 2 * (16 * 128 * (2048 + 1536) + 8 * 128 * (768 + 2048))
+    # attention-only targets wrap no stack
+    attn = RunConfig(model="Qwen/Qwen3-30B-A3B", use_peft=True, lora_target_modules=("q_proj", "v_proj"))
+    assert moe_lora.saved_per_layer(attn, arch) == 0
+
+
+def test_moe_saved_per_routed_copy_by_hand():
+    """bf16 Qwen3-30B-A3B LoRA on attention only: gate_up out 2I + act I + down out H (routing weights need
+    grad) = 2 × (1536 + 768 + 2048) B; full fine-tuning adds the gathered input H and the act·up product I."""
+    config = fake_model.truncated_config_dict("Qwen/Qwen3-30B-A3B", 4)
+    arch = from_config(config, name="Qwen/Qwen3-30B-A3B")
+    lora = RunConfig(
+        model="Qwen/Qwen3-30B-A3B", use_peft=True, lora_target_modules=("q_proj", "v_proj"), dtype="bfloat16"
+    )
+    assert activations.moe_expert_saved_per_copy(lora, arch) == 2 * (1536 + 768 + 2048)
+    full = RunConfig(model="Qwen/Qwen3-30B-A3B", dtype="bfloat16")
+    assert activations.moe_expert_saved_per_copy(full, arch) == 2 * (1536 + 768 + 2048 + 2048 + 768)
