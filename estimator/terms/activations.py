@@ -13,7 +13,7 @@ from estimator.architecture import Arch
 from estimator.config import RunConfig
 from estimator.terms import moe_lora
 from estimator.terms.quantized import arch_quant_spec
-from estimator.terms.weights import lora_targets
+from estimator.terms.weights import adapter_dtype, lora_targets
 from estimator.units import nbytes
 
 
@@ -309,7 +309,7 @@ def lora_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
         return 0
     n = max(lin.in_features for lin in targets)
     a = compute_bytes(cfg)
-    adapter = 2 if cfg.load_in_4bit else 4  # weights.adapter_dtype
+    adapter = nbytes(adapter_dtype(cfg))
     if adapter != a:
         return (a + 4 + (4 if cfg.lora_dropout > 0 else a)) * n
     return (a + a + (a if cfg.lora_dropout > 0 else 0)) * n
@@ -437,10 +437,9 @@ def lora_nograd_down_input_per_token(cfg: RunConfig, arch: Arch) -> int:
     ):
         return 0
     a = compute_bytes(cfg)
-    x = a if cfg.bf16 else residual_bytes(cfg)
-    adapter = 2 if cfg.load_in_4bit else 4  # weights.adapter_dtype: bf16 with a 4-bit base, else fp32
-    x_dtype_is_adapter = x == adapter and (adapter == 4 or cfg.dtype == "bfloat16" or cfg.bf16)
-    live = x + (0 if x_dtype_is_adapter else adapter)
+    x_dtype = "bfloat16" if cfg.bf16 else cfg.dtype  # the product's dtype: autocast's, else the model's
+    adapter = nbytes(adapter_dtype(cfg))
+    live = nbytes(x_dtype) + (0 if x_dtype == adapter_dtype(cfg) else adapter)
     if cfg.lora_dropout > 0:
         live += adapter + 1
     if cfg.bf16 and adapter != a:

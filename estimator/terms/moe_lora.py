@@ -54,16 +54,15 @@ def wrapped_expert_params(cfg: RunConfig, arch: Arch) -> frozenset[str]:
     return frozenset(k for k, old in names.items() if set(old) <= wanted)
 
 
-def expert_lora_params(cfg: RunConfig, arch: Arch) -> int:
-    """Per model: layers × (gate_up 2r·E·(H + 2I) + down r·E·(I + H) + router r·(H + E)) for the wrapped ones."""
-    wrapped = wrapped_expert_params(cfg, arch)
+def _factor_numel(cfg: RunConfig, arch: Arch, which: str) -> int:
+    """A + B of one wrapped stack: gate_up 2r·E·(H + 2I) (rank 2r), down r·E·(I + H), router r·(H + E)."""
     h, i, e, r = arch.hidden_size, arch.moe_intermediate_size, arch.num_experts, cfg.lora_r
-    per_layer = {
-        "gate_up": 2 * r * e * (h + 2 * i),
-        "down": r * e * (i + h),
-        "router": r * (h + e),
-    }
-    return arch.num_layers * sum(per_layer[k] for k in wrapped)
+    return {"gate_up": 2 * r * e * (h + 2 * i), "down": r * e * (i + h), "router": r * (h + e)}[which]
+
+
+def expert_lora_params(cfg: RunConfig, arch: Arch) -> int:
+    """Per model: layers × Σ over the wrapped stacks of their A + B (`_factor_numel`)."""
+    return arch.num_layers * sum(_factor_numel(cfg, arch, k) for k in wrapped_expert_params(cfg, arch))
 
 
 def _stack_numel(arch: Arch, which: str) -> int:
@@ -80,9 +79,7 @@ def merged_weights(cfg: RunConfig, arch: Arch) -> int:
 def factor_copies(cfg: RunConfig, arch: Arch) -> int:
     """One layer's `.to(W.dtype)` copies of A and B for the stacks folded by `baddbmm` (saved with grad)."""
     wrapped = wrapped_expert_params(cfg, arch) - {"router"}
-    h, i, e, r = arch.hidden_size, arch.moe_intermediate_size, arch.num_experts, cfg.lora_r
-    numel = {"gate_up": 2 * r * e * (h + 2 * i), "down": r * e * (i + h)}
-    return nbytes(cfg.dtype) * sum(numel[k] for k in wrapped)
+    return nbytes(cfg.dtype) * sum(_factor_numel(cfg, arch, k) for k in wrapped)
 
 
 def saved_per_layer(cfg: RunConfig, arch: Arch) -> int:
