@@ -57,3 +57,20 @@ def test_results_readme_summary_matches_make_accuracy(summary):
     for _, r in accuracy.summary_frame(summary, ("source", "method")).iterrows():
         line = f"| {r['source']} | {r['method']} | {r['count']} | {_pct(r['median_abs_rel_error'])}% |"
         assert line in text, line
+
+
+def test_readme_three_set_table_matches_make_accuracy(summary):
+    """The README's in-sample / validation / held-out rows are `make accuracy`'s split lines, cell for cell."""
+    rows = records.load_rows([REPO / "results" / "raw", REPO / "results" / "traced"])
+    text = (REPO / "README.md").read_text()
+    line = re.compile(
+        r"accuracy\[(\S+)\]: (\d+) configs, median \|error\| ([\d.]+)%, worst signed ([+-][\d.]+)%, "
+        r"(\d+)% under-predicted by > 2%; after the band (\d+)%"
+    )
+    for split_line in accuracy.split_lines_of(summary, rows):
+        m = line.fullmatch(split_line)
+        assert m, split_line
+        _, n, median, worst, under, after = m.groups()
+        worst = worst.replace("-", "−")
+        cells = f"| {n} | {median} % | {worst} % | {under} % | {after} % |"
+        assert cells in text, f"README's three-set table lacks {cells} ({split_line})"

@@ -175,7 +175,14 @@ def accuracy_figure(acc: pd.DataFrame, band: float = 0.05) -> Figure:
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         er.set_ylim(-emax, emax)
         ax.legend(loc="upper left", title="source, set")
-        er.legend(loc="upper right", title="source, set")
+        # the sets are named in the left panel's legend; here only the reference line and band, in the empty
+        # lower-left corner, so no legend box hides an under-prediction
+        handles = [
+            (h, lab)
+            for h, lab in zip(*er.get_legend_handles_labels(), strict=True)
+            if lab in ("exact", f"±{band:.0%}")
+        ]
+        er.legend(*zip(*handles, strict=True), loc="lower left")
         fig.tight_layout()
     return fig
 
