@@ -27,15 +27,24 @@ def compute_bytes(cfg: RunConfig) -> int:
     return 2 if cfg.bf16 or cfg.dtype != "float32" else nbytes(cfg.dtype)
 
 
-def kv_heads_in_attention(cfg: RunConfig, arch: Arch, seq_len: int | None = None) -> int:
+def kv_heads_in_attention(
+    cfg: RunConfig, arch: Arch, seq_len: int | None = None, masked: bool | None = None
+) -> int:
     """KV heads the attention kernel sees: native GQA for flash-attn/sdpa without mask; eager, and sdpa given a mask
     (transformers 5.23 integrations/sdpa_attention.py `use_gqa_in_sdpa`: only when `attention_mask is None`), repeat
-    K/V to all heads."""
+    K/V to all heads. `masked` says whether this layer's sdpa call gets a mask (default: the widest layer's case).
+
+    With a single KV head (MQA, gemma-3-1b) sdpa's `repeat_kv` is a view: `x[:, :, None].expand(B, 1, n_rep, L, d)
+    .reshape(B, n_rep, L, d)` merges the size-1 head dim with the stride-0 one, so nothing is copied; eager's
+    `matmul` folds the batch dims for `bmm` and copies either way.
+    """
     if (
         cfg.attn_implementation == "eager" or cfg.release.sdpa_repeats_kv
     ):  # TRL <=0.19's transformers 4.4x-4.52
         return arch.num_heads
-    if seq_len is not None and sdpa_needs_mask(cfg, arch, seq_len):
+    if masked is None:
+        masked = seq_len is not None and sdpa_needs_mask(cfg, arch, seq_len)
+    if masked and arch.num_kv_heads > 1:
         return arch.num_heads
     return arch.num_kv_heads
 
@@ -45,19 +54,47 @@ def sdpa_needs_mask(cfg: RunConfig, arch: Arch, seq_len: int) -> bool:
     sequence (masking_utils `sliding_window_causal_mask` builds a [B, 1, L, L] bool mask then)."""
     if cfg.attn_implementation != "sdpa":
         return False
+    return masked_layers(cfg, arch, seq_len) > 0
+
+
+def masked_layers(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
+    """How many decoder layers call sdpa with a mask: those whose sliding window is shorter than the sequence
+    (full-attention layers of an unpadded batch keep `is_causal` and get none, transformers 5.23 masking_utils
+    `sdpa_mask` returns None when the mask is all-causal)."""
+    if cfg.attn_implementation != "sdpa":
+        return 0
     from estimator.terms.generation import layer_windows
 
-    return any(w is not None and w < seq_len for w in layer_windows(arch))
+    return sum(1 for w in layer_windows(arch) if w is not None and w < seq_len)
 
 
-def rmsnorm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """RMSNorm saves its fp32 input (4H), the normalized value and output (r·H each) + autocast's a-byte cast (r ≠ a); frozen (PEFT): (4 + a)·H."""
-    r, a = residual_bytes(cfg), compute_bytes(cfg)
-    if (
-        cfg.use_peft
-    ):  # frozen weight: the fp32 input, + the a-byte output LoRA's A keeps when no dropout sits between
-        return (4 + (a if cfg.lora_dropout == 0 else 0)) * arch.hidden_size
-    return (4 + 2 * r + (a if r != a else 0)) * arch.hidden_size
+def rmsnorm_saved_per_token(cfg: RunConfig, arch: Arch, consumers: int = 1) -> int:
+    """One RMSNorm over H whose output feeds `consumers` linears, per token, transformers 5.23.
+
+    `Qwen2RMSNorm.forward` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/qwen2/modeling_qwen2.py#L201-L206): `x.to(float32)` is saved by
+    `pow` and the `rsqrt` multiply (4H, and `rsqrt`'s [T, 1] fp32 output, 4); with a trainable weight,
+    `weight * hidden.to(input_dtype)` saves the normalized value (r·H) and each consuming linear its input: the
+    r-byte output itself when r = a, else autocast's own a-byte cast per linear call (`cached_cast` caches only
+    leaf weights). Gemma's `output * (1.0 + weight.float())` (gemma2 `Gemma2RMSNorm`) saves the fp32 normalized
+    value instead (4H). Frozen (PEFT): 4H + 4; a LoRA that keeps the output counts it (`lora_saved_per_token`).
+    """
+    r, a, h = residual_bytes(cfg), compute_bytes(cfg), arch.hidden_size
+    if cfg.use_peft:
+        return 4 * h + 4
+    normalized = 4 if arch.model_type in GEMMA_NORM_MODEL_TYPES else r
+    out = r if r == a else consumers * a
+    return (4 + normalized + out) * h + 4
+
+
+def layer_norms_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """The two norms of a decoder layer whose outputs feed linears: input_layernorm (q/k/v, or Phi-3's qkv) and the
+    MLP's (gate/up, Phi-3's gate_up, a MoE router), each with its number of consuming linears."""
+    consumers = {"attn_norm": 0, "mlp_norm": 0}
+    for lin in arch.layer_linears:
+        source = lora_input_source(lin.name)
+        if source in consumers and lin.is_nn_linear:
+            consumers[source] += 1
+    return sum(rmsnorm_saved_per_token(cfg, arch, max(1, n)) for n in consumers.values())
 
 
 def _o_proj_saves_input(cfg: RunConfig, arch: Arch) -> bool:
@@ -76,7 +113,7 @@ def qk_norm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
 
     transformers 5.23 `Qwen3RMSNorm.forward` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/qwen3/modeling_qwen3.py#L58-L63), applied to q_proj / k_proj
     outputs in `Qwen3Attention.forward` (:244-245): `hidden_states.to(float32)` is saved by `pow` and by the
-    multiply with `rsqrt`; with a trainable weight (full FT) `weight * hidden.to(input_dtype)` also saves the
+    multiply with `rsqrt` (whose [T, heads, 1] fp32 output is saved too); with a trainable weight (full FT) `weight * hidden.to(input_dtype)` also saves the
     a-byte cast (Gemma3's `(1 + weight.float())` form saves the fp32 normalized value instead: 4 bytes). Rotary
     saves only cos/sin, so q and k themselves are counted once, by the attention kernel.
     """
@@ -85,7 +122,8 @@ def qk_norm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     per = 4
     if not cfg.use_peft:
         per += 4 if arch.model_type in GEMMA_NORM_MODEL_TYPES else linear_output_bytes(cfg)
-    return per * (arch.q_dim + arch.kv_dim)
+    rsqrt = 4 * (arch.num_heads + arch.num_kv_heads)  # [T, heads, 1] fp32 per norm
+    return per * (arch.q_dim + arch.kv_dim) + rsqrt
 
 
 def gemma_extra_norms_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -93,26 +131,40 @@ def gemma_extra_norms_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
 
     transformers 5.23 `Gemma2RMSNorm.forward` (models/gemma2/modeling_gemma2.py): `x.float()` is saved by the
     normalization (4·H); `output * (1.0 + weight.float())` saves the fp32 normalized value when the weight trains
-    (4·H more). `Gemma2DecoderLayer` applies four norms per layer; `rmsnorm_saved_per_token` counts the two whose
+    (4·H more). `Gemma2DecoderLayer` applies four norms per layer; `layer_norms_saved_per_token` counts the two whose
     output feeds a linear.
     """
     if arch.model_type not in GEMMA_NORM_MODEL_TYPES:
         return 0
-    return 2 * (4 + (0 if cfg.use_peft else 4)) * arch.hidden_size
+    return 2 * ((4 + (0 if cfg.use_peft else 4)) * arch.hidden_size + 4)  # + rsqrt's [T, 1] fp32
 
 
-def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
-    """q, k, v after rotary + output (a bytes) + fp32 logsumexp per head; eager adds the [heads, L] softmax and scores."""
+def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int, masked: bool | None = None) -> int:
+    """q, k, v after rotary + output (a bytes) + fp32 logsumexp per head (fused kernels); eager saves the [heads, L]
+    softmax and scores instead of a logsumexp, a masked sdpa layer its additive mask. `masked`: this layer gets an sdpa mask (default: the widest
+    layer's case, `sdpa_needs_mask`)."""
     a = compute_bytes(cfg)
-    kv = kv_heads_in_attention(cfg, arch, seq_len) * arch.head_dim
-    per_tok = a * (2 * arch.q_dim + 2 * kv) + 4 * arch.num_heads
+    if masked is None:
+        masked = sdpa_needs_mask(cfg, arch, seq_len)
+    kv = kv_heads_in_attention(cfg, arch, seq_len, masked=masked) * arch.head_dim
+    eager = cfg.attn_implementation == "eager"
+    if eager:  # matmuls save q, k, v; the output is kept only by an o_proj that saves its input
+        per_tok = a * (arch.q_dim + 2 * kv) + (0 if cfg.use_peft else a * arch.q_dim)
+    else:  # the fused kernel saves q, k, v, its output and a [heads] fp32 logsumexp
+        per_tok = a * (2 * arch.q_dim + 2 * kv) + 4 * arch.num_heads
+        if fused_qkv(arch):
+            # Phi-3 slices v out of qkv_proj's output (`qkv[..., query_pos + kv_dim:]`, a view): the saved v keeps
+            # the whole [T, q + 2·kv] storage alive (modeling_phi3.py Phi3Attention.forward)
+            per_tok += a * (arch.q_dim + arch.kv_dim)
+        if not attention_output_is_kernel_output(cfg, arch) and not cfg.use_peft:
+            per_tok += a * arch.q_dim  # o_proj saves its own contiguous copy
     if cfg.attn_implementation == "sdpa" and cfg.release.sdpa_repeats_kv and _o_proj_saves_input(cfg, arch):
         # transformers 4.48-4.52 make the query contiguous ([B, h, L, d]) before sdpa, so the output's
         # transpose(1, 2).contiguous() is a real copy that o_proj saves (transformers 4.48 integrations/sdpa_attention.py L38-62)
         per_tok += a * arch.q_dim
-    if cfg.attn_implementation == "eager":
+    if eager:
         per_tok += arch.num_heads * seq_len * (eager_scores_saved_bytes(cfg) + softcap_saved_bytes(cfg, arch))
-    elif sdpa_needs_mask(cfg, arch, seq_len):
+    elif masked:
         # torch's scaled_dot_product_attention turns the bool mask into an additive one in the query dtype
         # (aten/src/ATen/native/transformers/attention.cpp `convert_boolean_attn_mask`), per layer, and the
         # kernel saves it for backward: [B, 1, L, L] × a, i.e. L·a per token
@@ -212,23 +264,93 @@ def moe_expert_saved_per_copy(cfg: RunConfig, arch: Arch) -> int:
     return a * (3 * i + h + (h if gate_up_trains else 0) + (i if down_trains else 0))
 
 
+def compute_dtype(cfg: RunConfig) -> str:
+    """The dtype matmuls run in: bf16 under bf16 autocast, else the load dtype."""
+    return "bfloat16" if cfg.bf16 else cfg.dtype
+
+
+def linear_output_dtype(cfg: RunConfig) -> str:
+    """A decoder linear's output dtype: autocast's; the input's (the load dtype) from a bnb 4-bit base."""
+    return cfg.dtype if cfg.load_in_4bit else compute_dtype(cfg)
+
+
+def lora_input_source(lin_name: str) -> str:
+    """Which tensor feeds a wrapped linear: the attention or MLP norm's output, attention's output, or the MLP's
+    act·up product (transformers 5.23 decoder layers: q/k/v (Phi-3 qkv) after input_layernorm, o_proj after
+    attention, gate/up (Phi-3 gate_up) after post_attention_layernorm, down_proj after act(gate)·up)."""
+    leaf = lin_name.split(".")[-1]
+    if leaf in ("q_proj", "k_proj", "v_proj", "qkv_proj"):
+        return "attn_norm"
+    if leaf == "o_proj":
+        return "attn_out"
+    if leaf == "down_proj":
+        return "mlp_product"
+    return "mlp_norm"
+
+
+def _lora_source_dtype(cfg: RunConfig, source: str) -> str:
+    """dtype of a wrapped linear's input: norm outputs keep the load dtype (`weight * x.to(input_dtype)`),
+    attention's output is the compute dtype, the act·up product a linear's output dtype."""
+    if source in ("attn_norm", "mlp_norm"):
+        return cfg.dtype
+    return compute_dtype(cfg) if source == "attn_out" else linear_output_dtype(cfg)
+
+
+def lora_a_saved_input(cfg: RunConfig, x_dtype: str) -> tuple[str, bool]:
+    """The tensor `lora_A`'s matmul keeps for backward, given the wrapped linear's input dtype: (dtype, whether
+    it is a new tensor rather than the input itself).
+
+    peft 0.21 `lora.Linear.forward` (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L1074-L1115)
+    runs `lora_B(lora_A(dropout(self._cast_input_dtype(x, lora_A.weight.dtype))))`: `_cast_input_dtype` copies when
+    the dtypes differ; the bnb 4-bit layer (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/bnb.py#L543-L549)
+    skips that cast under autocast. `native_dropout` writes a new tensor when lora_dropout > 0, and autocast casts
+    the matmul's input to bf16 when it is not already (torch autocast `cached_cast`, a new tensor each call).
+    """
+    adapter = adapter_dtype(cfg)
+    x, new = x_dtype, False
+    if not (cfg.load_in_4bit and cfg.bf16) and x != adapter:
+        x, new = adapter, True
+    if cfg.lora_dropout > 0:
+        new = True
+    if cfg.bf16 and x != compute_dtype(cfg):
+        x, new = compute_dtype(cfg), True
+    return x, new
+
+
 def lora_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """Per wrapped linear: A's r-wide output (a bytes), + dropout's output (a·in) and mask (1·in on CUDA, a·in on CPU) when lora_dropout > 0."""
+    """Per token, what the wrapped linears keep for backward beyond the frozen layer's own tensors.
+
+    Per wrapped linear of input width n: the input `lora_A` saves (`lora_a_saved_input`) when it is a new tensor,
+    dropout's mask (1·n bool on CUDA; CPU's `native_dropout` keeps a noise tensor of the input dtype) and A's
+    r-wide output, which `lora_B` saves. When `lora_A` saves the input itself, that input stays alive: a norm's
+    output (once per norm, however many linears share it), the act·up product (which a frozen down_proj does
+    not keep) or attention's output when it is a copy (`attention_output_is_kernel_output`); a kernel's own
+    output is counted by `attention_saved_per_token`.
+    """
     if not cfg.use_peft:
         return 0
-    a = compute_bytes(cfg)
+    b_input = nbytes(compute_dtype(cfg) if cfg.bf16 else adapter_dtype(cfg))
     per = 0
+    kept_sources: dict[str, int] = {}
     for lin in lora_targets(cfg, arch):
-        if cfg.lora_dropout > 0:  # CUDA's native_dropout keeps a bool mask; CPU keeps an a-byte noise tensor
-            per += (a + (1 if cfg.device == "cuda" else a)) * lin.in_features
-        per += a * cfg.lora_r
-    return per
+        source = lora_input_source(lin.name)
+        x_dtype = _lora_source_dtype(cfg, source)
+        saved, new = lora_a_saved_input(cfg, x_dtype)
+        if new:
+            per += nbytes(saved) * lin.in_features
+        elif source != "attn_out" or not attention_output_is_kernel_output(cfg, arch):
+            kept_sources[source] = nbytes(x_dtype) * lin.in_features
+        if cfg.lora_dropout > 0:
+            dropout_in = x_dtype if (cfg.load_in_4bit and cfg.bf16) else adapter_dtype(cfg)
+            per += (1 if cfg.device == "cuda" else nbytes(dropout_in)) * lin.in_features
+        per += b_input * cfg.lora_r
+    return per + sum(kept_sources.values())
 
 
 def layer_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
-    """Everything one decoder layer keeps for backward, per token: 2 RMSNorms + attention + MLP + LoRA."""
+    """Everything one decoder layer keeps for backward, per token: its norms + attention + MLP + LoRA."""
     return (
-        2 * rmsnorm_saved_per_token(cfg, arch)
+        layer_norms_saved_per_token(cfg, arch)
         + gemma_extra_norms_saved_per_token(cfg, arch)
         + qk_norm_saved_per_token(cfg, arch)
         + attention_saved_per_token(cfg, arch, seq_len)
@@ -349,7 +471,14 @@ def saved_activations(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> i
     if cfg.gradient_checkpointing:
         return checkpoint_inputs(cfg, arch, tokens) + mask
     per_layer = tokens * layer_saved_per_token(cfg, arch, seq_len) + moe_lora.saved_per_layer(cfg, arch)
-    return arch.num_layers * per_layer + mask
+    total = arch.num_layers * per_layer + mask
+    unmasked = arch.num_layers - masked_layers(cfg, arch, seq_len)
+    if sdpa_needs_mask(cfg, arch, seq_len) and unmasked:  # full-attention layers of a sliding-window model
+        lighter = attention_saved_per_token(cfg, arch, seq_len) - attention_saved_per_token(
+            cfg, arch, seq_len, masked=False
+        )
+        total -= unmasked * tokens * lighter
+    return total
 
 
 def recompute_layer(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
@@ -445,6 +574,24 @@ def lora_nograd_down_input_per_token(cfg: RunConfig, arch: Arch) -> int:
     if cfg.bf16 and adapter != a:
         live += a
     return live * arch.intermediate_size
+
+
+def attention_output_is_kernel_output(cfg: RunConfig, arch: Arch) -> bool:
+    """Whether o_proj reads the attention kernel's own output tensor (so saving it costs nothing more).
+
+    `sdpa_attention_forward` returns `attn_output.transpose(1, 2).contiguous()` (transformers 5.23
+    integrations/sdpa_attention.py); the flash kernels write their output in the query's layout (CPU
+    `_scaled_dot_product_flash_attention_cpu`; CUDA flash_api.cpp `empty_like(q)`), and rotary keeps the
+    [B, L, h, d] layout of a query viewed out of q_proj's output, so the transpose is already contiguous. Phi-3's
+    query is a slice of qkv_proj's output, not dense, so rotary writes a [B, h, L, d]-contiguous tensor and the
+    transpose copies; eager's `matmul` output is [B, h, L, d] too.
+    """
+    return cfg.attn_implementation != "eager" and not fused_qkv(arch)
+
+
+def fused_qkv(arch: Arch) -> bool:
+    """Phi-3's attention: one qkv_proj whose output is sliced into q, k and v."""
+    return any(lin.name == "qkv_proj" for lin in arch.layer_linears)
 
 
 def fused_gate_up(arch: Arch) -> bool:
