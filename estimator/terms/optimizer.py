@@ -165,11 +165,16 @@ def micro_step_gradients(cfg: RunConfig, arch: Arch, instant: str) -> int | None
 
     Every `.grad` is resident (`accumulated_gradients`); the head's backward adds nothing new (its [V, H]
     gradient is in the head term), and with tied embeddings the head's gradient waits in autograd's input buffer
-    after the head (once) and meets the embedding's own at the end (twice), as in the first micro-step.
+    after the head (once) and meets the embedding's own at the end, where the two are summed into a third [V, H]
+    before AccumulateGrad adds the sum into the resident `.grad` in place (three in flight). torch's
+    `InputBuffer::accumulate` (torch/csrc/autograd/input_buffer.cpp, `can_accumulate_inplace`) sums in place only
+    into a plain tensor holding its last reference; the traces (FakeTensors are a tensor subclass) and a real CPU
+    step with a tied `w.T` head both sum out of place, so the estimate takes that, the larger case. In the first
+    micro-step the sum becomes `.grad` itself, which `gradients` already counts.
     """
     acc = accumulated_gradients(cfg, arch)
     if not acc:
         return None
     tied = tied_gradient_buffer(cfg, arch)
-    in_flight = {"head_forward": 0, "head_backward": 0, "backward_end": 2 * tied}.get(instant, tied)
+    in_flight = {"head_forward": 0, "head_backward": 0, "backward_end": 3 * tied}.get(instant, tied)
     return acc + in_flight
