@@ -44,7 +44,7 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         sync = vllm.weight_sync_gather(cfg, weights.policy_weights(cfg, arch), largest)
         return {"vllm": woken, "gathered_weights": sync}
     prefill = {
-        "kv_cache": gen.kv_cache(cfg, arch, cfg.max_prompt_length),
+        "kv_cache": gen.kv_cache(cfg, arch, cfg.max_prompt_length, prefill=True),
         "activations": act.nograd_forward_peak(cfg, arch, cfg.generation_sequences, cfg.max_prompt_length),
     }
     decode = {  # the last step: full cache, one layer's K/V briefly held twice, the step's logits

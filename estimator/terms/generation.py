@@ -39,15 +39,20 @@ def layer_windows(arch: Arch) -> list[int | None]:
     )
 
 
-def kv_cache(cfg: RunConfig, arch: Arch, seq_len: int | None = None) -> int:
+def kv_cache(cfg: RunConfig, arch: Arch, seq_len: int | None = None, prefill: bool = False) -> int:
     """2 (K, V) × sequences × kv_heads × head_dim × r × Σ_layers kept length: P + C, or window − 1 on a sliding layer.
 
     The cache takes the residual dtype, not autocast's: rotary promotes K to the dtype of cos/sin (the hidden
     states'), and DynamicCache's first `torch.cat` onto an empty tensor of K's dtype promotes V too (seen in traces).
     A sliding-window layer (`DynamicSlidingWindowLayer.update`, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cache_utils.py#L244-L247) keeps the last
-    `sliding_window − 1` positions.
+    `sliding_window − 1` positions. It keeps them as a slice of the full concatenation
+    (`self.keys = full_key_states[:, :, -self.sliding_window + 1 :, :]`, a view), so after the prefill every
+    sliding layer still holds the whole prompt's storage until its first decode step replaces it: `prefill=True`
+    counts every layer at full length.
     """
     length = cfg.sequence_length if seq_len is None else seq_len
+    if prefill:
+        return 2 * cfg.generation_sequences * arch.kv_dim * length * arch.num_layers * residual_bytes(cfg)
     kept = sum(length if w is None else min(length, w - 1) for w in layer_windows(arch))
     return 2 * cfg.generation_sequences * arch.kv_dim * kept * residual_bytes(cfg)
 
