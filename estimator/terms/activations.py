@@ -296,6 +296,12 @@ def _lora_source_dtype(cfg: RunConfig, source: str) -> str:
     return compute_dtype(cfg) if source == "attn_out" else linear_output_dtype(cfg)
 
 
+def lora_cast_input_dtype(cfg: RunConfig, x_dtype: str) -> str:
+    """dtype of a wrapped linear's input after peft's `_cast_input_dtype` (the adapter dtype; a copy when it
+    differs), which the bnb 4-bit layer skips under autocast (see `lora_a_saved_input`)."""
+    return x_dtype if cfg.load_in_4bit and cfg.bf16 else adapter_dtype(cfg)
+
+
 def lora_a_saved_input(cfg: RunConfig, x_dtype: str) -> tuple[str, bool]:
     """The tensor `lora_A`'s matmul keeps for backward, given the wrapped linear's input dtype: (dtype, whether
     it is a new tensor rather than the input itself).
@@ -306,10 +312,8 @@ def lora_a_saved_input(cfg: RunConfig, x_dtype: str) -> tuple[str, bool]:
     skips that cast under autocast. `native_dropout` writes a new tensor when lora_dropout > 0, and autocast casts
     the matmul's input to bf16 when it is not already (torch autocast `cached_cast`, a new tensor each call).
     """
-    adapter = adapter_dtype(cfg)
-    x, new = x_dtype, False
-    if not (cfg.load_in_4bit and cfg.bf16) and x != adapter:
-        x, new = adapter, True
+    x = lora_cast_input_dtype(cfg, x_dtype)
+    new = x != x_dtype
     if cfg.lora_dropout > 0:
         new = True
     if cfg.bf16 and x != compute_dtype(cfg):
@@ -341,8 +345,10 @@ def lora_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
         elif source != "attn_out" or not attention_output_is_kernel_output(cfg, arch):
             kept_sources[source] = nbytes(x_dtype) * lin.in_features
         if cfg.lora_dropout > 0:
-            dropout_in = x_dtype if (cfg.load_in_4bit and cfg.bf16) else adapter_dtype(cfg)
-            per += (1 if cfg.device == "cuda" else nbytes(dropout_in)) * lin.in_features
+            noise = nbytes(
+                lora_cast_input_dtype(cfg, x_dtype)
+            )  # CPU: a noise tensor of dropout's input dtype
+            per += (1 if cfg.device == "cuda" else noise) * lin.in_features
         per += b_input * cfg.lora_r
     return per + sum(kept_sources.values())
 
@@ -544,9 +550,10 @@ def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
         base = adapter = total = compute_bytes(cfg)
     else:
         base = residual_bytes(cfg)
-        adapter_dtype = "bfloat16" if cfg.load_in_4bit else "float32"
-        adapter = nbytes(adapter_dtype)
-        total = 4 if cfg.dtype != adapter_dtype else adapter  # fp16 + bf16 -> fp32; anything + fp32 -> fp32
+        adapter = nbytes(adapter_dtype(cfg))
+        total = (
+            4 if cfg.dtype != adapter_dtype(cfg) else adapter
+        )  # fp16 + bf16 -> fp32; anything + fp32 -> fp32
     if fused:  # Phi-3: gate_up_proj's base result, scaled adapter output and sum, each [T, 2I]; no act yet
         return max((base + adapter + total) * width, down)
     return max((base + base + adapter + total) * arch.intermediate_size, down)
@@ -566,9 +573,9 @@ def lora_nograd_down_input_per_token(cfg: RunConfig, arch: Arch) -> int:
     ):
         return 0
     a = compute_bytes(cfg)
-    x_dtype = "bfloat16" if cfg.bf16 else cfg.dtype  # the product's dtype: autocast's, else the model's
+    x_dtype = compute_dtype(cfg)  # the product's dtype: autocast's, else the model's
     adapter = nbytes(adapter_dtype(cfg))
-    live = nbytes(x_dtype) + (0 if x_dtype == adapter_dtype(cfg) else adapter)
+    live = nbytes(x_dtype) + (0 if lora_cast_input_dtype(cfg, x_dtype) == x_dtype else adapter)
     if cfg.lora_dropout > 0:
         live += adapter + 1
     if cfg.bf16 and adapter != a:
