@@ -12,6 +12,11 @@ Regimes split the validation rows where the errors differ most (see `make accura
 models, eager attention, sdpa with a 16-bit bf16 base, and sdpa otherwise (fp16 / fp32 weights or an fp32
 head). A regime is a grouping of the validation rows, not a fitted factor: its band is the worst error seen.
 A regime with fewer than MIN_ROWS rows uses the band over all validation rows.
+
+Every regime keeps a safe-side margin of at least MIN_MARGIN_LOW (2 %): the worst of n validation rows
+understates the worst of the next rows (about one new row in n + 1 falls below it), and held-out seed B showed
+one (SmolLM2-360M, −5.4 % under a −0.2 % sdpa-bf16 band). The floor was decided from that before seed C was
+traced, not fitted to any row.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 BAND_FILE = Path(__file__).with_name("band.json")
 REGIMES = ("moe", "eager", "sdpa-bf16", "sdpa-other")
 MIN_ROWS = 5
+MIN_MARGIN_LOW = -0.02  # every regime's low is at most −2 % (see the module docstring)
 
 
 @lru_cache(maxsize=1)
@@ -62,9 +68,10 @@ def regime_band(cfg=None, model_type: str | None = None) -> tuple[str, dict]:
 
 
 def margin(cfg=None, model_type: str | None = None) -> float:
-    """Safe-side margin m: estimate × (1 + m) covers the worst under-prediction, m = 1 / (1 + low) − 1 (0 if none)."""
-    low = float(regime_band(cfg, model_type)[1]["low"])
-    return 1.0 / (1.0 + low) - 1.0 if low < 0 else 0.0
+    """Safe-side margin m: estimate × (1 + m) covers the worst under-prediction, m = 1 / (1 + low) − 1, with low
+    at most MIN_MARGIN_LOW."""
+    low = min(float(regime_band(cfg, model_type)[1]["low"]), MIN_MARGIN_LOW)
+    return 1.0 / (1.0 + low) - 1.0
 
 
 def usable_bytes(memory_bytes: int, cfg=None) -> int:
@@ -78,7 +85,8 @@ def describe(cfg=None) -> str:
     where = "all regimes" if name == "all" else f"regime {name}"
     return (
         f"error band ({where}): {r['low'] * 100:+.1f}% / {r['high'] * 100:+.1f}% on {r['n']} off-grid traces "
-        f"({band()['source']}); fits are decided with the estimate raised by {margin(cfg) * 100:.1f}%"
+        f"({band()['source']}); fits are decided with the estimate raised by {margin(cfg) * 100:.1f}% "
+        f"(the band's low end, at least {-MIN_MARGIN_LOW * 100:.0f}%)"
     )
 
 

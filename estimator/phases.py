@@ -43,21 +43,24 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         largest = max(arch.embedding_params, arch.lm_head_params) * nbytes(cfg.dtype)
         sync = vllm.weight_sync_gather(cfg, weights.policy_weights(cfg, arch), largest)
         return {"vllm": woken, "gathered_weights": sync}
+    # The prefill's layers run before the head is first cast: autocast's cache then holds the layers' casts
+    # only (it is cleared when each forward's autocast region exits, torch.autocast.__exit__)
     prefill = {
         "kv_cache": gen.kv_cache(cfg, arch, cfg.max_prompt_length, prefill=True),
-        "activations": act.nograd_forward_peak(cfg, arch, cfg.generation_sequences, cfg.max_prompt_length),
+        "activations": act.nograd_forward_peak(cfg, arch, cfg.generation_sequences, cfg.max_prompt_length)
+        + gen.rotary_tables(cfg, arch, cfg.generation_sequences, cfg.max_prompt_length),
+        "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
     }
     decode = {  # the last step: full cache, one layer's K/V briefly held twice, the step's logits
         "kv_cache": gen.kv_cache(cfg, arch) + gen.kv_concat_transient(cfg, arch),
         "generation_logits": gen.generation_logits(cfg, arch),
         "activations": moe_lora.merged_weights(cfg, arch) + moe_lora.factor_copies(cfg, arch),
+        "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=True)
+        + act.fp32_head_cast_in_generation(cfg, arch),
     }
     out = dict(max(prefill, decode, key=lambda d: sum(d.values())))
     out["gradients"] = shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch))
     gathered = gathered_weights(cfg, weights.policy_weights(cfg, arch))
-    out["autocast_weight_cache"] = act.autocast_weight_cache(
-        cfg, arch, include_lm_head=True
-    ) + act.fp32_head_cast_in_generation(cfg, arch)
     if gathered:
         out["gathered_weights"] = gathered
     return out
@@ -88,7 +91,8 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
     b, seq = cfg.per_device_train_batch_size, cfg.sequence_length
     tokens = b * seq
     grads = shard(cfg, "gradients", opt.gradients(cfg, arch))
-    saved = act.saved_activations(cfg, arch, b, seq)
+    # without input gradients (PEFT, no GC) the first layer keeps less
+    saved = act.saved_activations(cfg, arch, b, seq) - tokens * act.first_layer_unsaved_per_token(cfg, arch)
     norm_saved = tokens * act.rmsnorm_saved_per_token(cfg, arch)
     buffers = gen.rollout_buffers(cfg)
     fwd_head, saved_head, bwd_head = head.train_head(cfg, arch, b)
@@ -106,10 +110,13 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
         instants["head_forward"]["autocast_weight_cache"] = cast_cache
         instants["head_backward"]["autocast_weight_cache"] = cast_cache
     grad_flow = act.residual_gradients(cfg, arch, tokens)
+    # A layer's backward runs its MLP first, then attention: the MLP / LoRA transients live beside the one
+    # incoming residual gradient, eager attention's (net of what the MLP released) beside it and the partial sum
     layer_bwd = (
-        tokens * act.layer_backward_transient_per_token(cfg, arch)
-        + tokens * act.eager_backward_transient_per_token(cfg, arch, seq)
-        + grad_flow
+        max(
+            tokens * act.layer_backward_transient_per_token(cfg, arch) + act.hidden_states(cfg, arch, tokens),
+            tokens * act.eager_backward_transient_per_token(cfg, arch, seq) + grad_flow,
+        )
         + act.dequantized_weight_transient(cfg, arch)
         + moe_lora.backward_transient(cfg, arch)
     )
@@ -125,8 +132,9 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
             "gradients": shard(cfg, "gradients", opt.gradients_before_first_layer(cfg, arch)),
         }
     else:
+        # the final norm's backward ran before the top layer's: what it saved is already released
         instants["last_layer_backward"] = {
-            "activations": saved + norm_saved + layer_bwd,
+            "activations": saved + layer_bwd,
             "gradients": after_head,
             "autocast_weight_cache": cast_cache,
         }

@@ -59,8 +59,9 @@ def _config(family: str) -> dict:
     return COMMON | MODELS[family]
 
 
-def _measured_per_token(family: str, cfg: RunConfig) -> float:
-    """Bytes per token autograd saves across the decoder layers' training forward under `cfg`."""
+def _measured_per_token(family: str, cfg: RunConfig, input_requires_grad: bool = True) -> float:
+    """Bytes per token autograd saves across the decoder layers' training forward under `cfg` (with
+    `input_requires_grad=False` the first layer's input needs no gradient, as a frozen embedding's output)."""
     import peft
     import transformers
     from transformers import masking_utils
@@ -82,7 +83,9 @@ def _measured_per_token(family: str, cfg: RunConfig) -> float:
         )
     model.train()
     inner = model.get_base_model().model if cfg.use_peft else model.model
-    x = torch.randn(B, L, conf.hidden_size, dtype=getattr(torch, cfg.dtype), requires_grad=True)
+    x = torch.randn(
+        B, L, conf.hidden_size, dtype=getattr(torch, cfg.dtype), requires_grad=input_requires_grad
+    )
     pos = torch.arange(L)[None]
     mask_kwargs = {
         "config": conf,
@@ -188,3 +191,34 @@ FULL_CASES = [
 @pytest.mark.parametrize(("family", "dtype", "bf16", "attn"), FULL_CASES)
 def test_full_finetune_layer_saved_bytes_match_autograd(family, dtype, bf16, attn):
     _assert_matches(family, dtype=dtype, bf16=bf16, attn_implementation=attn)
+
+
+FIRST_LAYER_CASES = [
+    # (family, dtype, bf16 autocast, targets, dropout): PEFT without checkpointing, so TRL does not call
+    # enable_input_require_grads and the first layer's input needs no gradient
+    ("qwen2", "bfloat16", True, ("q_proj", "k_proj", "v_proj", "o_proj"), 0.1),
+    ("qwen3", "bfloat16", True, None, 0.05),  # default q/v targets: k_norm on an unwrapped k saves nothing
+    ("qwen3", "float32", True, ("all-linear",), 0.0),
+    ("gemma3", "bfloat16", True, ("q_proj", "v_proj"), 0.1),  # two layers: only the first keeps less
+]
+
+
+@pytest.mark.parametrize(("family", "dtype", "bf16", "targets", "dropout"), FIRST_LAYER_CASES)
+def test_first_layer_without_input_grad_saves_less(family, dtype, bf16, targets, dropout):
+    cfg = RunConfig(
+        model="Qwen/Qwen2.5-0.5B-Instruct",
+        gradient_checkpointing=False,
+        device="cpu",
+        dtype=dtype,
+        bf16=bf16,
+        attn_implementation="sdpa",
+        use_peft=True,
+        lora_r=8,
+        lora_target_modules=targets,
+        lora_dropout=dropout,
+    )
+    measured = _measured_per_token(family, cfg, input_requires_grad=False)
+    arch = from_config(_config(family), f"tiny-{family}")
+    estimated = _estimated_per_token(family, cfg) - activations.first_layer_unsaved_per_token(cfg, arch)
+    assert estimated == pytest.approx(measured, rel=0.005), (measured, estimated)
+    assert measured < _measured_per_token(family, cfg)  # and it is a real difference

@@ -94,6 +94,7 @@ def test_rows_split_by_file_name():
 
     assert split_of("results/traced/validation.jsonl") == "validation"
     assert split_of(Path("x/heldout.jsonl")) == "held-out"
+    assert split_of(Path("x/heldout-c.jsonl")) == "held-out"
     assert split_of("results/traced/default.jsonl") == "in-sample"
 
 
@@ -123,6 +124,13 @@ def test_band_says_where_it_comes_from():
     # a regime's margin is never larger than the band over all rows (its worst row is one of them)
     for name in band.REGIMES:
         assert band.band()["regimes"][name]["low"] >= band.band()["all"]["low"]
+
+
+def test_every_regime_keeps_at_least_a_two_percent_margin():
+    # a regime whose validation rows never went under still raises the estimate by 1 / 0.98 − 1 before a fit
+    for cfg in (RunConfig(model="7B", dtype="bfloat16"), RunConfig(model="qwen3-30b-a3b"), None):
+        assert band.margin(cfg) >= 1 / 0.98 - 1 - 1e-12
+    assert band.usable_bytes(98 * 2**30, RunConfig(model="7B", dtype="bfloat16")) <= 96.05 * 2**30
 
 
 def test_regimes_split_as_documented():

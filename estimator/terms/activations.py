@@ -86,15 +86,17 @@ def rmsnorm_saved_per_token(cfg: RunConfig, arch: Arch, consumers: int = 1) -> i
     return (4 + normalized + out) * h + 4
 
 
-def layer_norms_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
+def layer_norms_saved_per_token(
+    cfg: RunConfig, arch: Arch, norms: tuple[str, ...] = ("attn_norm", "mlp_norm")
+) -> int:
     """The two norms of a decoder layer whose outputs feed linears: input_layernorm (q/k/v, or Phi-3's qkv) and the
-    MLP's (gate/up, Phi-3's gate_up, a MoE router), each with its number of consuming linears."""
+    MLP's (gate/up, Phi-3's gate_up, a MoE router), each with its number of consuming linears (`norms`: only these)."""
     consumers = {"attn_norm": 0, "mlp_norm": 0}
     for lin in arch.layer_linears:
         source = lora_input_source(lin.name)
         if source in consumers and lin.is_nn_linear:
             consumers[source] += 1
-    return sum(rmsnorm_saved_per_token(cfg, arch, max(1, n)) for n in consumers.values())
+    return sum(rmsnorm_saved_per_token(cfg, arch, max(1, n)) for k, n in consumers.items() if k in norms)
 
 
 def _o_proj_saves_input(cfg: RunConfig, arch: Arch) -> bool:
@@ -206,15 +208,30 @@ def eager_backward_transient_per_token(cfg: RunConfig, arch: Arch, seq_len: int)
 
     Live then: the fp32 incoming gradient (the backward of `.to(query.dtype)`) and the result, fp32 (heads·L·8),
     or fp16 with CUDA's `half_to_float` softmax, whose backward writes the input dtype (heads·L·(4 + a));
-    already released by autograd: the a-byte weights cast (the value matmul's backward ran) and everything the
-    MLP and the norms saved (the layer's backward runs MLP first), so the excess is
-    heads·L·(8 − a) (4 with `half_to_float`) − (layer saved − attention saved), or 0.
+    already released by autograd: the a-byte weights cast (the value matmul's backward ran) and what the ops
+    after attention saved, whose backward ran first: o_proj's LoRA, the post-attention norms, the MLP and its
+    LoRA (`released_before_attention_backward_per_token`). What the ops before attention saved (input_layernorm,
+    q/k/v's LoRA, q_norm / k_norm) is still held. The excess is heads·L·(8 − a) (4 with `half_to_float`) −
+    released, or 0.
     """
     if cfg.attn_implementation != "eager":
         return 0
-    released = layer_saved_per_token(cfg, arch, seq_len) - attention_saved_per_token(cfg, arch, seq_len)
+    released = released_before_attention_backward_per_token(cfg, arch, seq_len)
     excess = 4 if softmax_half_to_float(cfg) else 8 - compute_bytes(cfg)
     return max(0, arch.num_heads * seq_len * excess - released)
+
+
+def released_before_attention_backward_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
+    """Per token, what a decoder layer's backward has released when it reaches attention: everything the layer
+    saved except attention's own tensors and those of the ops before it (input_layernorm, q/k/v and their LoRA,
+    q_norm / k_norm), whose backward runs after attention's."""
+    before = (
+        attention_saved_per_token(cfg, arch, seq_len)
+        + layer_norms_saved_per_token(cfg, arch, norms=("attn_norm",))
+        + qk_norm_saved_per_token(cfg, arch)
+        + lora_saved_per_token(cfg, arch, sources=("attn_norm",))
+    )
+    return layer_saved_per_token(cfg, arch, seq_len) - before
 
 
 def attention_mask_bytes(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
@@ -321,7 +338,7 @@ def lora_a_saved_input(cfg: RunConfig, x_dtype: str) -> tuple[str, bool]:
     return x, new
 
 
-def lora_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
+def lora_saved_per_token(cfg: RunConfig, arch: Arch, sources: tuple[str, ...] | None = None) -> int:
     """Per token, what the wrapped linears keep for backward beyond the frozen layer's own tensors.
 
     Per wrapped linear of input width n: the input `lora_A` saves (`lora_a_saved_input`) when it is a new tensor,
@@ -329,7 +346,8 @@ def lora_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     r-wide output, which `lora_B` saves. When `lora_A` saves the input itself, that input stays alive: a norm's
     output (once per norm, however many linears share it), the act·up product (which a frozen down_proj does
     not keep) or attention's output when it is a copy (`attention_output_is_kernel_output`); a kernel's own
-    output is counted by `attention_saved_per_token`.
+    output is counted by `attention_saved_per_token`. `sources`: only the linears fed by these
+    (`lora_input_source`), default all.
     """
     if not cfg.use_peft:
         return 0
@@ -338,6 +356,8 @@ def lora_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     kept_sources: dict[str, int] = {}
     for lin in lora_targets(cfg, arch):
         source = lora_input_source(lin.name)
+        if sources is not None and source not in sources:
+            continue
         x_dtype = _lora_source_dtype(cfg, source)
         saved, new = lora_a_saved_input(cfg, x_dtype)
         if new:
@@ -351,6 +371,38 @@ def lora_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
             per += (1 if cfg.device == "cuda" else noise) * lin.in_features
         per += b_input * cfg.lora_r
     return per + sum(kept_sources.values())
+
+
+def first_layer_unsaved_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """What the first decoder layer does not save when its input needs no gradient, per token.
+
+    TRL 1.16 `GRPOTrainer.__init__` calls `model.enable_input_require_grads()` only for PEFT with gradient
+    checkpointing (https://github.com/huggingface/trl/blob/v1.16.0/trl/trainer/grpo_trainer.py#L527-L530). Without it a
+    PEFT model's frozen embedding hands layer 0 a tensor that needs no gradient, so autograd records nothing until
+    the first op with a trainable operand: the frozen `input_layernorm` saves nothing (4H + 4), nor does lora
+    dropout on its output (the mask, per wrapped q/k/v), nor q_norm / k_norm on a projection LoRA does not wrap
+    (Qwen3, Gemma3). `lora_A` still keeps its input, for its own weight's gradient.
+    """
+    if not cfg.use_peft or cfg.gradient_checkpointing:
+        return 0
+    out = rmsnorm_saved_per_token(cfg, arch)
+    wrapped = set()
+    for lin in lora_targets(cfg, arch):
+        if lora_input_source(lin.name) != "attn_norm":
+            continue
+        wrapped.add(lin.name.split(".")[-1])
+        if cfg.lora_dropout > 0:
+            x_dtype = _lora_source_dtype(cfg, "attn_norm")
+            noise = nbytes(
+                lora_cast_input_dtype(cfg, x_dtype)
+            )  # CPU: a noise tensor of dropout's input dtype
+            out += (1 if cfg.device == "cuda" else noise) * lin.in_features
+    if arch.model_type in QK_NORM_MODEL_TYPES:
+        if not wrapped & {"q_proj", "qkv_proj"}:
+            out += 4 * arch.q_dim + 4 * arch.num_heads
+        if not wrapped & {"k_proj", "qkv_proj"}:
+            out += 4 * arch.kv_dim + 4 * arch.num_kv_heads
+    return out
 
 
 def layer_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
@@ -624,10 +676,11 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
         mlp += moe_lora.merged_weights(cfg, arch) + moe_lora.factor_copies(cfg, arch)
     if cfg.attn_implementation != "eager":
         return mlp
-    # beside the scores: q, and K/V repeated to every head (`repeat_kv` copies them when kv_heads < heads)
+    # beside the scores: q, K/V repeated to every head (`repeat_kv` copies them when kv_heads < heads), the
+    # layer's input, its norm's output and `inputs_embeds` (as above)
     qkv = a * (arch.q_dim + (2 * arch.num_heads * arch.head_dim if arch.num_kv_heads < arch.num_heads else 0))
     attn = tokens * (
-        arch.num_heads * seq_len * eager_nograd_bytes(cfg, arch) + 2 * arch.hidden_size * r + qkv
+        arch.num_heads * seq_len * eager_nograd_bytes(cfg, arch) + 3 * arch.hidden_size * r + qkv
     )
     # the a-byte probabilities outlive the attention: every catalog decoder layer binds them to a local
     # (`hidden_states, _ = self.self_attn(...)`, transformers 5.23

@@ -71,3 +71,18 @@ def rollout_buffers(cfg: RunConfig) -> int:
     """Buffered generation batch: int64 ids + masks [G, L] and fp32 per-token log-probs/advantages [G, C] × 3 (GT:2898-2936)."""
     g = cfg.generation_sequences
     return g * cfg.sequence_length * (8 + 8) + g * cfg.max_completion_length * 4 * 3
+
+
+def rotary_tables(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
+    """The rotary cos/sin of a prefill, held through the model's whole forward: [B, L, head_dim] each in the
+    residual dtype, because `generate` passes batch-shaped position_ids (from the left-padded attention mask).
+
+    transformers 5.23 `LlamaRotaryEmbedding.forward` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L108-L116)
+    returns `cos.to(x.dtype), sin.to(x.dtype)`, bound to `position_embeddings` in the model's forward (:389);
+    Gemma3 builds one pair per layer type (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L548-L550). Training and scoring pass
+    no position_ids, so there the tables are [1, L, head_dim]: negligible.
+    """
+    pairs = (
+        len({w is None for w in layer_windows(arch)}) if arch.model_type in ("gemma3_text", "gemma3") else 1
+    )
+    return pairs * 2 * batch * seq_len * arch.head_dim * residual_bytes(cfg)
