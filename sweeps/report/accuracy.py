@@ -233,13 +233,18 @@ def _stats(s) -> str:
 
 
 SPLITS = ("in-sample", "validation", "held-out")
-OUT_OF_SAMPLE_FILES = {"validation": "validation", "heldout": "held-out"}  # results/traced/<stem>.jsonl
+OUT_OF_SAMPLE_FILES = {
+    "validation": "validation",
+    "heldout": "held-out",
+    "heldout-c": "held-out",
+}  # results/traced/<stem>.jsonl
 UNDER_LIMIT = 0.02  # an under-prediction beyond 2 % is the failure issue 9 counts
 
 
 def split_of(path: str | Path) -> str:
     """Which accuracy set a result file's rows belong to, by file name: validation.jsonl (seed A, seen while
-    fixing terms), heldout.jsonl (seed B, never used to change a term), anything else in-sample (tuned grids)."""
+    fixing terms), heldout.jsonl and heldout-c.jsonl (seeds B and C, never used to change a term), anything else
+    in-sample (tuned grids)."""
     return OUT_OF_SAMPLE_FILES.get(Path(path).stem, "in-sample")
 
 

@@ -27,6 +27,7 @@ from estimator.config import OPTIMIZERS, RunConfig
 
 VALIDATION_SEED = 20261122  # seed A: validation (seen while fixing terms)
 HELDOUT_SEED = 7301  # seed B: held-out (traced after the fixes; never used to change a term)
+HELDOUT_C_SEED = 90417  # seed C: a second held-out grid, drawn and traced after the next round of fixes
 VALIDATION_N = 200
 HELDOUT_N = 60
 
@@ -136,4 +137,18 @@ def skip_reason(cfg: RunConfig) -> str | None:
         return "logprob_head=full is TRL < 1.x's path; the tracer runs TRL 1.16, whose GRPOTrainer always uses the fused head"
     if cfg.attn_implementation == "flash_attention_2":
         return "flash_attention_2 needs the flash-attn package and a CUDA device; neither exists on the trace machine"
+    from estimator.catalog import resolve_model
+    from estimator.compat import check_library_support
+    from estimator.validate import InvalidConfig
+
+    arch = resolve_model(cfg.model)
+    try:
+        check_library_support(cfg, arch)
+    except InvalidConfig as refused:
+        return f"refused by the libraries, and so by vram-estimate: {refused}"
+    if arch.is_moe and cfg.dtype != "bfloat16":
+        return (
+            "the trace machine's torch.grouped_mm (CPU) takes bf16 experts only; this MoE config loads them in "
+            + cfg.dtype
+        )
     return None
