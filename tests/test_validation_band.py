@@ -89,6 +89,15 @@ def test_random_grid_is_seeded_valid_and_covers_every_family():
     assert {c.attn_implementation for c in a} == {"sdpa", "eager", "flash_attention_2"}
 
 
+def test_moe_configs_the_cpu_tracer_cannot_run_are_skipped_with_a_reason():
+    from sweeps.trace import random_grid as rg
+
+    # the CPU kernel of torch.grouped_mm refuses fp16 / fp32 experts ("Expected inputs of BF16 type")
+    assert "bf16" in rg.skip_reason(RunConfig(model="Qwen/Qwen3-30B-A3B", dtype="float16"))
+    assert rg.skip_reason(RunConfig(model="Qwen/Qwen3-30B-A3B", dtype="bfloat16")) is None
+    assert rg.skip_reason(RunConfig(model="Qwen/Qwen3-4B", dtype="float16")) is None
+
+
 def test_rows_split_by_file_name():
     from sweeps.report.accuracy import split_of
 

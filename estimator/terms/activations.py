@@ -338,6 +338,14 @@ def lora_a_saved_input(cfg: RunConfig, x_dtype: str) -> tuple[str, bool]:
     return x, new
 
 
+def lora_dropout_mask_bytes(cfg: RunConfig, x_dtype: str) -> int:
+    """Bytes per input element lora dropout keeps for backward: `native_dropout`'s bool mask on CUDA (1); CPU's
+    kernel keeps a noise tensor of dropout's input dtype (peft's cast of `x_dtype`); 0 without dropout."""
+    if cfg.lora_dropout <= 0:
+        return 0
+    return 1 if cfg.device == "cuda" else nbytes(lora_cast_input_dtype(cfg, x_dtype))
+
+
 def lora_saved_per_token(cfg: RunConfig, arch: Arch, sources: tuple[str, ...] | None = None) -> int:
     """Per token, what the wrapped linears keep for backward beyond the frozen layer's own tensors.
 
@@ -364,11 +372,7 @@ def lora_saved_per_token(cfg: RunConfig, arch: Arch, sources: tuple[str, ...] | 
             per += nbytes(saved) * lin.in_features
         elif source != "attn_out" or not attention_output_is_kernel_output(cfg, arch):
             kept_sources[source] = nbytes(x_dtype) * lin.in_features
-        if cfg.lora_dropout > 0:
-            noise = nbytes(
-                lora_cast_input_dtype(cfg, x_dtype)
-            )  # CPU: a noise tensor of dropout's input dtype
-            per += (1 if cfg.device == "cuda" else noise) * lin.in_features
+        per += lora_dropout_mask_bytes(cfg, x_dtype) * lin.in_features
         per += b_input * cfg.lora_r
     return per + sum(kept_sources.values())
 
@@ -391,12 +395,7 @@ def first_layer_unsaved_per_token(cfg: RunConfig, arch: Arch) -> int:
         if lora_input_source(lin.name) != "attn_norm":
             continue
         wrapped.add(lin.name.split(".")[-1])
-        if cfg.lora_dropout > 0:
-            x_dtype = _lora_source_dtype(cfg, "attn_norm")
-            noise = nbytes(
-                lora_cast_input_dtype(cfg, x_dtype)
-            )  # CPU: a noise tensor of dropout's input dtype
-            out += (1 if cfg.device == "cuda" else noise) * lin.in_features
+        out += lora_dropout_mask_bytes(cfg, _lora_source_dtype(cfg, "attn_norm")) * lin.in_features
     if arch.model_type in QK_NORM_MODEL_TYPES:
         if not wrapped & {"q_proj", "qkv_proj"}:
             out += 4 * arch.q_dim + 4 * arch.num_heads

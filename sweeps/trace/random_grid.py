@@ -3,7 +3,8 @@
 `random_configs(seed, n)` draws `n` configurations with `random.Random(seed)`: the same seed gives the same
 configs on every machine and Python version (only `Random.random/choice/randrange` are used). Seed A
 (`VALIDATION_SEED`) is the validation grid the estimator's terms were checked against; seed B (`HELDOUT_SEED`)
-is the held-out grid, traced once after the fixes and never used to change a term.
+and seed C (`HELDOUT_C_SEED`, drawn after the second round of fixes) are the held-out grids, each traced once
+and never used to change a term.
 
 Axes: every catalog family (Qwen2.5, Qwen3 dense and MoE, Llama 3.x, gemma-2/3, Phi-3, SmolLM2,
 DeepSeek-R1-Distill), dtype, full / LoRA / QLoRA, rank 8-128, targets (PEFT default, attention-only,
@@ -137,16 +138,7 @@ def skip_reason(cfg: RunConfig) -> str | None:
         return "logprob_head=full is TRL < 1.x's path; the tracer runs TRL 1.16, whose GRPOTrainer always uses the fused head"
     if cfg.attn_implementation == "flash_attention_2":
         return "flash_attention_2 needs the flash-attn package and a CUDA device; neither exists on the trace machine"
-    from estimator.catalog import resolve_model
-    from estimator.compat import check_library_support
-    from estimator.validate import InvalidConfig
-
-    arch = resolve_model(cfg.model)
-    try:
-        check_library_support(cfg, arch)
-    except InvalidConfig as refused:
-        return f"refused by the libraries, and so by vram-estimate: {refused}"
-    if arch.is_moe and cfg.dtype != "bfloat16":
+    if cfg.model in FAMILIES["qwen3-moe"] and cfg.dtype != "bfloat16":
         return (
             "the trace machine's torch.grouped_mm (CPU) takes bf16 experts only; this MoE config loads them in "
             + cfg.dtype
