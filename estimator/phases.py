@@ -51,14 +51,22 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         + gen.rotary_tables(cfg, arch, cfg.generation_sequences, cfg.max_prompt_length),
         "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
     }
-    decode = {  # the last step: full cache, one layer's K/V briefly held twice, the step's logits
-        "kv_cache": gen.kv_cache(cfg, arch) + gen.kv_concat_transient(cfg, arch),
-        "generation_logits": gen.generation_logits(cfg, arch),
+    # the last step's layers: the full cache, one tensor doubled by the cache's `cat` or the attention's copies
+    # (the larger; the `cat` finishes before attention runs), the layers' casts
+    decode_layers = {
+        "kv_cache": gen.kv_cache(cfg, arch)
+        + max(gen.kv_concat_transient(cfg, arch), gen.decode_attention_copies(cfg, arch)),
         "activations": moe_lora.merged_weights(cfg, arch) + moe_lora.factor_copies(cfg, arch),
+        "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
+    }
+    # the last step's head, after the layers: the full cache, the head's casts, the step's logits
+    decode_head = {
+        "kv_cache": gen.kv_cache(cfg, arch),
+        "generation_logits": gen.generation_logits(cfg, arch),
         "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=True)
         + act.fp32_head_cast_in_generation(cfg, arch),
     }
-    out = dict(max(prefill, decode, key=lambda d: sum(d.values())))
+    out = dict(max(prefill, decode_layers, decode_head, key=lambda d: sum(d.values())))
     out["gradients"] = shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch))
     gathered = gathered_weights(cfg, weights.policy_weights(cfg, arch))
     if gathered:

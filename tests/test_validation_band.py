@@ -102,8 +102,9 @@ def test_rows_split_by_file_name():
     from sweeps.report.accuracy import split_of
 
     assert split_of("results/traced/validation.jsonl") == "validation"
-    assert split_of(Path("x/heldout.jsonl")) == "held-out"
-    assert split_of(Path("x/heldout-c.jsonl")) == "held-out"
+    assert split_of(Path("x/heldout.jsonl")) == "validation"  # seeds B and C: seen since the third round
+    assert split_of(Path("x/heldout-c.jsonl")) == "validation"
+    assert split_of(Path("x/heldout-d.jsonl")) == "held-out"
     assert split_of("results/traced/default.jsonl") == "in-sample"
 
 

@@ -555,13 +555,16 @@ def moe_nograd_per_token(cfg: RunConfig, arch: Arch) -> int:
 
 
 def query_bytes(cfg: RunConfig, arch: Arch) -> int:
-    """Bytes of the query eager attention casts its probabilities to (`.to(query.dtype)`): a, except behind a
-    Qwen3-style q_norm, whose `weight * hidden.to(input_dtype)` promotes to the r-byte weight's dtype
-    (transformers 5.23 `Qwen3RMSNorm.forward`, see `qk_norm_saved_per_token`)."""
-    a = compute_bytes(cfg)
-    if arch.model_type in QK_NORM_MODEL_TYPES and arch.model_type not in GEMMA_NORM_MODEL_TYPES:
-        return max(a, residual_bytes(cfg))
-    return a
+    """Bytes of the query eager attention casts its probabilities to (`.to(query.dtype)`).
+
+    Every catalog family applies rotary to q after its projection: `q * cos + rotate_half(q) * sin` (transformers
+    5.23 `apply_rotary_pos_emb`, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L127-L149) with cos/sin in the
+    hidden states' r-byte dtype (`LlamaRotaryEmbedding.forward` returns `cos.to(x.dtype)`), and the multiply
+    promotes: q takes the linear's output dtype when it equals the load dtype, else fp32 (bf16·fp32, fp16·bf16).
+    Qwen3's q_norm (`weight * hidden.to(input_dtype)`, r-byte weight) promotes the same way before rotary.
+    """
+    out = linear_output_dtype(cfg)
+    return nbytes(out) if out == cfg.dtype else 4
 
 
 def eager_nograd_bytes(cfg: RunConfig, arch: Arch) -> int:
@@ -585,7 +588,8 @@ def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
     """No-grad MLP with LoRA on gate/up_proj: at peft's `result = result + lora_B(lora_A(dropout(x))) * scaling`
     (peft 0.21 https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L1103) act(gate), the base result, the scaled adapter output and the sum are live [T, I].
 
-    Base and adapter outputs take autocast's a bytes; without autocast the base output has the model dtype and the
+    Base and adapter outputs take autocast's a bytes (a 4-bit base's output and act(gate) the input's r bytes,
+    bnb `Linear4bit.forward` casting back with `.to(inp_dtype)`); without autocast the base output has the model dtype and the
     adapter's the adapter dtype (fp32, or bf16 with QLoRA, grpo_trainer.py:538-541), and a 16-bit sum of fp16 and
     bf16 (or anything with fp32) promotes to fp32 (torch type promotion) before `result.to(torch_result_dtype)`.
     """
@@ -597,17 +601,24 @@ def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
     down = lora_nograd_down_input_per_token(cfg, arch)
     if not wrapped:
         return down
-    if cfg.bf16:  # autocast: both outputs in a bytes, and so their sum
-        base = adapter = total = compute_bytes(cfg)
+    if cfg.bf16:  # autocast: the adapter's output in a bytes; the base's too, but r from a 4-bit base
+        base, adapter = linear_output_bytes(cfg), compute_bytes(cfg)
+        total = base if base == adapter else 4  # bf16 + fp32 -> fp32
     else:
         base = residual_bytes(cfg)
         adapter = nbytes(adapter_dtype(cfg))
         total = (
             4 if cfg.dtype != adapter_dtype(cfg) else adapter
         )  # fp16 + bf16 -> fp32; anything + fp32 -> fp32
+    # peft rebinds `x = self._cast_input_dtype(x, lora_A.weight.dtype)` before the sum, so the norm output's
+    # adapter-dtype copy [T, H] is live through it when the dtypes differ
+    x_dtype = _lora_source_dtype(cfg, "mlp_norm")
+    cast = (
+        0 if lora_cast_input_dtype(cfg, x_dtype) == x_dtype else nbytes(adapter_dtype(cfg)) * arch.hidden_size
+    )
     if fused:  # Phi-3: gate_up_proj's base result, scaled adapter output and sum, each [T, 2I]; no act yet
-        return max((base + adapter + total) * width, down)
-    return max((base + base + adapter + total) * arch.intermediate_size, down)
+        return max((base + adapter + total) * width + cast, down)
+    return max((base + base + adapter + total) * arch.intermediate_size + cast, down)
 
 
 def lora_nograd_down_input_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -624,7 +635,7 @@ def lora_nograd_down_input_per_token(cfg: RunConfig, arch: Arch) -> int:
     ):
         return 0
     a = compute_bytes(cfg)
-    x_dtype = compute_dtype(cfg)  # the product's dtype: autocast's, else the model's
+    x_dtype = linear_output_dtype(cfg)  # the product's dtype: autocast's, else the model's (a 4-bit base: r)
     adapter = nbytes(adapter_dtype(cfg))
     live = nbytes(x_dtype) + (0 if lora_cast_input_dtype(cfg, x_dtype) == x_dtype else adapter)
     if cfg.lora_dropout > 0:
@@ -666,18 +677,29 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     # referenced through the whole layer loop (transformers 5.23 LlamaModel.forward: `hidden_states = inputs_embeds`,
     # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L388-L391; the same in every catalog family)
     resid = 3 * r * arch.hidden_size
-    mlp_live = (
-        (4 if fused_gate_up(arch) else 3) * a * inter
-    )  # fused: the [T, 2I] output lives beside act and product
+    # live at act·up: act, up and the product in the linears' output dtype (r with a 4-bit base, whose layer
+    # casts its output back to the input dtype); fused: the [T, 2I] output lives beside act and product
+    out = linear_output_bytes(cfg)
+    mlp_live = (4 if fused_gate_up(arch) else 3) * out * inter
     mlp = tokens * (resid + 4 * arch.hidden_size + max(mlp_live, lora_nograd_mlp_per_token(cfg, arch)))
+    if cfg.load_in_4bit:  # at down_proj: the product, its a-byte cast and the dequantized weight
+        at_down = ((2 * out * inter if fused_gate_up(arch) else 0) + out * inter + a * inter) * tokens
+        mlp = max(
+            mlp, tokens * (resid + 4 * arch.hidden_size) + at_down + dequantized_weight_transient(cfg, arch)
+        )
     if arch.is_moe:  # + the wrapped expert stacks merged for this layer's forward (terms/moe_lora.py)
         mlp = tokens * (resid + 4 * arch.hidden_size + moe_nograd_per_token(cfg, arch))
         mlp += moe_lora.merged_weights(cfg, arch) + moe_lora.factor_copies(cfg, arch)
     if cfg.attn_implementation != "eager":
         return mlp
-    # beside the scores: q, K/V repeated to every head (`repeat_kv` copies them when kv_heads < heads), the
-    # layer's input, its norm's output and `inputs_embeds` (as above)
-    qkv = a * (arch.q_dim + (2 * arch.num_heads * arch.head_dim if arch.num_kv_heads < arch.num_heads else 0))
+    # beside the scores: the rotated q (`query_bytes`), K/V repeated to every head from the r-byte cache
+    # (`repeat_kv` copies them when kv_heads < heads), the layer's input, its norm's output and `inputs_embeds`
+    # (as above); Phi-3's fused projection output stays bound to the local `qkv` through the attention call
+    # (transformers 5.23 https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/phi3/modeling_phi3.py#L218-L238), q/k/v being views of it
+    qkv = query_bytes(cfg, arch) * arch.q_dim
+    qkv += 2 * r * arch.num_heads * arch.head_dim if arch.num_kv_heads < arch.num_heads else 0
+    if any(lin.name == "qkv_proj" for lin in arch.layer_linears):
+        qkv += linear_output_bytes(cfg) * (arch.q_dim + 2 * arch.kv_dim)
     attn = tokens * (
         arch.num_heads * seq_len * eager_nograd_bytes(cfg, arch) + 3 * arch.hidden_size * r + qkv
     )
@@ -685,5 +707,5 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     # (`hidden_states, _ = self.self_attn(...)`, transformers 5.23
     # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L297)
     # until the layer returns, so they are live through the MLP
-    probs = tokens * arch.num_heads * seq_len * a
+    probs = tokens * arch.num_heads * seq_len * query_bytes(cfg, arch)
     return max(mlp + probs, attn) + attention_mask_bytes(cfg, arch, batch, seq_len)

@@ -53,13 +53,59 @@ def kv_cache(cfg: RunConfig, arch: Arch, seq_len: int | None = None, prefill: bo
     length = cfg.sequence_length if seq_len is None else seq_len
     if prefill:
         return 2 * cfg.generation_sequences * arch.kv_dim * length * arch.num_layers * residual_bytes(cfg)
-    kept = sum(length if w is None else min(length, w - 1) for w in layer_windows(arch))
+    kept = sum(_kept(length, w) for w in layer_windows(arch))
     return 2 * cfg.generation_sequences * arch.kv_dim * kept * residual_bytes(cfg)
 
 
 def kv_concat_transient(cfg: RunConfig, arch: Arch) -> int:
-    """DynamicCache concatenates per step: one layer's K and V are briefly held twice."""
-    return kv_cache(cfg, arch) // arch.num_layers
+    """Cache tensors held twice for a moment during a decode step's update, on the layer where that is largest.
+
+    transformers 5.23 `DynamicLayer.update` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cache_utils.py#L136-L137)
+    runs `self.keys = torch.cat([self.keys, key_states], -2)` and then the same for the values: the old keys are
+    released when `self.keys` is rebound, before the values' `cat` starts, so one [G, kv_heads, L, d] tensor is
+    doubled. `DynamicSlidingWindowLayer.update` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cache_utils.py#L242-L249)
+    concatenates both K and V before rebinding either, so a sliding layer doubles two.
+    """
+    per_tensor = cfg.generation_sequences * arch.kv_dim * residual_bytes(cfg)
+    return max(
+        (1 if w is None else 2) * _kept(cfg.sequence_length, w) * per_tensor for w in layer_windows(arch)
+    )
+
+
+def decode_attention_copies(cfg: RunConfig, arch: Arch) -> int:
+    """What one decode step's attention holds beside the cache, on the longest layer: K/V repeated to every head
+    and the step's scores.
+
+    Eager (transformers 5.23 `eager_attention_forward`, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L168-L201)
+    runs `repeat_kv` on K and V, which copies both to [G, heads, L, d] when kv_heads > 1 (the `expand` then
+    `reshape`); with one KV head the reshape is a view and `matmul` copies the expanded operand for its `bmm`, one
+    at a time. The scores [G, heads, 1, L] take `eager_nograd_bytes` per element. sdpa on an unpadded decode step
+    gets no mask and runs native GQA (`use_gqa_in_sdpa`), so it copies nothing (`kv_heads_in_attention`).
+    """
+    from estimator.terms import activations as act
+
+    if (
+        act.kv_heads_in_attention(cfg, arch, masked=False) == arch.num_kv_heads
+        or arch.num_kv_heads == arch.num_heads
+    ):
+        return 0
+    copies = 2 if arch.num_kv_heads > 1 else (1 if cfg.attn_implementation == "eager" else 0)
+    repeated = copies * _longest_layer_tensor(cfg, arch, arch.num_heads * arch.head_dim)
+    scores = 0
+    if cfg.attn_implementation == "eager":
+        length = max(_kept(cfg.sequence_length, w) for w in layer_windows(arch))
+        scores = cfg.generation_sequences * arch.num_heads * length * act.eager_nograd_bytes(cfg, arch)
+    return repeated + scores
+
+
+def _kept(length: int, window: int | None) -> int:
+    return length if window is None else min(length, window - 1)
+
+
+def _longest_layer_tensor(cfg: RunConfig, arch: Arch, width: int) -> int:
+    """[G, heads, L, d] in the cache's dtype, L the longest layer's kept length; `width` = heads × d."""
+    length = max(_kept(cfg.sequence_length, w) for w in layer_windows(arch))
+    return cfg.generation_sequences * width * length * residual_bytes(cfg)
 
 
 def generation_logits(cfg: RunConfig, arch: Arch) -> int:

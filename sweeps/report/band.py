@@ -1,4 +1,5 @@
-"""`make band`: compute estimator/band.json from the validation grid's traced rows (not the held-out ones)."""
+"""`make band`: compute estimator/band.json from the seen grids' traced rows (validation seed A, and seeds B and C
+since they were used to fix terms), never the held-out one (seed D)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from sweeps import records
 from sweeps.report.accuracy import accuracy_frame
 
 REPO = Path(__file__).resolve().parents[2]
-VALIDATION = REPO / "results" / "traced" / "validation.jsonl"
+TRACED = REPO / "results" / "traced"
+SEEN = tuple(TRACED / f"{stem}.jsonl" for stem in ("validation", "heldout", "heldout-c"))  # seeds A, B, C
 BAND_FILE = REPO / "estimator" / "band.json"
 
 
@@ -18,24 +20,24 @@ def _stats(err) -> dict:
     return {"low": round(float(err.min()), 4), "high": round(float(err.max()), 4), "n": int(len(err))}
 
 
-def compute(path: Path = VALIDATION) -> dict:
+def compute(paths: tuple[Path, ...] = SEEN) -> dict:
     """Per regime (estimator.band.regime) and over all rows: low / high relative error of the current estimator
-    over the traced ok rows of `path`."""
+    over the traced ok rows of `paths`."""
     from estimator.band import REGIMES, regime
     from estimator.config import RunConfig
 
-    rows = records.load_rows(path)
+    rows = [row for path in paths for row in records.load_rows(path)]
     df = accuracy_frame(rows)
     df = df[df["rel_error"].notna()]
     if not len(df):
-        raise SystemExit(f"no traced rows with a prediction in {path}")
+        raise SystemExit(f"no traced rows with a prediction in {', '.join(str(p) for p in paths)}")
     configs = {r["key"]: RunConfig.from_dict(r["config"]) for r in rows if isinstance(r.get("config"), dict)}
     names = df["key"].map(lambda k: regime(configs[k]))
     err = df["rel_error"].astype(float)
     return {
         "regimes": {name: _stats(err[names == name]) for name in REGIMES if (names == name).any()},
         "all": _stats(err),
-        "source": "traced, results/traced/validation.jsonl (seed A)",
+        "source": "traced, results/traced/validation.jsonl, heldout.jsonl, heldout-c.jsonl (seeds A, B, C)",
     }
 
 

@@ -281,9 +281,10 @@ def render(frame, head, fits, curves, acc, env, gpus, gpu80, base, splits: Seque
         "### Summary per source and method",
         summary_markdown(accuracy.summary_frame(acc, ("source", "method"))),
         "### In-sample, validation and held-out (traced)",
-        "In-sample: the grids the estimator was refined on; validation: a seeded random grid over every axis "
-        "(`results/traced/validation.jsonl`, seed A), seen while fixing terms and used for the error band; "
-        "held-out: fresh seeds (`heldout.jsonl`, seed B; `heldout-c.jsonl`, seed C), never used to change a term. `after the band`: the "
+        "In-sample: the grids the estimator was refined on; validation: seeded random grids over every axis "
+        "(`results/traced/validation.jsonl`, seed A; `heldout.jsonl` and `heldout-c.jsonl`, seeds B and C, held out "
+        "for earlier rounds and seen since), used while fixing terms and for the error band; "
+        "held-out: a fresh seed (`heldout-d.jsonl`, seed D), never used to change a term. `after the band`: the "
         "share still under-predicted by more than 2 % once each row's regime band (`estimator/band.py`) is "
         "applied.",
         "\n".join(f"- `{line}`" for line in splits),

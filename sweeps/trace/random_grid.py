@@ -27,8 +27,9 @@ import random
 from estimator.config import OPTIMIZERS, RunConfig
 
 VALIDATION_SEED = 20261122  # seed A: validation (seen while fixing terms)
-HELDOUT_SEED = 7301  # seed B: held-out (traced after the fixes; never used to change a term)
-HELDOUT_C_SEED = 90417  # seed C: a second held-out grid, drawn and traced after the next round of fixes
+HELDOUT_SEED = 7301  # seed B: held out for two rounds, then seen (its misses led to the third round's fixes)
+HELDOUT_C_SEED = 90417  # seed C: held out for one round, then seen (as seed B)
+HELDOUT_D_SEED = 52813  # seed D: the held-out grid, drawn and traced after the third round of fixes
 VALIDATION_N = 200
 HELDOUT_N = 60
 

@@ -3,6 +3,7 @@
     python -m sweeps.trace.run_random --set validation     # seed A, results/traced/validation.jsonl
     python -m sweeps.trace.run_random --set heldout        # seed B, results/traced/heldout.jsonl
     python -m sweeps.trace.run_random --set heldout-c      # seed C, results/traced/heldout-c.jsonl
+    python -m sweeps.trace.run_random --set heldout-d      # seed D, results/traced/heldout-d.jsonl
 
 Configs run in this one process, one after another (each trace opens its own FakeTensorMode), so the
 ~10 s import of torch / transformers / TRL is paid once rather than per config. Each row is appended
@@ -45,6 +46,7 @@ SETS = {
     "validation": (random_grid.VALIDATION_SEED, random_grid.VALIDATION_N),
     "heldout": (random_grid.HELDOUT_SEED, random_grid.HELDOUT_N),
     "heldout-c": (random_grid.HELDOUT_C_SEED, random_grid.HELDOUT_N),
+    "heldout-d": (random_grid.HELDOUT_D_SEED, random_grid.HELDOUT_N),
 }
 
 
