@@ -1,12 +1,13 @@
 """The estimator's validated error band, per regime, and "fits" decided on its safe side.
 
 The band is data (`estimator/band.json`), computed by `make band` (`python -m sweeps.report.band`) from the
-traced rows of the out-of-sample validation grid (`results/traced/validation.jsonl`, seed A of
-`sweeps/trace/random_grid.py`): per regime, the lowest and highest (estimated − traced) / traced over those
-rows. A negative `low` is the worst under-prediction seen in that regime; `--gpu`, `--solve`, the advice and
-the "fits on" list compare the estimate with the GPU's memory shrunk by that regime's margin, so a run the band
-says might not fit is never reported as fitting. The held-out grids (seeds B and C) check that the bands hold
-on configs nobody tuned on.
+traced rows of the seen off-grid grids (`results/traced/validation.jsonl`, seed A of
+`sweeps/trace/random_grid.py`, and `heldout.jsonl` / `heldout-c.jsonl`, seeds B and C, held out in earlier
+rounds and seen since): per regime, the lowest and highest (estimated − traced) / traced over those rows. A
+negative `low` is the worst under-prediction seen in that regime; `--gpu`, `--solve`, the advice and the "fits
+on" list compare the estimate with the GPU's memory shrunk by that regime's margin, so a run the band says might
+not fit is never reported as fitting. The held-out grid (seed D) checks that the bands hold on configs nobody
+tuned on.
 
 Regimes split the validation rows where the errors differ most (see `make accuracy`): mixture-of-experts
 models, eager attention, sdpa with a 16-bit bf16 base, and sdpa otherwise (fp16 / fp32 weights or an fp32

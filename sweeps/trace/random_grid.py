@@ -2,9 +2,10 @@
 
 `random_configs(seed, n)` draws `n` configurations with `random.Random(seed)`: the same seed gives the same
 configs on every machine and Python version (only `Random.random/choice/randrange` are used). Seed A
-(`VALIDATION_SEED`) is the validation grid the estimator's terms were checked against; seed B (`HELDOUT_SEED`)
-and seed C (`HELDOUT_C_SEED`, drawn after the second round of fixes) are the held-out grids, each traced once
-and never used to change a term.
+(`VALIDATION_SEED`) is the validation grid the estimator's terms were checked against; seeds B (`HELDOUT_SEED`)
+and C (`HELDOUT_C_SEED`) were held out for earlier rounds, then looked at to find the third round's fixes, so
+they count as validation now; seed D (`HELDOUT_D_SEED`, drawn after the third round of fixes) is the held-out
+grid, traced once and never used to change a term.
 
 Axes: every catalog family (Qwen2.5, Qwen3 dense and MoE, Llama 3.x, gemma-2/3, Phi-3, SmolLM2,
 DeepSeek-R1-Distill), dtype, full / LoRA / QLoRA, rank 8-128, targets (PEFT default, attention-only,
