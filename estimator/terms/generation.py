@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
+from estimator.terms import activations as act
 from estimator.terms.activations import residual_bytes
 
 
@@ -82,8 +83,6 @@ def decode_attention_copies(cfg: RunConfig, arch: Arch) -> int:
     at a time. The scores [G, heads, 1, L] take `eager_nograd_bytes` per element. sdpa on an unpadded decode step
     gets no mask and runs native GQA (`use_gqa_in_sdpa`), so it copies nothing (`kv_heads_in_attention`).
     """
-    from estimator.terms import activations as act
-
     if (
         act.kv_heads_in_attention(cfg, arch, masked=False) == arch.num_kv_heads
         or arch.num_kv_heads == arch.num_heads
