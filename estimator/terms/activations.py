@@ -554,7 +554,7 @@ def moe_nograd_per_token(cfg: RunConfig, arch: Arch) -> int:
     return a * k * max(4 * arch.hidden_size, arch.hidden_size + 3 * arch.moe_intermediate_size)
 
 
-def query_bytes(cfg: RunConfig, arch: Arch) -> int:
+def query_bytes(cfg: RunConfig) -> int:
     """Bytes of the query eager attention casts its probabilities to (`.to(query.dtype)`).
 
     Every catalog family applies rotary to q after its projection: `q * cos + rotate_half(q) * sin` (transformers
@@ -578,7 +578,7 @@ def eager_nograd_bytes(cfg: RunConfig, arch: Arch) -> int:
     masked scores are still bound to `attn_weights` (rebound only after the cast): added + 4 + q, when the
     query's q bytes (`query_bytes`) are < 4.
     """
-    q = query_bytes(cfg, arch)
+    q = query_bytes(cfg)
     added = max(compute_bytes(cfg), residual_bytes(cfg))
     copy = 0 if added == 4 or softmax_half_to_float(cfg) else 4
     return max(added + copy + 4, added + 4 + (q if q != 4 else 0))
@@ -663,6 +663,20 @@ def fused_qkv(arch: Arch) -> bool:
     return any(lin.name == "qkv_proj" for lin in arch.layer_linears)
 
 
+def nograd_4bit_down_proj_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """No-grad MLP at a 4-bit down_proj's call, per token (the dequantized weight is `dequantized_weight_transient`).
+
+    bnb `Linear4bit.forward` casts its input to the compute dtype (`x.to(self.compute_dtype)`) and its output back
+    to the input's (`.to(inp_dtype)`), so gate/up outputs, act and the product are r-byte: live are the product
+    (r·I), its a-byte cast (a·I) and, in Phi-3's fused MLP, the [T, 2I] gate_up output it was chunked from (2·r·I).
+    0 without a 4-bit base.
+    """
+    if not cfg.load_in_4bit:
+        return 0
+    out, inter = linear_output_bytes(cfg), arch.intermediate_size
+    return (2 * out * inter if fused_gate_up(arch) else 0) + out * inter + compute_bytes(cfg) * inter
+
+
 def fused_gate_up(arch: Arch) -> bool:
     """Phi-3's MLP (transformers 5.23 Phi3MLP.forward, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/phi3/modeling_phi3.py#L57-L63): one gate_up_proj [T, 2I], chunked."""
     return any(lin.name == "gate_up_proj" for lin in arch.layer_linears)
@@ -671,7 +685,7 @@ def fused_gate_up(arch: Arch) -> bool:
 def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     """No-grad forward transient: residual + norm + the MLP's three live [T, I] tensors (act, up, product)."""
     tokens = batch * seq_len
-    r, a = residual_bytes(cfg), compute_bytes(cfg)
+    r = residual_bytes(cfg)
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
     # residuals: the layer's input, the post-attention sum, and `inputs_embeds`, which the model's forward keeps
     # referenced through the whole layer loop (transformers 5.23 LlamaModel.forward: `hidden_states = inputs_embeds`,
@@ -682,11 +696,9 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     out = linear_output_bytes(cfg)
     mlp_live = (4 if fused_gate_up(arch) else 3) * out * inter
     mlp = tokens * (resid + 4 * arch.hidden_size + max(mlp_live, lora_nograd_mlp_per_token(cfg, arch)))
-    if cfg.load_in_4bit:  # at down_proj: the product, its a-byte cast and the dequantized weight
-        at_down = ((2 * out * inter if fused_gate_up(arch) else 0) + out * inter + a * inter) * tokens
-        mlp = max(
-            mlp, tokens * (resid + 4 * arch.hidden_size) + at_down + dequantized_weight_transient(cfg, arch)
-        )
+    if cfg.load_in_4bit:  # the down_proj call's instant, if larger
+        at_down = tokens * (resid + 4 * arch.hidden_size + nograd_4bit_down_proj_per_token(cfg, arch))
+        mlp = max(mlp, at_down + dequantized_weight_transient(cfg, arch))
     if arch.is_moe:  # + the wrapped expert stacks merged for this layer's forward (terms/moe_lora.py)
         mlp = tokens * (resid + 4 * arch.hidden_size + moe_nograd_per_token(cfg, arch))
         mlp += moe_lora.merged_weights(cfg, arch) + moe_lora.factor_copies(cfg, arch)
@@ -696,16 +708,16 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     # (`repeat_kv` copies them when kv_heads < heads), the layer's input, its norm's output and `inputs_embeds`
     # (as above); Phi-3's fused projection output stays bound to the local `qkv` through the attention call
     # (transformers 5.23 https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/phi3/modeling_phi3.py#L218-L238), q/k/v being views of it
-    qkv = query_bytes(cfg, arch) * arch.q_dim
+    qkv = query_bytes(cfg) * arch.q_dim
     qkv += 2 * r * arch.num_heads * arch.head_dim if arch.num_kv_heads < arch.num_heads else 0
-    if any(lin.name == "qkv_proj" for lin in arch.layer_linears):
+    if fused_qkv(arch):
         qkv += linear_output_bytes(cfg) * (arch.q_dim + 2 * arch.kv_dim)
     attn = tokens * (
         arch.num_heads * seq_len * eager_nograd_bytes(cfg, arch) + 3 * arch.hidden_size * r + qkv
     )
-    # the a-byte probabilities outlive the attention: every catalog decoder layer binds them to a local
+    # the probabilities (in q's dtype) outlive the attention: every catalog decoder layer binds them to a local
     # (`hidden_states, _ = self.self_attn(...)`, transformers 5.23
     # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L297)
     # until the layer returns, so they are live through the MLP
-    probs = tokens * arch.num_heads * seq_len * query_bytes(cfg, arch)
+    probs = tokens * arch.num_heads * seq_len * query_bytes(cfg)
     return max(mlp + probs, attn) + attention_mask_bytes(cfg, arch, batch, seq_len)

@@ -92,8 +92,12 @@ def decode_attention_copies(cfg: RunConfig, arch: Arch) -> int:
     repeated = copies * _longest_layer_tensor(cfg, arch, arch.num_heads * arch.head_dim)
     scores = 0
     if cfg.attn_implementation == "eager":
-        length = max(_kept(cfg.sequence_length, w) for w in layer_windows(arch))
-        scores = cfg.generation_sequences * arch.num_heads * length * act.eager_nograd_bytes(cfg, arch)
+        scores = (
+            cfg.generation_sequences
+            * arch.num_heads
+            * _longest_kept(cfg, arch)
+            * act.eager_nograd_bytes(cfg, arch)
+        )
     return repeated + scores
 
 
@@ -101,10 +105,14 @@ def _kept(length: int, window: int | None) -> int:
     return length if window is None else min(length, window - 1)
 
 
+def _longest_kept(cfg: RunConfig, arch: Arch) -> int:
+    """Positions the longest cache layer keeps at the end of generation."""
+    return max(_kept(cfg.sequence_length, w) for w in layer_windows(arch))
+
+
 def _longest_layer_tensor(cfg: RunConfig, arch: Arch, width: int) -> int:
     """[G, heads, L, d] in the cache's dtype, L the longest layer's kept length; `width` = heads × d."""
-    length = max(_kept(cfg.sequence_length, w) for w in layer_windows(arch))
-    return cfg.generation_sequences * width * length * residual_bytes(cfg)
+    return cfg.generation_sequences * width * _longest_kept(cfg, arch) * residual_bytes(cfg)
 
 
 def generation_logits(cfg: RunConfig, arch: Arch) -> int:

@@ -37,7 +37,7 @@ def compute(paths: tuple[Path, ...] = SEEN) -> dict:
     return {
         "regimes": {name: _stats(err[names == name]) for name in REGIMES if (names == name).any()},
         "all": _stats(err),
-        "source": "traced, results/traced/validation.jsonl, heldout.jsonl, heldout-c.jsonl (seeds A, B, C)",
+        "source": "traced, seeds A, B, C: results/traced/validation.jsonl, heldout.jsonl, heldout-c.jsonl",
     }
 
 
