@@ -156,3 +156,46 @@ def test_fp16_softmax_to_fp32_takes_cudas_half_to_float_kernel_while_patched():
                 torch.empty(2, 4, dtype=torch.float16), dim=-1, dtype=torch.float32
             )
         assert out.dtype == torch.float32
+
+
+def _index_backward_peak(rewrite: bool) -> int:
+    """Peak live bytes (in [S, H] fp32 units) of `y = x[perm]` and its backward, under the probe, on FakeTensors."""
+    from contextlib import nullcontext
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from sweeps.probes.tensors import LiveStorageMode
+    from sweeps.trace.patches import CudaIndexBackward
+
+    s, h = 512, 256
+    with FakeTensorMode(), CudaIndexBackward() if rewrite else nullcontext():
+        x = torch.empty(s, h, requires_grad=True)
+        perm = torch.randperm(s)
+        probe = LiveStorageMode()
+        with probe:
+            y = x[perm]  # 1
+            g = torch.ones_like(y)  # 2
+            (gx,) = torch.autograd.grad(y, x, g)  # 3: the gradient; a 4th if the zeros are copied
+            del y, g, gx
+    return probe.result()["peak_bytes"] // (s * h * 4)
+
+
+def test_index_backward_runs_in_place_as_on_cuda():
+    """Hand count: y, its incoming gradient and x's gradient are three [S, H] tensors; torch under a dispatch mode
+    writes the gradient into a copy of its zeros (a fourth), which CudaIndexBackward undoes."""
+    assert _index_backward_peak(rewrite=False) == 4  # the artifact; if torch stops copying, drop the patch
+    assert _index_backward_peak(rewrite=True) == 3
+
+
+def test_index_put_outside_index_backward_keeps_its_copy():
+    """An out-of-place index_put on a tensor that was not just made by new_zeros still returns a new tensor."""
+    from sweeps.trace.patches import CudaIndexBackward
+
+    base = torch.zeros(4)
+    with CudaIndexBackward():
+        out = torch.ops.aten.index_put.default(base, [torch.tensor([1])], torch.tensor([5.0]), True)
+        fresh = base.new_zeros(4)
+        torch.ops.aten.add.Tensor(fresh, 1)
+        later = torch.ops.aten.index_put.default(fresh, [torch.tensor([2])], torch.tensor([3.0]), True)
+    assert base.tolist() == [0.0, 0.0, 0.0, 0.0] and out.tolist() == [0.0, 5.0, 0.0, 0.0]
+    assert fresh.tolist() == [0.0, 0.0, 0.0, 0.0] and later.tolist() == [0.0, 0.0, 3.0, 0.0]

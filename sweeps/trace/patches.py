@@ -11,6 +11,12 @@
   `max_prompt_length`, completions forced to full length), so a fake padding mask is treated as all ones.
 * `nn.functional.softmax(fp16, dtype=float32)`: CUDA's `half_to_float` kernel, not CPU's fp32 copy of the input
   (eager attention's scores in fp16 runs).
+* autograd's `index_backward` (the backward of `x[idx]`, e.g. the MoE combine's `weighted_out[inv_perm]`): with a
+  dispatch mode active or a tensor subclass, torch takes its out-of-place `index_put` on the fresh `new_zeros`
+  (FunctionsManual.cpp `index_backward`: `areAnyTensorSubclassLike(...) ? zeros.index_put(...) :
+  zeros.index_put_(...)`), one more gradient-sized tensor than a CUDA step, which writes in place.
+  `CudaIndexBackward` turns that one pattern (an accumulating `index_put` on the `new_zeros` dispatched just
+  before it) into the in-place op.
 * TRL's metric-only `nanmin`/`nanmax` branch on data (`isnan(t).all()`): replaced by `min`/`max`.
 * fused LM head, GPU path (`fused-gpu`): on CUDA with Triton, TRL scores only the completion positions
   (`hidden_states[mask]`, a compact `[N_valid, H]` copy, then `masked_scatter` back) and folds each
@@ -26,10 +32,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import types
+import weakref
 from collections.abc import Iterator
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 _ORIG_APPLY = torch.nn.Module._apply
 
@@ -119,6 +127,33 @@ def _min(t: torch.Tensor) -> torch.Tensor:
 
 def _max(t: torch.Tensor) -> torch.Tensor:
     return t.max()
+
+
+class CudaIndexBackward(TorchDispatchMode):
+    """Run autograd's `index_backward` in place, as a CUDA step without a dispatch mode does.
+
+    torch 2.13 `index_backward` (torch/csrc/autograd/FunctionsManual.cpp) is `new_zeros` then `index_put` with
+    `accumulate=True`; it writes into the zeros in place unless a tensor is subclass-like, which every tensor is
+    while a TorchDispatchMode (the probe, FakeTensorMode) is active. Only an accumulating `index_put` whose target
+    is the tensor the immediately preceding op, `new_zeros`, returned is rewritten: nothing else can hold that
+    tensor yet, so writing it in place changes no value anyone reads.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._zeros: weakref.ref | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        fresh, self._zeros = self._zeros, None
+        if func is torch.ops.aten.index_put.default and fresh is not None and fresh() is args[0]:
+            accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+            if accumulate:
+                return torch.ops.aten.index_put_.default(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if func is torch.ops.aten.new_zeros.default:
+            self._zeros = weakref.ref(out)
+        return out
 
 
 def _replacements() -> list[tuple[object, str, object]]:

@@ -273,7 +273,7 @@ def _run(
     conf = fake_model.hf_config(spec, cfg.attn_implementation)
     t0 = time.perf_counter()
     mode = FakeTensorMode(shape_env=ShapeEnv()) if fake else nullcontext()
-    with patches.patched(), mode:
+    with patches.patched(), mode, patches.CudaIndexBackward():
         trainer, opt = build(cfg, conf, fake, out_dir)
         policy = trainer.model
         probe = LiveStorageMode(round_to=CUDA_BLOCK if cfg.device == "cuda" else 1, record_events=True)
