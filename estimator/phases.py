@@ -118,21 +118,31 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
         instants["head_forward"]["autocast_weight_cache"] = cast_cache
         instants["head_backward"]["autocast_weight_cache"] = cast_cache
     grad_flow = act.residual_gradients(cfg, arch, tokens)
-    # A layer's backward runs its MLP first, then attention: the MLP / LoRA transients live beside the one
-    # incoming residual gradient, eager attention's (net of what the MLP released) beside it and the partial sum
-    layer_bwd = (
-        max(
-            tokens * act.layer_backward_transient_per_token(cfg, arch) + act.hidden_states(cfg, arch, tokens),
-            tokens * act.eager_backward_transient_per_token(cfg, arch, seq) + grad_flow,
-        )
-        + act.dequantized_weight_transient(cfg, arch)
+    # A layer's backward runs its MLP first, then attention: the MLP / LoRA / wrapped-expert transients live
+    # beside the one incoming residual gradient; eager attention's, net of what the MLP block released (its saved
+    # tensors, and the merged expert stacks and factor copies a wrapped MoE block kept), beside it and the partial sum
+    mlp_bwd = (
+        tokens * act.layer_backward_transient_per_token(cfg, arch)
+        + act.hidden_states(cfg, arch, tokens)
         + moe_lora.backward_transient(cfg, arch)
     )
+    eager_bwd = max(
+        0,
+        tokens * act.eager_backward_transient_per_token(cfg, arch, seq) - moe_lora.saved_per_layer(cfg, arch),
+    )
+    layer_bwd = max(mlp_bwd, eager_bwd + grad_flow) + act.dequantized_weight_transient(cfg, arch)
     after_head = shard(cfg, "gradients", opt.gradients_after_head(cfg, arch))
+    layer_fwd = tokens * act.layer_forward_transient_per_token(cfg, arch)
     if cfg.gradient_checkpointing:
         recompute = act.recompute_layer(cfg, arch, b, seq)
         instants["last_layer_backward"] = {
             "activations": saved + recompute + layer_bwd,
+            "gradients": after_head,
+        }
+        # the top layer's recomputed forward at its largest instant (act.layer_forward_transient_per_token), with
+        # the incoming gradient live
+        instants["last_layer_recompute"] = {
+            "activations": saved + recompute + layer_fwd + act.hidden_states(cfg, arch, tokens),
             "gradients": after_head,
         }
         instants["first_layer_backward"] = {
@@ -144,6 +154,11 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
         instants["last_layer_backward"] = {
             "activations": saved + layer_bwd,
             "gradients": after_head,
+            "autocast_weight_cache": cast_cache,
+        }
+        # the top layer's forward at its largest instant, every layer's saved tensors held
+        instants["last_layer_forward"] = {
+            "activations": saved + layer_fwd,
             "autocast_weight_cache": cast_cache,
         }
     # the tied buffer and the embedding's own [V, H] gradient meet before they are summed into .grad

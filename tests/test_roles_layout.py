@@ -32,11 +32,13 @@ def test_reward_scores_the_whole_generation_batch_at_once():
         max_prompt_length=100,
         max_completion_length=100,
     )
-    # G = 4 × 2 = 8 sequences of 200 tokens = 1600 tokens, bf16 residual (r = a = 2):
-    # layer: 1600 × (2·2·1536 + 4·1536 + 3·2·8960) = 1600 × 66,048; final hidden states 1600 × 1536 × 2; and the
-    # embedding output (inputs_embeds), which the model's forward keeps referenced through its layer loop,
-    # 1600 × 1536 × 2 more
-    assert rt.reward_forward_peak(cfg, Q15) == 1600 * 66_048 + 2 * 1600 * 1536 * 2
+    # G = 4 × 2 = 8 sequences of 200 tokens = 1600 tokens, bf16 residual (r = a = 2). At the MLP's act·up: the
+    # layer's input, the post-attention sum and inputs_embeds (the model's forward keeps it referenced through its
+    # layer loop), 3·2·1536; the post-attention norm's bf16 output, 2·1536; act, up and their product, 3·2·8960;
+    # then the final hidden states 1600 × 1536 × 2
+    assert (
+        rt.reward_forward_peak(cfg, Q15) == 1600 * (3 * 2 * 1536 + 2 * 1536 + 3 * 2 * 8960) + 1600 * 1536 * 2
+    )
 
 
 def test_critic_states_full_fine_tune_bf16_adamw():

@@ -102,9 +102,12 @@ def test_rows_split_by_file_name():
     from sweeps.report.accuracy import split_of
 
     assert split_of("results/traced/validation.jsonl") == "validation"
-    assert split_of(Path("x/heldout.jsonl")) == "validation"  # seeds B and C: seen since the third round
+    assert (
+        split_of(Path("x/heldout.jsonl")) == "validation"
+    )  # seeds B and C: seen since the third round, D since the fourth
     assert split_of(Path("x/heldout-c.jsonl")) == "validation"
-    assert split_of(Path("x/heldout-d.jsonl")) == "held-out"
+    assert split_of(Path("x/heldout-d.jsonl")) == "validation"  # seed D: seen since the fourth round
+    assert split_of(Path("x/heldout-e.jsonl")) == "held-out"
     assert split_of("results/traced/default.jsonl") == "in-sample"
 
 

@@ -235,14 +235,24 @@ def released_before_attention_backward_per_token(cfg: RunConfig, arch: Arch, seq
 
 
 def attention_mask_bytes(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
-    """Eager attention's 4-D additive mask [B, 1, L, L] in the model dtype (transformers masking_utils
+    """Eager attention's 4-D additive masks [B, 1, L, L] in the model dtype (transformers masking_utils
     `eager_mask`), held through the forward and (as a checkpoint input) the backward; sdpa on unpadded batches
-    uses `is_causal` and builds none."""
+    uses `is_causal` and builds none.
+
+    A model with both full and sliding layers builds one eager mask per kind, both held by the model's forward
+    (transformers 5.23 gemma2 `causal_mask_mapping = {"full_attention": create_causal_mask(...),
+    "sliding_attention": create_sliding_window_causal_mask(...)}`,
+    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma2/modeling_gemma2.py#L430-L433;
+    gemma3 and Qwen2's `has_sliding_layers` the same), distinct tensors even when the window covers the sequence.
+    """
     if sdpa_needs_mask(cfg, arch, seq_len):
         return batch * seq_len * seq_len  # bool
     if cfg.attn_implementation != "eager":
         return 0
-    return batch * seq_len * seq_len * residual_bytes(cfg)
+    from estimator.terms.generation import layer_windows
+
+    kinds = len({w is None for w in layer_windows(arch)})
+    return kinds * batch * seq_len * seq_len * residual_bytes(cfg)
 
 
 def linear_output_bytes(cfg: RunConfig) -> int:
@@ -463,8 +473,8 @@ def moe_combine_backward_per_token(cfg: RunConfig, arch: Arch) -> int:
     gradient that is made contiguous [T, k, H], and `weighted_out[inv_perm]`'s backward scatters it into a zeroed
     [S, H] (torch FunctionsManual.cpp `index_backward`, `index_put_` in place on CUDA): 2·k·H·a.
 
-    (Under FakeTensorMode `index_backward` takes its out-of-place `index_put` branch for tensor subclasses, so a
-    traced step holds one more [S, H] here than a CUDA step.)"""
+    (Under a dispatch mode `index_backward` takes its out-of-place `index_put` branch; the tracer runs it in place,
+    as CUDA does: sweeps/trace/patches.py `CudaIndexBackward`.)"""
     if not arch.is_moe:
         return 0
     return 2 * arch.num_experts_per_tok * arch.hidden_size * compute_bytes(cfg)
@@ -492,6 +502,59 @@ def lora_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     if adapter != a:
         return (a + 4 + (4 if cfg.lora_dropout > 0 else a)) * n
     return (a + a + (a if cfg.lora_dropout > 0 else 0)) * n
+
+
+def lora_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """Forward with grad through the widest-input LoRA-wrapped linear, fp32 adapters on an a-byte input: what is
+    live at autocast's cast of the adapter input beyond what the layer saves, per token.
+
+    peft 0.21 `lora.Linear.forward` (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L1086-L1102):
+    `result = self.base_layer(x)` (a-byte [T, out]), then `x = self._cast_input_dtype(x, lora_A.weight.dtype)`, an
+    fp32 copy [T, n] that the caller's argument (the a-byte x, unsaved when the base is frozen) outlives, then
+    `lora_A(dropout(x))`: `native_dropout` writes a second fp32 [T, n] (its bool mask is saved) that autocast casts to
+    the a-byte input lora_A saves. Around the MLP call the decoder layer holds `residual` and the post-attention
+    norm's output (transformers 5.23
+    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/qwen2/modeling_qwen2.py#L283-L288), r-byte, unsaved with
+    a frozen norm. Per token: 4·n (copy) + 4·n (dropout) + a·n (x) + a·out + 2·r·H. Same-dtype adapters (QLoRA) make
+    no copy and lora_A saves what dropout writes: 0 here, their forward never exceeds the backward's instant.
+    Only the down projection (input I > H) is counted: it runs last, when the layer has saved all but its own
+    adapter input; a q/k/v or gate/up LoRA runs before the MLP saves its [T, I] tensors.
+    """
+    if not cfg.use_peft:
+        return 0
+    targets = lora_targets(cfg, arch)
+    if not targets:
+        return 0
+    lin = max(targets, key=lambda t: t.in_features)
+    a, r = compute_bytes(cfg), residual_bytes(cfg)
+    adapter = nbytes(adapter_dtype(cfg))
+    if adapter == a or linear_output_bytes(cfg) != a or lin.in_features <= arch.hidden_size:
+        return 0  # a narrower LoRA runs before the MLP has saved anything: the backward's instant is larger
+    n = lin.in_features
+    chain = adapter * n + (adapter * n if cfg.lora_dropout > 0 else 0)
+    return chain + a * n + a * lin.out_features + 2 * r * arch.hidden_size
+
+
+def moe_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """Forward with grad through the routed experts, at the un-permuting gather, beyond what the layer saves.
+
+    transformers 5.23 `grouped_mm_experts_forward`
+    (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/integrations/moe.py#L441-L519): the
+    local `selected_hidden_states_g` [S, H] lives until the function returns, `weighted_out = proj_out *
+    sample_weights_g.unsqueeze(-1)` [S, H] is still bound when `weighted_out[inv_perm]` writes a third [S, H]
+    (the down projection's output, saved, is counted with the layer). S = k routed copies per token: 3·k·H·a, plus
+    the decoder layer's `residual` and post-attention norm output around the MLP call, 2·r·H.
+    """
+    if not arch.is_moe:
+        return 0
+    a, r = compute_bytes(cfg), residual_bytes(cfg)
+    return 3 * arch.num_experts_per_tok * arch.hidden_size * a + 2 * r * arch.hidden_size
+
+
+def layer_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """The larger forward-with-grad instant inside a decoder layer, beyond its saved tensors (LoRA input cast or the
+    experts' un-permuting gather)."""
+    return max(lora_forward_transient_per_token(cfg, arch), moe_forward_transient_per_token(cfg, arch))
 
 
 def dequantized_weight_transient(cfg: RunConfig, arch: Arch) -> int:
@@ -695,15 +758,20 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     # casts its output back to the input dtype); fused: the [T, 2I] output lives beside act and product
     out = linear_output_bytes(cfg)
     mlp_live = (4 if fused_gate_up(arch) else 3) * out * inter
-    mlp = tokens * (resid + 4 * arch.hidden_size + max(mlp_live, lora_nograd_mlp_per_token(cfg, arch)))
+    mlp = tokens * (resid + r * arch.hidden_size + max(mlp_live, lora_nograd_mlp_per_token(cfg, arch)))
     if cfg.load_in_4bit:  # the down_proj call's instant, if larger
-        at_down = tokens * (resid + 4 * arch.hidden_size + nograd_4bit_down_proj_per_token(cfg, arch))
+        at_down = tokens * (resid + r * arch.hidden_size + nograd_4bit_down_proj_per_token(cfg, arch))
         mlp = max(mlp, at_down + dequantized_weight_transient(cfg, arch))
     if arch.is_moe:  # + the wrapped expert stacks merged for this layer's forward (terms/moe_lora.py)
-        mlp = tokens * (resid + 4 * arch.hidden_size + moe_nograd_per_token(cfg, arch))
+        mlp = tokens * (resid + r * arch.hidden_size + moe_nograd_per_token(cfg, arch))
         mlp += moe_lora.merged_weights(cfg, arch) + moe_lora.factor_copies(cfg, arch)
+    # the model's forward builds the mask once and holds it through the layer loop (transformers 5.23
+    # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L380;
+    # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L541-L555), so it is live at
+    # the MLP too: eager's additive mask, sdpa's bool mask when a sliding layer needs one, else nothing
+    mask = attention_mask_bytes(cfg, arch, batch, seq_len)
     if cfg.attn_implementation != "eager":
-        return mlp
+        return mlp + mask
     # beside the scores: the rotated q (`query_bytes`), K/V repeated to every head from the r-byte cache
     # (`repeat_kv` copies them when kv_heads < heads), the layer's input, its norm's output and `inputs_embeds`
     # (as above); Phi-3's fused projection output stays bound to the local `qkv` through the attention call
@@ -720,4 +788,4 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L297)
     # until the layer returns, so they are live through the MLP
     probs = tokens * arch.num_heads * seq_len * query_bytes(cfg)
-    return max(mlp + probs, attn) + attention_mask_bytes(cfg, arch, batch, seq_len)
+    return max(mlp + probs, attn) + mask

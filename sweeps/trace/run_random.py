@@ -4,6 +4,7 @@
     python -m sweeps.trace.run_random --set heldout        # seed B, results/traced/heldout.jsonl
     python -m sweeps.trace.run_random --set heldout-c      # seed C, results/traced/heldout-c.jsonl
     python -m sweeps.trace.run_random --set heldout-d      # seed D, results/traced/heldout-d.jsonl
+    python -m sweeps.trace.run_random --set heldout-e      # seed E, results/traced/heldout-e.jsonl
 
 Configs run in this one process, one after another (each trace opens its own FakeTensorMode), so the
 ~10 s import of torch / transformers / TRL is paid once rather than per config. Each row is appended
@@ -47,6 +48,7 @@ SETS = {
     "heldout": (random_grid.HELDOUT_SEED, random_grid.HELDOUT_N),
     "heldout-c": (random_grid.HELDOUT_C_SEED, random_grid.HELDOUT_N),
     "heldout-d": (random_grid.HELDOUT_D_SEED, random_grid.HELDOUT_N),
+    "heldout-e": (random_grid.HELDOUT_E_SEED, random_grid.HELDOUT_N),
 }
 
 
