@@ -249,10 +249,9 @@ def attention_mask_bytes(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -
         return batch * seq_len * seq_len  # bool
     if cfg.attn_implementation != "eager":
         return 0
-    from estimator.terms.generation import layer_windows
+    from estimator.terms.generation import layer_kinds
 
-    kinds = len({w is None for w in layer_windows(arch)})
-    return kinds * batch * seq_len * seq_len * residual_bytes(cfg)
+    return layer_kinds(arch) * batch * seq_len * seq_len * residual_bytes(cfg)
 
 
 def linear_output_bytes(cfg: RunConfig) -> int:
@@ -504,6 +503,13 @@ def lora_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     return (a + a + (a if cfg.lora_dropout > 0 else 0)) * n
 
 
+def mlp_call_locals_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """What the decoder layer holds around its MLP call in a forward with grad, unsaved with a frozen norm:
+    `residual` and the post-attention norm's output, 2·r·H (transformers 5.23
+    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/qwen2/modeling_qwen2.py#L283-L288)."""
+    return 2 * residual_bytes(cfg) * arch.hidden_size
+
+
 def lora_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     """Forward with grad through the widest-input LoRA-wrapped linear, fp32 adapters on an a-byte input: what is
     live at autocast's cast of the adapter input beyond what the layer saves, per token.
@@ -512,10 +518,8 @@ def lora_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     `result = self.base_layer(x)` (a-byte [T, out]), then `x = self._cast_input_dtype(x, lora_A.weight.dtype)`, an
     fp32 copy [T, n] that the caller's argument (the a-byte x, unsaved when the base is frozen) outlives, then
     `lora_A(dropout(x))`: `native_dropout` writes a second fp32 [T, n] (its bool mask is saved) that autocast casts to
-    the a-byte input lora_A saves. Around the MLP call the decoder layer holds `residual` and the post-attention
-    norm's output (transformers 5.23
-    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/qwen2/modeling_qwen2.py#L283-L288), r-byte, unsaved with
-    a frozen norm. Per token: 4·n (copy) + 4·n (dropout) + a·n (x) + a·out + 2·r·H. Same-dtype adapters (QLoRA) make
+    the a-byte input lora_A saves; around the MLP call, `mlp_call_locals_per_token`. Per token: 4·n (copy) +
+    4·n (dropout) + a·n (x) + a·out + 2·r·H. Same-dtype adapters (QLoRA) make
     no copy and lora_A saves what dropout writes: 0 here, their forward never exceeds the backward's instant.
     Only the down projection (input I > H) is counted: it runs last, when the layer has saved all but its own
     adapter input; a q/k/v or gate/up LoRA runs before the MLP saves its [T, I] tensors.
@@ -526,13 +530,14 @@ def lora_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     if not targets:
         return 0
     lin = max(targets, key=lambda t: t.in_features)
-    a, r = compute_bytes(cfg), residual_bytes(cfg)
+    a = compute_bytes(cfg)
     adapter = nbytes(adapter_dtype(cfg))
-    if adapter == a or linear_output_bytes(cfg) != a or lin.in_features <= arch.hidden_size:
-        return 0  # a narrower LoRA runs before the MLP has saved anything: the backward's instant is larger
+    same_dtype = adapter == a or linear_output_bytes(cfg) != a  # no fp32 copy of an a-byte input
+    if same_dtype or lin.in_features <= arch.hidden_size:  # or not the down projection (see above)
+        return 0
     n = lin.in_features
     chain = adapter * n + (adapter * n if cfg.lora_dropout > 0 else 0)
-    return chain + a * n + a * lin.out_features + 2 * r * arch.hidden_size
+    return chain + a * n + a * lin.out_features + mlp_call_locals_per_token(cfg, arch)
 
 
 def moe_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -543,12 +548,13 @@ def moe_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     local `selected_hidden_states_g` [S, H] lives until the function returns, `weighted_out = proj_out *
     sample_weights_g.unsqueeze(-1)` [S, H] is still bound when `weighted_out[inv_perm]` writes a third [S, H]
     (the down projection's output, saved, is counted with the layer). S = k routed copies per token: 3·k·H·a, plus
-    the decoder layer's `residual` and post-attention norm output around the MLP call, 2·r·H.
+    `mlp_call_locals_per_token` (2·r·H).
     """
     if not arch.is_moe:
         return 0
-    a, r = compute_bytes(cfg), residual_bytes(cfg)
-    return 3 * arch.num_experts_per_tok * arch.hidden_size * a + 2 * r * arch.hidden_size
+    return 3 * arch.num_experts_per_tok * arch.hidden_size * compute_bytes(cfg) + mlp_call_locals_per_token(
+        cfg, arch
+    )
 
 
 def layer_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:

@@ -126,6 +126,11 @@ def rollout_buffers(cfg: RunConfig) -> int:
     return g * cfg.sequence_length * (8 + 8) + g * cfg.max_completion_length * 4 * 3
 
 
+def layer_kinds(arch: Arch) -> int:
+    """How many attention kinds the decoder layers use (full, sliding): 1 or 2 (`layer_windows`)."""
+    return len({w is None for w in layer_windows(arch)})
+
+
 def rotary_tables(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     """The rotary cos/sin of a prefill, held through the model's whole forward: [B, L, head_dim] each in the
     residual dtype, because `generate` passes batch-shaped position_ids (from the left-padded attention mask).
@@ -135,7 +140,5 @@ def rotary_tables(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     Gemma3 builds one pair per layer type (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L548-L550). Training and scoring pass
     no position_ids, so there the tables are [1, L, head_dim]: negligible.
     """
-    pairs = (
-        len({w is None for w in layer_windows(arch)}) if arch.model_type in ("gemma3_text", "gemma3") else 1
-    )
+    pairs = layer_kinds(arch) if arch.model_type in ("gemma3_text", "gemma3") else 1
     return pairs * 2 * batch * seq_len * arch.head_dim * residual_bytes(cfg)

@@ -30,12 +30,8 @@ from estimator.config import OPTIMIZERS, RunConfig
 VALIDATION_SEED = 20261122  # seed A: validation (seen while fixing terms)
 HELDOUT_SEED = 7301  # seed B: held out for two rounds, then seen (its misses led to the third round's fixes)
 HELDOUT_C_SEED = 90417  # seed C: held out for one round, then seen (as seed B)
-HELDOUT_D_SEED = (
-    52813  # seed D: held out for one round, then seen (its misses led to the fourth round's fixes)
-)
-HELDOUT_E_SEED = (
-    61129  # seed E: the held-out grid, drawn and traced before the fourth round's results were read
-)
+HELDOUT_D_SEED = 52813  # seed D: held out for one round, then seen (as seeds B and C)
+HELDOUT_E_SEED = 61129  # seed E: the held-out grid, traced before round 4's errors were read
 VALIDATION_N = 200
 HELDOUT_N = 60
 
