@@ -8,7 +8,9 @@ plus fp32 `absmax2` per 256 of them and a 256-entry fp32 code. Its matmul copies
 CUDA: for M = tokens > 1536 (prefill, scoring, training) a transient dequantized `[out, in]` weight in the
 activation's dtype, then `F.linear` (under the ambient autocast, as the bnb kernel call is); for M <= 1536
 (decode steps) the fused kernel writes the output directly, with no transient weight. Backward materialises the
-dequantized weight once in the gradient dtype (bnb's `MatMul4Bit.backward`). The input is first cast to the
+dequantized weight in the dtype it was quantized from (the load dtype, `QuantState.dtype`) and casts it to the
+gradient's dtype when that differs (bnb's `MatMul4Bit.backward`: `F.dequantize_4bit(B, ctx.state).to(grad_output.dtype)`;
+under bf16 autocast an fp32 load's gradient is bf16, so both copies are live). The input is first cast to the
 compute dtype (`bnb_4bit_compute_dtype` = the load dtype, as TRL's `get_quantization_config` sets it).
 """
 
@@ -78,9 +80,10 @@ class _Matmul4bit(torch.autograd.Function):
     """bnb MatMul4Bit's allocations: dequantized transient weight per call for large M, again in backward."""
 
     @staticmethod
-    def forward(ctx, x, packed, out_features, in_features, bias):
+    def forward(ctx, x, packed, out_features, in_features, bias, quant_dtype):
         m = x.numel() // x.shape[-1]
         ctx.shape = (out_features, in_features)
+        ctx.quant_dtype = quant_dtype
         ctx.device = x.device
         ctx.save_for_backward(packed)
         if m > GEMM_4BIT_CUSTOM_MAX_M:
@@ -91,8 +94,8 @@ class _Matmul4bit(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        w = torch.empty(ctx.shape, dtype=grad_out.dtype, device=ctx.device)
-        return torch.matmul(grad_out, w), None, None, None, None
+        w = torch.empty(ctx.shape, dtype=ctx.quant_dtype, device=ctx.device).to(grad_out.dtype)
+        return torch.matmul(grad_out, w), None, None, None, None, None
 
 
 class Emulated4bitLinear(torch.nn.Linear):
@@ -122,7 +125,8 @@ class Emulated4bitLinear(torch.nn.Linear):
         inp_dtype = x.dtype
         x = x.to(self.compute_dtype)
         bias = None if self.bias is None else self.bias.to(self.compute_dtype)
-        return _Matmul4bit.apply(x, self.weight, self.out_features, self.in_features, bias).to(inp_dtype)
+        out = _Matmul4bit.apply(x, self.weight, self.out_features, self.in_features, bias, self.compute_dtype)
+        return out.to(inp_dtype)
 
 
 def emulate_4bit(model: torch.nn.Module, compute_dtype: torch.dtype, nested: bool = False) -> int:
