@@ -6,7 +6,7 @@ traced rows of the seen off-grid grids (`results/traced/validation.jsonl`, seed 
 held out in earlier rounds and seen since): per regime, the lowest and highest (estimated − traced) / traced over those rows. A
 negative `low` is the worst under-prediction seen in that regime; `--gpu`, `--solve`, the advice and the "fits
 on" list compare the estimate with the GPU's memory shrunk by that regime's margin, so a run the band says might
-not fit is never reported as fitting. The held-out grid (seed E) checks that the bands hold on configs nobody
+not fit is never reported as fitting. The held-out grid (seed F) checks that the bands hold on configs nobody
 tuned on.
 
 Regimes split the validation rows where the errors differ most (see `make accuracy`): mixture-of-experts

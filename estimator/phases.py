@@ -112,27 +112,52 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
             "logprob_head": fwd_head,
         },
         "head_backward": {"activations": saved + norm_saved, "logprob_head": saved_head + bwd_head},
+        # the final norm's backward, the head's gradient [T, H] its input, before any layer's backward
+        "final_norm_backward": {
+            "activations": saved
+            + norm_saved
+            + act.hidden_states(cfg, arch, tokens)
+            + tokens * act.rmsnorm_backward_transient_per_token(cfg, arch),
+            "gradients": shard(cfg, "gradients", opt.gradients_after_head(cfg, arch)),
+        },
     }
     if not cfg.gradient_checkpointing:  # autograd keeps the casts it saved until each layer's backward
         cast_cache = act.autocast_weight_cache(cfg, arch, include_lm_head=False, saved_for_backward=True)
         instants["head_forward"]["autocast_weight_cache"] = cast_cache
         instants["head_backward"]["autocast_weight_cache"] = cast_cache
+        instants["final_norm_backward"]["autocast_weight_cache"] = cast_cache
     grad_flow = act.residual_gradients(cfg, arch, tokens)
     # A layer's backward runs its MLP first, then attention: the MLP / LoRA / wrapped-expert transients live
     # beside the one incoming residual gradient; eager attention's, net of what the MLP block released (its saved
     # tensors, and the merged expert stacks and factor copies a wrapped MoE block kept), beside it and the partial sum
+    # Gemma's post-feedforward norm runs its backward before the MLP's: the MLP's instant no longer holds what
+    # that norm saved, and the norm's own fp32 backward is an instant of its own
     mlp_bwd = (
         tokens * act.layer_backward_transient_per_token(cfg, arch)
         + act.hidden_states(cfg, arch, tokens)
         + moe_lora.backward_transient(cfg, arch)
+        - tokens * act.gemma_post_norm_saved_per_token(cfg, arch)
     )
+    norm_bwd = 0
+    if act.gemma_post_norm_saved_per_token(cfg, arch):
+        norm_bwd = tokens * act.rmsnorm_backward_transient_per_token(cfg, arch) + act.hidden_states(
+            cfg, arch, tokens
+        )
     eager_bwd = max(
         0,
         tokens * act.eager_backward_transient_per_token(cfg, arch, seq) - moe_lora.saved_per_layer(cfg, arch),
     )
-    layer_bwd = max(mlp_bwd, eager_bwd + grad_flow) + act.dequantized_weight_transient(cfg, arch)
+    # a bnb 4-bit layer's dequantized weights are live at instants of their own; a GPTQ/AWQ one's beside any
+    layer_bwd = max(
+        mlp_bwd, eager_bwd + grad_flow, norm_bwd, act.bnb_4bit_backward_instant(cfg, arch, tokens)
+    )
+    if not cfg.load_in_4bit:
+        layer_bwd += act.dequantized_weight_transient(cfg, arch)
     after_head = shard(cfg, "gradients", opt.gradients_after_head(cfg, arch))
-    layer_fwd = tokens * act.layer_forward_transient_per_token(cfg, arch)
+    layer_fwd = max(
+        tokens * act.layer_forward_transient_per_token(cfg, arch),
+        act.bnb_4bit_forward_transient(cfg, arch, tokens),
+    )
     if cfg.gradient_checkpointing:
         recompute = act.recompute_layer(cfg, arch, b, seq)
         instants["last_layer_backward"] = {
@@ -142,7 +167,11 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
         # the top layer's recomputed forward at its largest instant (act.layer_forward_transient_per_token), with
         # the incoming gradient live
         instants["last_layer_recompute"] = {
-            "activations": saved + recompute + layer_fwd + act.hidden_states(cfg, arch, tokens),
+            "activations": saved
+            + recompute
+            + layer_fwd
+            + act.hidden_states(cfg, arch, tokens)
+            + act.bnb_4bit_recompute_gradient(cfg, arch, tokens),
             "gradients": after_head,
         }
         instants["first_layer_backward"] = {

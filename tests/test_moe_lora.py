@@ -80,3 +80,30 @@ def test_moe_saved_per_routed_copy_by_hand():
     assert activations.moe_expert_saved_per_copy(lora, arch) == 2 * (1536 + 768 + 2048)
     full = RunConfig(model="Qwen/Qwen3-30B-A3B", dtype="bfloat16")
     assert activations.moe_expert_saved_per_copy(full, arch) == 2 * (1536 + 768 + 2048 + 2048 + 768)
+
+
+def test_merged_stack_gradient_net_of_the_released_down_stack_by_hand():
+    """Qwen3-30B-A3B, bf16: backward meets the down stack first, its gradient [128, 2048, 768] beside every merged
+    stack: 128 × 2048 × 768 × 2 B = 402,653,184 B (the traces' `aten._grouped_mm` [128, 2048, 768] at the peak);
+    the gate_up gradient [128, 1536, 2048] (805,306,368 B) comes after the down stack's merge (402,653,184 B) is
+    released, so neither instant exceeds 402,653,184 B beyond the saved stacks. Wrapping gate_up alone, the whole
+    805,306,368 B."""
+    config = fake_model.truncated_config_dict("Qwen/Qwen3-30B-A3B", 4)
+    arch = from_config(config, name="Qwen/Qwen3-30B-A3B")
+    both = RunConfig(
+        model="Qwen/Qwen3-30B-A3B",
+        use_peft=True,
+        lora_target_modules=("all-linear",),
+        lora_dropout=0.0,
+        dtype="bfloat16",
+    )
+    assert moe_lora.backward_transient(both, arch) == 402_653_184
+    gate_up = RunConfig(
+        model="Qwen/Qwen3-30B-A3B",
+        use_peft=True,
+        lora_target_modules=("gate_proj", "up_proj"),
+        lora_dropout=0.0,
+        dtype="bfloat16",
+    )
+    assert moe_lora.wrapped_expert_params(gate_up, arch) - {"router"} == {"gate_up"}
+    assert moe_lora.backward_transient(gate_up, arch) == 805_306_368

@@ -107,7 +107,8 @@ def test_rows_split_by_file_name():
     )  # seeds B and C: seen since the third round, D since the fourth
     assert split_of(Path("x/heldout-c.jsonl")) == "validation"
     assert split_of(Path("x/heldout-d.jsonl")) == "validation"  # seed D: seen since the fourth round
-    assert split_of(Path("x/heldout-e.jsonl")) == "held-out"
+    assert split_of(Path("x/heldout-e.jsonl")) == "validation"  # seed E: seen since the fifth round
+    assert split_of(Path("x/heldout-f.jsonl")) == "held-out"
     assert split_of("results/traced/default.jsonl") == "in-sample"
 
 

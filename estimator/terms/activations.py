@@ -129,16 +129,38 @@ def qk_norm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
 
 
 def gemma_extra_norms_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """Gemma2/3's post-attention and post-feedforward RMSNorms, whose outputs go into the residual add (unsaved).
+    """Gemma2/3's post-attention and post-feedforward RMSNorms, whose outputs go into the residual add (unsaved):
+    two of `gemma_post_norm_saved_per_token`. `Gemma2DecoderLayer` applies four norms per layer;
+    `layer_norms_saved_per_token` counts the two whose output feeds a linear."""
+    return 2 * gemma_post_norm_saved_per_token(cfg, arch)
 
-    transformers 5.23 `Gemma2RMSNorm.forward` (models/gemma2/modeling_gemma2.py): `x.float()` is saved by the
-    normalization (4·H); `output * (1.0 + weight.float())` saves the fp32 normalized value when the weight trains
-    (4·H more). `Gemma2DecoderLayer` applies four norms per layer; `layer_norms_saved_per_token` counts the two whose
-    output feeds a linear.
+
+def gemma_post_norm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """One of Gemma2/3's post-attention / post-feedforward RMSNorms, per token.
+
+    transformers 5.23 `Gemma3RMSNorm.forward` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L128-L139;
+    gemma2's is the same): `x.float()` is saved by the normalization (4·H, and rsqrt's [T, 1] fp32 output);
+    `output * (1.0 + self.weight.float())` saves the fp32 normalized value when the weight trains (4·H more).
+    0 for other families.
     """
     if arch.model_type not in GEMMA_NORM_MODEL_TYPES:
         return 0
-    return 2 * ((4 + (0 if cfg.use_peft else 4)) * arch.hidden_size + 4)  # + rsqrt's [T, 1] fp32
+    return (4 + (0 if cfg.use_peft else 4)) * arch.hidden_size + 4
+
+
+def rmsnorm_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """Backward of one RMSNorm over H, beyond its saved tensors and the incoming gradient, per token.
+
+    Every catalog family normalizes in fp32 (transformers 5.23 `LlamaRMSNorm.forward`
+    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L50-L55;
+    `Gemma3RMSNorm`, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L128-L139):
+    the backward of the weight multiply, of `x * rsqrt(mean(x²) + eps)` and of `x.pow(2)` are fp32 [T, H] products,
+    and at the pow backward five of them are live at once (the upstream gradient in fp32, its products with x and
+    with rsqrt, the mean's gradient spread over H, and pow's `2·x·grad`): 5·4·H, the same with a frozen weight
+    (PEFT) and for every load dtype. Counted from the op list of the modules' own backward
+    (tests/test_rmsnorm_backward.py), each op an autograd formula that allocates the same on CUDA.
+    """
+    return 5 * 4 * arch.hidden_size
 
 
 def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int, masked: bool | None = None) -> int:
@@ -154,9 +176,10 @@ def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int, masked: 
         per_tok = a * (arch.q_dim + 2 * kv) + (0 if cfg.use_peft else a * arch.q_dim)
     else:  # the fused kernel saves q, k, v, its output and a [heads] fp32 logsumexp
         per_tok = a * (2 * arch.q_dim + 2 * kv) + 4 * arch.num_heads
-        if fused_qkv(arch):
+        if fused_qkv(arch) and linear_output_dtype(cfg) == compute_dtype(cfg):
             # Phi-3 slices v out of qkv_proj's output (`qkv[..., query_pos + kv_dim:]`, a view): the saved v keeps
-            # the whole [T, q + 2·kv] storage alive (modeling_phi3.py Phi3Attention.forward)
+            # the whole [T, q + 2·kv] storage alive (modeling_phi3.py Phi3Attention.forward); unless autocast
+            # casts v for the kernel (a 4-bit base's output in another load dtype), when the cast is what is saved
             per_tok += a * (arch.q_dim + arch.kv_dim)
         if not attention_output_is_kernel_output(cfg, arch) and not cfg.use_peft:
             per_tok += a * arch.q_dim  # o_proj saves its own contiguous copy
@@ -456,14 +479,14 @@ def fp32_head_cast_in_generation(cfg: RunConfig, arch: Arch) -> int:
 def layer_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     """Inside the MLP's backward six [T, I] tensors are live: those not saved are gradients in flight, (6 − saved)·a·I (2 full, 3 frozen); or the LoRA backward instant, if larger.
 
-    With a 4-bit base whose outputs are r-byte, one more a-byte [T, I] copy (down_proj's input cast by autocast) is
-    added because traces show it, not because a code path was read for it: observed, not derived.
+    At the act·up multiply's backward the product's gradient and the two it makes (for act(gate) and up) are live
+    beside the saved gate, act(gate) and up, all in the linears' output dtype. With a 4-bit base the down
+    projection's backward returns an a-byte gradient for its r-byte input (bnb `MatMul4Bit.backward` computes in
+    the gradient's dtype) and autograd casts it to the input's dtype (`validate_outputs`) before the a-byte one is
+    dropped: the multiply's instant, in r bytes, is the larger.
     """
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
     out = (6 - mlp_saved_tensors(cfg)) * linear_output_bytes(cfg) * inter
-    if cfg.load_in_4bit and linear_output_bytes(cfg) != compute_bytes(cfg):
-        # observed in traces (not derived from a code path): autocast's a-byte copy of down_proj's r-byte input
-        out += (compute_bytes(cfg) - linear_output_bytes(cfg)) * inter
     return max(out, lora_backward_transient_per_token(cfg, arch), moe_combine_backward_per_token(cfg, arch))
 
 
@@ -511,16 +534,19 @@ def mlp_call_locals_per_token(cfg: RunConfig, arch: Arch) -> int:
 
 
 def lora_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """Forward with grad through the widest-input LoRA-wrapped linear, fp32 adapters on an a-byte input: what is
-    live at autocast's cast of the adapter input beyond what the layer saves, per token.
+    """Forward with grad through the widest-input LoRA-wrapped linear: what is live at `lora_A`'s matmul beyond
+    what the layer saves, per token.
 
     peft 0.21 `lora.Linear.forward` (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L1086-L1102):
-    `result = self.base_layer(x)` (a-byte [T, out]), then `x = self._cast_input_dtype(x, lora_A.weight.dtype)`, an
-    fp32 copy [T, n] that the caller's argument (the a-byte x, unsaved when the base is frozen) outlives, then
-    `lora_A(dropout(x))`: `native_dropout` writes a second fp32 [T, n] (its bool mask is saved) that autocast casts to
-    the a-byte input lora_A saves; around the MLP call, `mlp_call_locals_per_token`. Per token: 4·n (copy) +
-    4·n (dropout) + a·n (x) + a·out + 2·r·H. Same-dtype adapters (QLoRA) make
-    no copy and lora_A saves what dropout writes: 0 here, their forward never exceeds the backward's instant.
+    `result = self.base_layer(x)` (a-byte [T, out]), then `x = self._cast_input_dtype(x, lora_A.weight.dtype)` (a
+    copy [T, n] in the adapter dtype when it differs; the caller's x, unsaved when the base is frozen, outlives
+    it), then `lora_A(dropout(x))`: `native_dropout` writes a second [T, n] when lora_dropout > 0, and bf16
+    autocast casts that to the bf16 input the matmul runs on. Each of these new tensors is still bound at the
+    matmul; the last one is what `lora_A` saves (`lora_a_saved_input`, counted with the layer), the others are
+    transient: fp32 adapters under autocast hold the copy and the dropout output (8·n), without autocast (fp16 or
+    bf16 weights, `bf16=False`) lora_A saves the dropout output itself and only the copy is extra (4·n). Beside
+    them the caller's x (its dtype · n), the base result (a·out) and `mlp_call_locals_per_token` (2·r·H). With no
+    transient copy (same-dtype adapters, QLoRA) the forward never exceeds the backward's instant: 0 here.
     Only the down projection (input I > H) is counted: it runs last, when the layer has saved all but its own
     adapter input; a q/k/v or gate/up LoRA runs before the MLP saves its [T, I] tensors.
     """
@@ -530,14 +556,25 @@ def lora_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     if not targets:
         return 0
     lin = max(targets, key=lambda t: t.in_features)
-    a = compute_bytes(cfg)
-    adapter = nbytes(adapter_dtype(cfg))
-    same_dtype = adapter == a or linear_output_bytes(cfg) != a  # no fp32 copy of an a-byte input
-    if same_dtype or lin.in_features <= arch.hidden_size:  # or not the down projection (see above)
+    if lin.in_features <= arch.hidden_size:  # not the down projection (see above)
+        return 0
+    x_dtype = _lora_source_dtype(cfg, lora_input_source(lin.name))
+    cast = lora_cast_input_dtype(cfg, x_dtype)
+    chain = [nbytes(cast)] if cast != x_dtype else []  # _cast_input_dtype's copy
+    if cfg.lora_dropout > 0:
+        chain.append(nbytes(cast))  # native_dropout's output
+    if cfg.bf16 and cast != compute_dtype(cfg):
+        chain.append(nbytes(compute_dtype(cfg)))  # autocast's cast of the matmul input
+    transient = sum(chain[:-1])  # the last new tensor is the one lora_A saves
+    if not transient:
         return 0
     n = lin.in_features
-    chain = adapter * n + (adapter * n if cfg.lora_dropout > 0 else 0)
-    return chain + a * n + a * lin.out_features + mlp_call_locals_per_token(cfg, arch)
+    return (
+        transient * n
+        + nbytes(x_dtype) * n
+        + compute_bytes(cfg) * lin.out_features
+        + mlp_call_locals_per_token(cfg, arch)
+    )
 
 
 def moe_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -563,16 +600,80 @@ def layer_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     return max(lora_forward_transient_per_token(cfg, arch), moe_forward_transient_per_token(cfg, arch))
 
 
-def dequantized_weight_transient(cfg: RunConfig, arch: Arch) -> int:
-    """GPTQ/AWQ base: one fp16 dequantized copy of the largest packed weight (gptqmodel TorchQuantLinear
-    `dequantize_weight`); 4-bit base: backward dequantizes the largest layer weight in the gradient dtype (r) plus autocast's a-byte cast (bnb MatMul4Bit.backward)."""
+def dequantized_weight_transient(cfg: RunConfig, arch: Arch, name: str | None = None) -> int:
+    """The dequantized copy of a packed layer weight (`name`, default the largest), while a matmul uses it.
+
+    GPTQ/AWQ base: one fp16 copy (gptqmodel TorchQuantLinear `dequantize_weight`). bnb 4-bit base: bitsandbytes
+    0.50 dequantizes in the dtype the weight was quantized from (`QuantState.dtype`, the load dtype) and casts it to
+    the activation's (`_dequant_linear_fallback` then F.linear under autocast in the forward; `MatMul4Bit.backward`:
+    `F.dequantize_4bit(B, ctx.state).to(grad_output.dtype)`): load-dtype bytes, plus a bf16 copy under bf16
+    autocast when the load dtype is another.
+    """
+    linears = [lin for lin in arch.layer_linears if lin.is_nn_linear and (name is None or lin.name == name)]
+    largest = max(lin.in_features * lin.out_features for lin in linears)
     if arch_quant_spec(arch) is not None:  # GPTQ/AWQ torch kernels dequantize the packed weight to fp16
-        return 2 * max(lin.in_features * lin.out_features for lin in arch.layer_linears if lin.is_nn_linear)
+        return 2 * largest
     if not cfg.load_in_4bit:
         return 0
-    largest = max(lin.in_features * lin.out_features for lin in arch.layer_linears if lin.is_nn_linear)
+    cast = compute_bytes(cfg) if cfg.bf16 and cfg.dtype != "bfloat16" else 0
+    return largest * (residual_bytes(cfg) + cast)
+
+
+BNB_GEMM_4BIT_CUSTOM_MAX_M = 1536  # bitsandbytes 0.50 backends/cuda/ops.py `_gemm_4bit_custom_max_m` (CUDA)
+
+
+def bnb_4bit_forward_transient(cfg: RunConfig, arch: Arch, tokens: int) -> int:
+    """A 4-bit down projection's forward with grad (the top layer's, or its recompute under GC), beyond the
+    layer's saved tensors (0 without a bnb base or for M <= 1536 rows, where the fused kernel needs no copy).
+
+    bitsandbytes 0.50 `gemm_4bit` on CUDA (https://github.com/bitsandbytes-foundation/bitsandbytes/blob/v0.50.2/bitsandbytes/backends/cuda/ops.py#L904-L915):
+    past `_gemm_4bit_custom_max_m` rows `_dequant_linear_fallback` writes the weight in the input's dtype and
+    calls F.linear, which under bf16 autocast casts both the weight and the input; the act·up product (r·I, which a
+    frozen down_proj does not save) and its cast (a·I) are live beside the dequantized weight.
+    """
+    if not cfg.load_in_4bit or arch.is_moe or tokens <= BNB_GEMM_4BIT_CUSTOM_MAX_M:
+        return 0
+    cast = compute_bytes(cfg) if cfg.bf16 and cfg.dtype != "bfloat16" else 0
+    product = tokens * (residual_bytes(cfg) + cast) * arch.intermediate_size
+    return product + dequantized_weight_transient(cfg, arch, "down_proj")
+
+
+def bnb_4bit_recompute_gradient(cfg: RunConfig, arch: Arch, tokens: int) -> int:
+    """Under GC, the act·up product's gradient that waits through the top layer's recompute with a 4-bit down
+    projection LoRA does not wrap (0 otherwise).
+
+    bitsandbytes 0.50 `MatMul4Bit.forward` keeps the packed weight on `ctx.tensors`, not as a saved tensor
+    (https://github.com/bitsandbytes-foundation/bitsandbytes/blob/v0.50.2/bitsandbytes/autograd/_functions.py#L357-L360),
+    so the checkpoint's unpack hook does not fire there: the down projection's backward runs first and its input
+    gradient (r·I after autograd casts it to the input's dtype) is live while the multiply's backward triggers the
+    recompute, which re-runs the down projection's forward (`bnb_4bit_forward_transient`). A wrapped down_proj's
+    adapter backward recomputes first, before any [T, I] gradient exists.
+    """
+    if not cfg.gradient_checkpointing or not bnb_4bit_forward_transient(cfg, arch, tokens):
+        return 0
+    if any(lin.name == "down_proj" for lin in lora_targets(cfg, arch)):
+        return 0
+    return tokens * residual_bytes(cfg) * arch.intermediate_size
+
+
+def bnb_4bit_backward_instant(cfg: RunConfig, arch: Arch, tokens: int) -> int:
+    """A 4-bit layer's backward at a dequantized weight, beyond the layer's saved tensors (0 without a bnb base).
+
+    bitsandbytes 0.50 `MatMul4Bit.backward` (https://github.com/bitsandbytes-foundation/bitsandbytes/blob/v0.50.2/bitsandbytes/autograd/_functions.py#L364-L385)
+    materialises the weight (`dequantized_weight_transient`) while the MLP's own backward is elsewhere: at the down
+    projection, before the act·up multiply's backward, the incoming gradient (r·H) and its a-byte cast (a·H) are
+    live, with the LoRA branch's [T, I] input gradient already waiting in autograd's buffer (peft's adapter path
+    runs after the base layer, so its backward runs first); at up / gate(_up), after that multiply's backward has
+    released act(gate) and up, the output gradient and its cast take their place. Bounded per token by
+    r·I + a·H, beside the incoming gradient and the largest dequantized weight. The MLP's gradients of
+    `layer_backward_transient_per_token` are not live at either instant.
+    """
+    if not cfg.load_in_4bit:
+        return 0
     r, a = residual_bytes(cfg), compute_bytes(cfg)
-    return largest * (r + (a if a != r else 0))
+    inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
+    grads = tokens * (r * inter + a * arch.hidden_size)
+    return hidden_states(cfg, arch, tokens) + grads + dequantized_weight_transient(cfg, arch)
 
 
 def hidden_states(cfg: RunConfig, arch: Arch, tokens: int) -> int:
@@ -767,7 +868,8 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     mlp = tokens * (resid + r * arch.hidden_size + max(mlp_live, lora_nograd_mlp_per_token(cfg, arch)))
     if cfg.load_in_4bit:  # the down_proj call's instant, if larger
         at_down = tokens * (resid + r * arch.hidden_size + nograd_4bit_down_proj_per_token(cfg, arch))
-        mlp = max(mlp, at_down + dequantized_weight_transient(cfg, arch))
+        down = "down_proj" if any(lin.name == "down_proj" for lin in arch.layer_linears) else None
+        mlp = max(mlp, at_down + dequantized_weight_transient(cfg, arch, down))
     if arch.is_moe:  # + the wrapped expert stacks merged for this layer's forward (terms/moe_lora.py)
         mlp = tokens * (resid + r * arch.hidden_size + moe_nograd_per_token(cfg, arch))
         mlp += moe_lora.merged_weights(cfg, arch) + moe_lora.factor_copies(cfg, arch)
@@ -779,11 +881,13 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     if cfg.attn_implementation != "eager":
         return mlp + mask
     # beside the scores: the rotated q (`query_bytes`), K/V repeated to every head from the r-byte cache
-    # (`repeat_kv` copies them when kv_heads < heads), the layer's input, its norm's output and `inputs_embeds`
+    # (`repeat_kv` copies them when 1 < kv_heads < heads), the layer's input, its norm's output and `inputs_embeds`
     # (as above); Phi-3's fused projection output stays bound to the local `qkv` through the attention call
     # (transformers 5.23 https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/phi3/modeling_phi3.py#L218-L238), q/k/v being views of it
     qkv = query_bytes(cfg) * arch.q_dim
-    qkv += 2 * r * arch.num_heads * arch.head_dim if arch.num_kv_heads < arch.num_heads else 0
+    # (with one KV head `repeat_kv`'s reshape is a view, see `kv_heads_in_attention`; the copy eager's matmul
+    # makes for bmm is freed when the matmul returns, before the softmax)
+    qkv += 2 * r * arch.num_heads * arch.head_dim if 1 < arch.num_kv_heads < arch.num_heads else 0
     if fused_qkv(arch):
         qkv += linear_output_bytes(cfg) * (arch.q_dim + 2 * arch.kv_dim)
     attn = tokens * (

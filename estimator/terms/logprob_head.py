@@ -51,6 +51,23 @@ def tile_casts(cfg: RunConfig, arch: Arch, n: int) -> int:
     return out
 
 
+def weight_cast_rebinding(cfg: RunConfig, arch: Arch, n: int) -> int:
+    """The backward's previous weight-chunk cast, still bound to `w_chunk` while the next one is made (CK:421-425:
+    `w_chunk = weight[start:end].to(compute_dtype)` in the vocabulary loop), when the head's weight is cast: the
+    second tile beside the first, or, past one token chunk, the last tile beside the next chunk's first.
+    0 when the weight is already in the compute dtype (`.to` returns it) or the vocabulary is one tile read once.
+    """
+    a = 4 if cfg.cast_lm_head_to_fp32 else compute_bytes(cfg)
+    if head_weight_bytes(cfg) == a:
+        return 0
+    v, c = arch.vocab_size, min(arch.vocab_size, VOCAB_CHUNK)
+    tiles = -(-v // c)
+    last = v - c * (tiles - 1)
+    second = min(c, v - c) if tiles > 1 else 0
+    after_chunk = last if n > TOKEN_CHUNK else 0
+    return max(second, after_chunk) * arch.hidden_size * a
+
+
 def cpu_fold_temporaries(cfg: RunConfig, arch: Arch, n: int, backward: bool) -> int:
     """CPU fallback (CK:211-296), fp32 [rows, cols] tiles live at once: forward z, z − max, exp (3); backward y, z, log_p, p, grad, (target mask − p), its product (7; the float mask dies inside the expression) + the bool mask; +1 for tile.float() when the tile is 16-bit; or, if larger, _addmm_fp32's tile.float() + the fp32 weight chunk."""
     if cfg.device == "cuda":
@@ -85,7 +102,8 @@ def head_saved(cfg: RunConfig, arch: Arch, batch: int) -> int:
 
 
 def head_backward(cfg: RunConfig, arch: Arch, batch: int, lm_head_trainable: bool) -> int:
-    """Backward transient: grad_hidden fp32 [N, H] (+ its cast) + grad_weight fp32 [V, H] (+ its cast) when trainable + tile."""
+    """Backward transient: grad_hidden fp32 [N, H] (+ its cast) + grad_weight fp32 [V, H] (+ its cast) when trainable + tile
+    + casts; the CPU fold's temporaries or, between tiles, the previous weight chunk's cast (`weight_cast_rebinding`)."""
     n = scored_tokens(cfg, batch)
     h, v = arch.hidden_size, arch.vocab_size
     r = residual_bytes(cfg)
@@ -97,7 +115,7 @@ def head_backward(cfg: RunConfig, arch: Arch, batch: int, lm_head_trainable: boo
         out
         + tile_bytes(cfg, arch, n)
         + tile_casts(cfg, arch, n)
-        + cpu_fold_temporaries(cfg, arch, n, backward=True)
+        + max(cpu_fold_temporaries(cfg, arch, n, backward=True), weight_cast_rebinding(cfg, arch, n))
     )
 
 

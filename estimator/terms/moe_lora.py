@@ -90,8 +90,17 @@ def saved_per_layer(cfg: RunConfig, arch: Arch) -> int:
 
 
 def backward_transient(cfg: RunConfig, arch: Arch) -> int:
-    """The largest merged stack's gradient, alive between the grouped matmul's backward and `baddbmm`'s."""
+    """A merged stack's gradient, alive between the grouped matmul's backward and `baddbmm`'s, net of what the
+    layer has released by then.
+
+    The experts run gate_up, then down (transformers 5.23 `grouped_mm_experts_forward`), so backward meets the
+    down stack first, with every merged stack still held: its gradient (E·H·I). The gate_up stack's gradient
+    (E·2I·H) comes after `baddbmm`'s backward has released the merged down stack it saved: 2I·H − H·I per expert
+    beyond what is counted as saved. The larger of the two, in the base weights' dtype.
+    """
     wrapped = wrapped_expert_params(cfg, arch) - {"router"}
     if not wrapped:
         return 0
-    return nbytes(cfg.dtype) * max(_stack_numel(arch, k) for k in wrapped)
+    down = _stack_numel(arch, "down") if "down" in wrapped else 0
+    gate_up = _stack_numel(arch, "gate_up") - down if "gate_up" in wrapped else 0
+    return nbytes(cfg.dtype) * max(down, gate_up)

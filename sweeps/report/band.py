@@ -1,5 +1,5 @@
-"""`make band`: compute estimator/band.json from the seen grids' traced rows (validation seed A, and seeds B, C and D
-since they were used to fix terms), never the held-out one (seed E)."""
+"""`make band`: compute estimator/band.json from the seen grids' traced rows (validation seed A, and seeds B to E
+since they were used to fix terms), never the held-out one (seed F)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from sweeps.report.accuracy import accuracy_frame
 REPO = Path(__file__).resolve().parents[2]
 TRACED = REPO / "results" / "traced"
 SEEN = tuple(
-    TRACED / f"{stem}.jsonl" for stem in ("validation", "heldout", "heldout-c", "heldout-d")
-)  # seeds A-D
+    TRACED / f"{stem}.jsonl" for stem in ("validation", "heldout", "heldout-c", "heldout-d", "heldout-e")
+)  # seeds A-E
 BAND_FILE = REPO / "estimator" / "band.json"
 
 
@@ -39,7 +39,7 @@ def compute(paths: tuple[Path, ...] = SEEN) -> dict:
     return {
         "regimes": {name: _stats(err[names == name]) for name in REGIMES if (names == name).any()},
         "all": _stats(err),
-        "source": "traced, seeds A-D: results/traced/validation.jsonl, heldout.jsonl, heldout-c.jsonl, heldout-d.jsonl",
+        "source": "traced, seeds A-E: results/traced/validation.jsonl, heldout.jsonl, heldout-c.jsonl, heldout-d.jsonl, heldout-e.jsonl",
     }
 
 

@@ -282,9 +282,9 @@ def render(frame, head, fits, curves, acc, env, gpus, gpu80, base, splits: Seque
         summary_markdown(accuracy.summary_frame(acc, ("source", "method"))),
         "### In-sample, validation and held-out (traced)",
         "In-sample: the grids the estimator was refined on; validation: seeded random grids over every axis "
-        "(`results/traced/validation.jsonl`, seed A; `heldout.jsonl`, `heldout-c.jsonl`, `heldout-d.jsonl`, seeds B-D, held out "
-        "for earlier rounds and seen since), used while fixing terms and for the error band; "
-        "held-out: a fresh seed (`heldout-e.jsonl`, seed E), never used to change a term. `after the band`: the "
+        "(`results/traced/validation.jsonl`, seed A; `heldout.jsonl`, `heldout-c.jsonl`, `heldout-d.jsonl`, `heldout-e.jsonl`, "
+        "seeds B-E, held out for earlier rounds and seen since), used while fixing terms and for the error band; "
+        "held-out: a fresh seed (`heldout-f.jsonl`, seed F), never used to change a term. `after the band`: the "
         "share still under-predicted by more than 2 % once each row's regime band (`estimator/band.py`) is "
         "applied.",
         "\n".join(f"- `{line}`" for line in splits),

@@ -5,6 +5,7 @@
     python -m sweeps.trace.run_random --set heldout-c      # seed C, results/traced/heldout-c.jsonl
     python -m sweeps.trace.run_random --set heldout-d      # seed D, results/traced/heldout-d.jsonl
     python -m sweeps.trace.run_random --set heldout-e      # seed E, results/traced/heldout-e.jsonl
+    python -m sweeps.trace.run_random --set heldout-f      # seed F, results/traced/heldout-f.jsonl
 
 Configs run in this one process, one after another (each trace opens its own FakeTensorMode), so the
 ~10 s import of torch / transformers / TRL is paid once rather than per config. Each row is appended
@@ -49,6 +50,7 @@ SETS = {
     "heldout-c": (random_grid.HELDOUT_C_SEED, random_grid.HELDOUT_N),
     "heldout-d": (random_grid.HELDOUT_D_SEED, random_grid.HELDOUT_N),
     "heldout-e": (random_grid.HELDOUT_E_SEED, random_grid.HELDOUT_N),
+    "heldout-f": (random_grid.HELDOUT_F_SEED, random_grid.HELDOUT_N),
 }
 
 
