@@ -218,14 +218,14 @@ def execute(req: Request) -> tuple[str, int]:
 
 
 def _band_help() -> str:
-    from estimator.band import band, regime_band
+    from estimator.band import MIN_MARGIN_LOW, band, regime_band
 
     b = band()
-    per = ", ".join(f"{name} {r['low'] * 100:+.0f}%" for name, r in b["regimes"].items())
+    per = ", ".join(f"{name} {r['low'] * 100:+.1f}%" for name, r in b["regimes"].items())
     return (
         f" Error band: the worst under-prediction per regime on {regime_band()[1]['n']} off-grid traces "
         f"({b['source']}): {per}; --gpu, --solve, the advice and the fits list raise the estimated tensor "
-        "peak by the band of the config's regime (estimator/band.py)."
+        f"peak by the band of the config's regime, at least {-MIN_MARGIN_LOW * 100:.0f}% (estimator/band.py)."
     )
 
 

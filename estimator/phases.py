@@ -105,6 +105,7 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
     buffers = gen.rollout_buffers(cfg)
     fwd_head, saved_head, bwd_head = head.train_head(cfg, arch, b)
     cast_cache = act.autocast_weight_cache(cfg, arch, include_lm_head=False)
+    after_head = shard(cfg, "gradients", opt.gradients_after_head(cfg, arch))
     instants = {
         "head_forward": {
             "activations": saved + norm_saved,
@@ -118,7 +119,7 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
             + norm_saved
             + act.hidden_states(cfg, arch, tokens)
             + tokens * act.rmsnorm_backward_transient_per_token(cfg, arch),
-            "gradients": shard(cfg, "gradients", opt.gradients_after_head(cfg, arch)),
+            "gradients": after_head,
         },
     }
     if not cfg.gradient_checkpointing:  # autograd keeps the casts it saved until each layer's backward
@@ -153,7 +154,6 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
     )
     if not cfg.load_in_4bit:
         layer_bwd += act.dequantized_weight_transient(cfg, arch)
-    after_head = shard(cfg, "gradients", opt.gradients_after_head(cfg, arch))
     layer_fwd = max(
         tokens * act.layer_forward_transient_per_token(cfg, arch),
         act.bnb_4bit_forward_transient(cfg, arch, tokens),

@@ -600,6 +600,12 @@ def layer_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     return max(lora_forward_transient_per_token(cfg, arch), moe_forward_transient_per_token(cfg, arch))
 
 
+def bnb_4bit_cast_bytes(cfg: RunConfig) -> int:
+    """Bytes per element of bf16 autocast's copy of a tensor in the load dtype (a dequantized weight, the act·up
+    product): a under bf16 autocast when the load dtype is not bf16, else 0 (no copy)."""
+    return compute_bytes(cfg) if cfg.bf16 and cfg.dtype != "bfloat16" else 0
+
+
 def dequantized_weight_transient(cfg: RunConfig, arch: Arch, name: str | None = None) -> int:
     """The dequantized copy of a packed layer weight (`name`, default the largest), while a matmul uses it.
 
@@ -615,8 +621,7 @@ def dequantized_weight_transient(cfg: RunConfig, arch: Arch, name: str | None = 
         return 2 * largest
     if not cfg.load_in_4bit:
         return 0
-    cast = compute_bytes(cfg) if cfg.bf16 and cfg.dtype != "bfloat16" else 0
-    return largest * (residual_bytes(cfg) + cast)
+    return largest * (residual_bytes(cfg) + bnb_4bit_cast_bytes(cfg))
 
 
 BNB_GEMM_4BIT_CUSTOM_MAX_M = 1536  # bitsandbytes 0.50 backends/cuda/ops.py `_gemm_4bit_custom_max_m` (CUDA)
@@ -633,8 +638,7 @@ def bnb_4bit_forward_transient(cfg: RunConfig, arch: Arch, tokens: int) -> int:
     """
     if not cfg.load_in_4bit or arch.is_moe or tokens <= BNB_GEMM_4BIT_CUSTOM_MAX_M:
         return 0
-    cast = compute_bytes(cfg) if cfg.bf16 and cfg.dtype != "bfloat16" else 0
-    product = tokens * (residual_bytes(cfg) + cast) * arch.intermediate_size
+    product = tokens * (residual_bytes(cfg) + bnb_4bit_cast_bytes(cfg)) * arch.intermediate_size
     return product + dequantized_weight_transient(cfg, arch, "down_proj")
 
 
