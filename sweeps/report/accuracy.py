@@ -9,7 +9,6 @@ method), so traced and measured rows are never mixed.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from estimator.estimate import Estimate, estimate
 from estimator.trl_versions import profile
 from estimator.units import MIB
 from sweeps import records
+from sweeps.oneline import OneLineParser
 from sweeps.report.frames import method_of, model_label, summarize_config
 from sweeps.runner.predict import arch_for, predict
 
@@ -342,7 +342,7 @@ def format_table(df: pd.DataFrame) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the accuracy table, what was skipped while reading, and the summary lines."""
-    parser = argparse.ArgumentParser(prog="grpo-vram-accuracy", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="grpo-vram-accuracy", description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", default=list(DEFAULT_DIRS), help="result dirs or .jsonl files")
     args = parser.parse_args(argv)
     missing = [p for p in args.paths if not Path(p).exists() and p not in DEFAULT_DIRS]

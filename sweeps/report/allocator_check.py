@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sweeps.oneline import OneLineParser
+
 REPO = Path(__file__).resolve().parents[2]
 STREAMS = REPO / "results" / "streams"
 SKIP_PREFIX = "allocator-check: skipped:"
@@ -91,7 +93,7 @@ def check(streams: Path, conf: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--streams", type=Path, default=STREAMS)
     ap.add_argument("--conf", default="", help="PYTORCH_CUDA_ALLOC_CONF for the replay and the simulation")
     ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # subprocess: replay one stream, print JSON

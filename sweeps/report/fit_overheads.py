@@ -8,7 +8,6 @@ device peak (its own allocated prediction, with the current and the fitted const
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -20,6 +19,7 @@ from estimator.config import RunConfig
 from estimator.terms import overhead
 from estimator.units import MIB
 from sweeps import records
+from sweeps.oneline import OneLineParser
 from sweeps.report.frames import nvml_peak, torch_cuda_peaks
 from sweeps.runner.predict import arch_for
 
@@ -103,7 +103,7 @@ def report(samples: Sequence[Sample]) -> tuple[Fit, list[str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: grpo-vram-fit-overheads [--raw DIR] [--write FILE]."""
-    ap = argparse.ArgumentParser(prog="grpo-vram-fit-overheads", description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="grpo-vram-fit-overheads", description=__doc__.splitlines()[0])
     ap.add_argument("--raw", default=str(REPO / "results" / "raw"), help="directory of measured rows")
     ap.add_argument("--write", help="also write the fitted constants as JSON to this file")
     args = ap.parse_args(argv)

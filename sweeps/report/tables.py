@@ -6,7 +6,6 @@ git clean.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -16,6 +15,7 @@ import pandas as pd
 
 from estimator.config import RunConfig
 from estimator.units import GIB, MIB
+from sweeps.oneline import OneLineParser
 from sweeps.records import load_rows, read_rows
 from sweeps.report import accuracy, legacy_table, plots
 from sweeps.report import frames as rd
@@ -309,7 +309,7 @@ def load_results(raw: str | os.PathLike, traced: str | os.PathLike) -> list[dict
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: grpo-vram-tables [--raw DIR] [--traced DIR] [--out DIR]."""
-    ap = argparse.ArgumentParser(prog="grpo-vram-tables", description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="grpo-vram-tables", description=__doc__.splitlines()[0])
     ap.add_argument("--raw", default=str(REPO / "results" / "raw"))
     ap.add_argument("--traced", default=str(REPO / "results" / "traced"))
     ap.add_argument("--out", default=str(REPO / "results"))

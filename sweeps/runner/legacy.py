@@ -29,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 
 from sweeps import records
+from sweeps.oneline import OneLineParser
 
 STEPS = 2
 MODEL = "tiny-2M"
@@ -277,7 +278,7 @@ def record_unrunnable(out: Path, version: str, reason: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sweeps.runner.legacy", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="sweeps.runner.legacy", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/raw/legacy.jsonl", help="JSONL file rows are appended to")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per run")
     parser.add_argument("--one", help=argparse.SUPPRESS)

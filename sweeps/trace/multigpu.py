@@ -21,6 +21,7 @@ from pathlib import Path
 
 from estimator.config import RunConfig
 from sweeps import records
+from sweeps.oneline import OneLineParser
 from sweeps.trace import cli as single_cli
 from sweeps.trace.grid import _config
 
@@ -110,7 +111,7 @@ def run_grid(out: Path, timeout: float, limit: int | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sweeps.trace.multigpu", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m sweeps.trace.multigpu", description=__doc__.splitlines()[0])
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--layout", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=None, help=f"jsonl for the rows (grid default {OUT})")

@@ -16,13 +16,13 @@ that runs past `--timeout` seconds is written as a `status: "skipped"` row with 
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import time
 from pathlib import Path
 
 from sweeps import records
+from sweeps.oneline import OneLineParser
 from sweeps.trace import random_grid
 from sweeps.trace.cli import _row_header, make_row, variant
 
@@ -103,7 +103,7 @@ def run(name: str, out: Path, timeout: int, limit: int | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="grpo-vram-validate", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="grpo-vram-validate", description=__doc__.splitlines()[0])
     p.add_argument("--set", choices=sorted(SETS), default="validation")
     p.add_argument("--out", type=Path, help="default: results/traced/<set>.jsonl")
     p.add_argument(

@@ -10,7 +10,6 @@ configs whose stream and row exist. Streams are kept to a handful of representat
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from estimator.allocator import (
     with_empty_cache_steps,
 )
 from estimator.config import RunConfig
+from sweeps.oneline import OneLineParser
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "results" / "streams"
@@ -208,7 +208,7 @@ def record(cfg: RunConfig, out: Path, steps: int) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", default=None, help="grid name (with --index); default: the built-in picks")
     ap.add_argument("--index", type=int, nargs="*", default=None, help="config indices in --grid")
     ap.add_argument("--steps", type=int, default=3)
