@@ -78,7 +78,7 @@ test: lint
 sweep: install
 	.venv/bin/grpo-vram-sweep --multirun +experiment=h100 $(SWEEP_ARGS)
 
-# One short GPU lease (<= 20 min on an H100 80GB, estimated): 16 rows covering every term, random weights built from
+# One short GPU lease (~25 min on an H100 80GB, measured: 12 rows took 19 min): 16 rows covering every term, random weights built from
 # the catalog (no hub), then the overhead fit and the tables. The vLLM row runs only where vLLM imports.
 VALIDATE_ROWS := r00,r01,r02,r03,r04,r05,r06,r07,r08,r09,r10,r11,r12,r13,r14,r15
 gpu-validate: install
