@@ -10,7 +10,7 @@ from estimator.estimate import estimate
 
 TRACED = Path(__file__).resolve().parent.parent / "results" / "traced"
 BOUND = 0.05
-OUT_OF_SAMPLE = ("validation", "heldout", "heldout-c", "heldout-d", "heldout-e", "heldout-f")
+OUT_OF_SAMPLE = ("validation", "heldout", "heldout-c", "heldout-d", "heldout-e", "heldout-f", "heldout-g")
 
 
 def _rows() -> list[dict]:

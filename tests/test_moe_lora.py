@@ -107,3 +107,33 @@ def test_merged_stack_gradient_net_of_the_released_down_stack_by_hand():
     )
     assert moe_lora.wrapped_expert_params(gate_up, arch) - {"router"} == {"gate_up"}
     assert moe_lora.backward_transient(gate_up, arch) == 805_306_368
+
+
+@pytest.mark.parametrize("targets", [["all-linear"], ["q_proj", "gate_proj", "up_proj", "down_proj"]])
+def test_trainable_tensors_match_peft_tensor_by_tensor(targets):
+    # the per-tensor list the 8-bit optimizer's state is sized from includes the fused-expert factors peft adds
+    # (ParamWrapper A and B of each wrapped stack): once it missed them and sized 1.2 GiB of uint8 state at 17 MiB
+    import peft
+    import transformers
+
+    from estimator.terms import optimizer
+
+    config = fake_model.truncated_config_dict("Qwen/Qwen3-30B-A3B", 1)
+    cfg = RunConfig(
+        model="Qwen/Qwen3-30B-A3B",
+        use_peft=True,
+        lora_r=8,
+        lora_dropout=0.0,
+        lora_target_modules=tuple(targets),
+        optim="paged_adamw_8bit",
+    )
+    arch = from_config(config, name=cfg.model)
+    conf = transformers.AutoConfig.for_model(**json.loads(json.dumps(config)))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(conf, dtype=torch.bfloat16)
+    lora = {"r": 8, "target_modules": "all-linear" if targets == ["all-linear"] else targets}
+    pm = peft.get_peft_model(model, peft.LoraConfig(lora_dropout=0.0, **lora))
+    numels = sorted(p.numel() for p in pm.parameters() if p.requires_grad)
+    assert sorted(optimizer._trainable_tensors(cfg, arch)) == numels
+    # 8-bit AdamW keeps two states of at least one byte per element
+    assert optimizer.optimizer_state(cfg, arch) >= 2 * sum(numels)

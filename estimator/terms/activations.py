@@ -594,10 +594,85 @@ def moe_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     )
 
 
+def _promoted_bytes(a: str, b: str) -> int:
+    """Bytes of `a + b`'s result (torch type promotion): the same dtype stays, fp16 with bf16 or anything with fp32
+    gives fp32."""
+    return nbytes(a) if a == b else 4
+
+
+def lora_output_peak_per_out(cfg: RunConfig) -> int:
+    """Bytes live per output feature while a LoRA-wrapped linear adds its adapter to the base result, forward with
+    grad (the scalar multiply and the add save nothing of these [T, out] tensors).
+
+    peft 0.21 `lora.Linear.forward` (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L1086-L1113):
+    `result = result + lora_B(lora_A(dropout(x))) * scaling`: at the multiply the base result (a), lora_B's output
+    and the product (p each, p = autocast's dtype, else the adapter's) are live; the add writes the promoted sum
+    beside the base result and the product; `result.to(torch_result_dtype)` copies back when they differ. The bnb
+    4-bit layer (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/bnb.py#L527-L557) clones
+    the base result first (two a) and, without autocast, casts the scaled output to the result dtype before the
+    add (the product and its cast live together).
+    """
+    a_dtype = linear_output_dtype(cfg)
+    p_dtype = compute_dtype(cfg) if cfg.bf16 else adapter_dtype(cfg)
+    a, p = nbytes(a_dtype), nbytes(p_dtype)
+    if not cfg.load_in_4bit:
+        s = _promoted_bytes(a_dtype, p_dtype)
+        return max(a + 2 * p, a + p + s, s + a if s != a else 0)
+    out_dtype = p_dtype
+    peaks = [2 * a, a + 2 * p]
+    if not cfg.bf16 and p_dtype != a_dtype:  # output.to(expected_dtype) beside the product
+        peaks.append(a + p + a)
+        out_dtype = a_dtype
+    peaks.append(a + nbytes(out_dtype) + _promoted_bytes(a_dtype, out_dtype))
+    return max(peaks)
+
+
+def lora_mlp_input_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """Forward with grad through a LoRA on the MLP's input projections (gate/up, Phi-3's fused gate_up), at the
+    adapter's add (`lora_output_peak_per_out` × out), beyond what the layer saves, per token.
+
+    It runs before the MLP saves its [T, I] tensors and the down projection's adapter its input, so those are
+    subtracted from the layer's saved total; act(gate) and gate's output are already saved when up_proj runs
+    (`down_proj(act_fn(gate_proj(x)) * up_proj(x))`, transformers 5.23 LlamaMLP; Phi-3's gate_up runs first).
+    Beside it: peft's input copies still bound in the frame (as in `lora_forward_transient_per_token`) and the
+    decoder layer's locals (`mlp_call_locals_per_token`). 0 for MoE blocks and without a wrapped gate/up.
+    """
+    if not cfg.use_peft or arch.is_moe:
+        return 0
+    a = linear_output_bytes(cfg)
+    x_dtype = _lora_source_dtype(cfg, "mlp_norm")
+    cast = lora_cast_input_dtype(cfg, x_dtype)
+    chain = [nbytes(cast)] if cast != x_dtype else []
+    if cfg.lora_dropout > 0:
+        chain.append(nbytes(cast))
+    if cfg.bf16 and cast != compute_dtype(cfg):
+        chain.append(nbytes(compute_dtype(cfg)))
+    unsaved_inputs = sum(chain[:-1]) * arch.hidden_size
+    saved_after = mlp_saved_per_token(cfg, arch) + lora_saved_per_token(cfg, arch, ("mlp_product",))
+    best = 0
+    for lin in lora_targets(cfg, arch):
+        leaf = lin.name.split(".")[-1]
+        if leaf not in ("gate_proj", "up_proj", "gate_up_proj"):
+            continue
+        saved_before = 2 * a * arch.intermediate_size if leaf == "up_proj" else 0
+        live = (
+            lora_output_peak_per_out(cfg) * lin.out_features
+            + unsaved_inputs
+            + mlp_call_locals_per_token(cfg, arch)
+            + saved_before
+        )
+        best = max(best, live - saved_after)
+    return best
+
+
 def layer_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """The larger forward-with-grad instant inside a decoder layer, beyond its saved tensors (LoRA input cast or the
-    experts' un-permuting gather)."""
-    return max(lora_forward_transient_per_token(cfg, arch), moe_forward_transient_per_token(cfg, arch))
+    """The largest forward-with-grad instant inside a decoder layer, beyond its saved tensors (LoRA input cast at
+    down_proj, the adapter's add at gate/up, or the experts' un-permuting gather)."""
+    return max(
+        lora_forward_transient_per_token(cfg, arch),
+        lora_mlp_input_forward_transient_per_token(cfg, arch),
+        moe_forward_transient_per_token(cfg, arch),
+    )
 
 
 def bnb_4bit_cast_bytes(cfg: RunConfig) -> int:
@@ -713,10 +788,20 @@ def saved_activations(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> i
 
 
 def recompute_layer(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
-    """With GC, backward re-runs one layer's forward at a time: one layer's saved tensors, tokens × per-layer bytes."""
+    """With GC, backward re-runs one layer's forward at a time: one layer's saved tensors, tokens × per-layer bytes,
+    and, for fp32 weights under bf16 autocast, that layer's bf16 weight casts: torch.utils.checkpoint re-enters
+    autocast for the recompute and each linear's matmul saves the cast weight for its input gradient, so they live
+    until the layer's backward is done (the no-GC case keeps every layer's, `autocast_weight_cache`)."""
     if not cfg.gradient_checkpointing:
         return 0
-    return batch * seq_len * layer_saved_per_token(cfg, arch, seq_len) + moe_lora.saved_per_layer(cfg, arch)
+    casts = (
+        autocast_weight_cache(cfg, arch, include_lm_head=False, saved_for_backward=True) // arch.num_layers
+    )
+    return (
+        batch * seq_len * layer_saved_per_token(cfg, arch, seq_len)
+        + moe_lora.saved_per_layer(cfg, arch)
+        + casts
+    )
 
 
 def moe_nograd_per_token(cfg: RunConfig, arch: Arch) -> int:

@@ -60,6 +60,19 @@ def _factor_numel(cfg: RunConfig, arch: Arch, which: str) -> int:
     return {"gate_up": 2 * r * e * (h + 2 * i), "down": r * e * (i + h), "router": r * (h + e)}[which]
 
 
+def factor_tensor_numels(cfg: RunConfig, arch: Arch) -> list[int]:
+    """numel of each trainable tensor one layer's wrapped stacks add, A then B per stack (ParamWrapper's A
+    [rank·E, in] and B [out, rank·E]): gate_up 2r·E·H and 2I·2r·E, down r·E·I and H·r·E, router r·H and E·r."""
+    h, i, e, r = arch.hidden_size, arch.moe_intermediate_size, arch.num_experts, cfg.lora_r
+    shapes = {
+        "gate_up": (2 * r * e * h, 2 * i * 2 * r * e),
+        "down": (r * e * i, h * r * e),
+        "router": (r * h, e * r),
+    }
+    wrapped = wrapped_expert_params(cfg, arch)
+    return [n for k in ("gate_up", "down", "router") if k in wrapped for n in shapes[k]]
+
+
 def expert_lora_params(cfg: RunConfig, arch: Arch) -> int:
     """Per model: layers × Σ over the wrapped stacks of their A + B (`_factor_numel`)."""
     return arch.num_layers * sum(_factor_numel(cfg, arch, k) for k in wrapped_expert_params(cfg, arch))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
+from estimator.terms import moe_lora
 from estimator.terms.weights import head_fp32_extra_bytes, trainable_dtype, trainable_params
 from estimator.units import nbytes
 
@@ -57,6 +58,7 @@ def _trainable_tensors(cfg: RunConfig, arch: Arch) -> list[int]:
         out = []
         for lin in lora_targets(cfg, arch):
             out += [cfg.lora_r * lin.in_features * lin.count, cfg.lora_r * lin.out_features * lin.count]
+        out += moe_lora.factor_tensor_numels(cfg, arch)  # LoRA on fused expert stacks (ParamWrapper)
         return out * arch.num_layers
     sizes = [arch.embedding_params]
     layer = [lin.count * lin.in_features * lin.out_features for lin in arch.layer_linears]
@@ -107,7 +109,8 @@ def _largest_trainable(cfg: RunConfig, arch: Arch) -> int:
     if cfg.use_peft:
         from estimator.terms.weights import lora_targets
 
-        return max(cfg.lora_r * max(lin.in_features, lin.out_features) for lin in lora_targets(cfg, arch))
+        linears = [cfg.lora_r * max(lin.in_features, lin.out_features) for lin in lora_targets(cfg, arch)]
+        return max(linears + moe_lora.factor_tensor_numels(cfg, arch), default=0)
     sizes = [arch.embedding_params] + [lin.in_features * lin.out_features for lin in arch.layer_linears]
     if not arch.tie_word_embeddings:
         sizes.append(arch.lm_head_params)

@@ -1,5 +1,5 @@
-"""`make band`: compute estimator/band.json from the seen grids' traced rows (validation seed A, and seeds B to E
-since they were used to fix terms), never the held-out one (seed F)."""
+"""`make band`: compute estimator/band.json from the seen grids' traced rows (validation seed A, and seeds B to F
+since they were used to fix terms), never the held-out one (seed G)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from sweeps.report.accuracy import accuracy_frame
 REPO = Path(__file__).resolve().parents[2]
 TRACED = REPO / "results" / "traced"
 SEEN = tuple(
-    TRACED / f"{stem}.jsonl" for stem in ("validation", "heldout", "heldout-c", "heldout-d", "heldout-e")
-)  # seeds A-E
+    TRACED / f"{stem}.jsonl"
+    for stem in ("validation", "heldout", "heldout-c", "heldout-d", "heldout-e", "heldout-f")
+)  # seeds A-F
 BAND_FILE = REPO / "estimator" / "band.json"
 
 
@@ -39,7 +40,7 @@ def compute(paths: tuple[Path, ...] = SEEN) -> dict:
     return {
         "regimes": {name: _stats(err[names == name]) for name in REGIMES if (names == name).any()},
         "all": _stats(err),
-        "source": "traced, seeds A-E: results/traced/validation.jsonl, heldout.jsonl, heldout-c.jsonl, heldout-d.jsonl, heldout-e.jsonl",
+        "source": "traced, seeds A-F: results/traced/validation.jsonl, heldout.jsonl, heldout-c.jsonl, heldout-d.jsonl, heldout-e.jsonl, heldout-f.jsonl",
     }
 
 

@@ -283,8 +283,8 @@ def render(frame, head, fits, curves, acc, env, gpus, gpu80, base, splits: Seque
         "### In-sample, validation and held-out (traced)",
         "In-sample: the grids the estimator was refined on; validation: seeded random grids over every axis "
         "(`results/traced/validation.jsonl`, seed A; `heldout.jsonl`, `heldout-c.jsonl`, `heldout-d.jsonl`, `heldout-e.jsonl`, "
-        "seeds B-E, held out for earlier rounds and seen since), used while fixing terms and for the error band; "
-        "held-out: a fresh seed (`heldout-f.jsonl`, seed F), never used to change a term. `after the band`: the "
+        "`heldout-f.jsonl`, seeds B-F, held out for earlier rounds and seen since), used while fixing terms and for the error band; "
+        "held-out: a fresh seed (`heldout-g.jsonl`, seed G), never used to change a term. `after the band`: the "
         "share still under-predicted by more than 2 % once each row's regime band (`estimator/band.py`) is "
         "applied.",
         "\n".join(f"- `{line}`" for line in splits),

@@ -6,6 +6,7 @@
     python -m sweeps.trace.run_random --set heldout-d      # seed D, results/traced/heldout-d.jsonl
     python -m sweeps.trace.run_random --set heldout-e      # seed E, results/traced/heldout-e.jsonl
     python -m sweeps.trace.run_random --set heldout-f      # seed F, results/traced/heldout-f.jsonl
+    python -m sweeps.trace.run_random --set heldout-g      # seed G, results/traced/heldout-g.jsonl
 
 Configs run in this one process, one after another (each trace opens its own FakeTensorMode), so the
 ~10 s import of torch / transformers / TRL is paid once rather than per config. Each row is appended
@@ -51,6 +52,7 @@ SETS = {
     "heldout-d": (random_grid.HELDOUT_D_SEED, random_grid.HELDOUT_N),
     "heldout-e": (random_grid.HELDOUT_E_SEED, random_grid.HELDOUT_N),
     "heldout-f": (random_grid.HELDOUT_F_SEED, random_grid.HELDOUT_N),
+    "heldout-g": (random_grid.HELDOUT_G_SEED, random_grid.HELDOUT_N),
 }
 
 
