@@ -7,42 +7,15 @@ measured peak minus those two is exactly T · out · the term."""
 
 from __future__ import annotations
 
-import weakref
-
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from live_bytes import LivePeak
 
 from estimator.catalog import resolve_model
 from estimator.config import RunConfig
 from estimator.terms import activations as act
 
 T, IN, OUT, R = 256, 64, 4096, 4
-
-
-class _Peak(TorchDispatchMode):
-    """Peak bytes of the storages written while the mode is active; `existing` tensors' storages (the weights and
-    the input, which views such as `t()` share) are not counted."""
-
-    def __init__(self, existing: list[torch.Tensor]) -> None:
-        super().__init__()
-        self.live: dict[int, int] = {id(t.untyped_storage()): 0 for t in existing}
-        self.current = self.peak = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor) and id(t.untyped_storage()) not in self.live:
-                storage = t.untyped_storage()
-                key = id(storage)
-                self.live[key] = storage.nbytes()
-                self.current += storage.nbytes()
-                self.peak = max(self.peak, self.current)
-                weakref.finalize(storage, self._free, key)
-        return out
-
-    def _free(self, key: int) -> None:
-        self.current -= self.live.pop(key, 0)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
@@ -55,7 +28,7 @@ def test_adapter_add_matches_peft_forward(dtype):
     lora = model.base_model.model.proj
     assert lora.lora_A["default"].weight.dtype == torch.float32  # peft's autocast_adapter_dtype
     x = torch.randn(T, IN, dtype=getattr(torch, dtype), requires_grad=True)
-    with _Peak([*lora.parameters(), x]) as mode:
+    with LivePeak([*lora.parameters(), x]) as mode:
         y = lora(x)
     assert y.dtype == getattr(torch, dtype)
     cfg = RunConfig(model="0.5B", dtype=dtype, bf16=False, use_peft=True, lora_r=R, lora_dropout=0.0)

@@ -13,16 +13,31 @@ from estimator.terms import activations, moe_lora, weights
 from sweeps.trace import fake_model
 
 
-def _peft_trainable(config: dict, **lora) -> int:
-    """Trainable parameters peft 0.21 gives a transformers model built on the meta device from `config`."""
+def _peft_trainable_numels(config: dict, **lora) -> list[int]:
+    """numel of each trainable tensor peft 0.21 gives a transformers model built on the meta device from `config`."""
     import peft
     import transformers
 
-    conf = transformers.AutoConfig.for_model(**config)
+    conf = transformers.AutoConfig.for_model(**json.loads(json.dumps(config)))
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(conf, dtype=torch.bfloat16)
     pm = peft.get_peft_model(model, peft.LoraConfig(lora_dropout=0.0, **lora))
-    return sum(p.numel() for p in pm.parameters() if p.requires_grad)
+    return [p.numel() for p in pm.parameters() if p.requires_grad]
+
+
+def _qwen3_moe(targets: list[str], **settings) -> tuple[dict, RunConfig, dict]:
+    """The one-layer Qwen3-30B-A3B config, a LoRA r=8 RunConfig on `targets`, and peft's LoraConfig arguments."""
+    config = fake_model.truncated_config_dict("Qwen/Qwen3-30B-A3B", 1)
+    cfg = RunConfig(
+        model="Qwen/Qwen3-30B-A3B",
+        use_peft=True,
+        lora_r=8,
+        lora_dropout=0.0,
+        lora_target_modules=tuple(targets),
+        **settings,
+    )
+    lora = {"r": 8, "target_modules": "all-linear" if targets == ["all-linear"] else targets}
+    return config, cfg, lora
 
 
 @pytest.mark.parametrize(
@@ -34,17 +49,9 @@ def _peft_trainable(config: dict, **lora) -> int:
     ],
 )
 def test_trainable_params_match_peft_on_qwen3_moe(targets):
-    config = fake_model.truncated_config_dict("Qwen/Qwen3-30B-A3B", 1)
-    cfg = RunConfig(
-        model="Qwen/Qwen3-30B-A3B",
-        use_peft=True,
-        lora_r=8,
-        lora_dropout=0.0,
-        lora_target_modules=tuple(targets),
-    )
+    config, cfg, lora = _qwen3_moe(targets)
     arch = from_config(config, name=cfg.model)
-    lora = {"r": 8, "target_modules": "all-linear" if targets == ["all-linear"] else targets}
-    assert weights.lora_params(cfg, arch) == _peft_trainable(json.loads(json.dumps(config)), **lora)
+    assert weights.lora_params(cfg, arch) == sum(_peft_trainable_numels(config, **lora))
 
 
 def test_merged_expert_stacks_by_hand():
@@ -113,27 +120,11 @@ def test_merged_stack_gradient_net_of_the_released_down_stack_by_hand():
 def test_trainable_tensors_match_peft_tensor_by_tensor(targets):
     # the per-tensor list the 8-bit optimizer's state is sized from includes the fused-expert factors peft adds
     # (ParamWrapper A and B of each wrapped stack): once it missed them and sized 1.2 GiB of uint8 state at 17 MiB
-    import peft
-    import transformers
-
     from estimator.terms import optimizer
 
-    config = fake_model.truncated_config_dict("Qwen/Qwen3-30B-A3B", 1)
-    cfg = RunConfig(
-        model="Qwen/Qwen3-30B-A3B",
-        use_peft=True,
-        lora_r=8,
-        lora_dropout=0.0,
-        lora_target_modules=tuple(targets),
-        optim="paged_adamw_8bit",
-    )
+    config, cfg, lora = _qwen3_moe(targets, optim="paged_adamw_8bit")
     arch = from_config(config, name=cfg.model)
-    conf = transformers.AutoConfig.for_model(**json.loads(json.dumps(config)))
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(conf, dtype=torch.bfloat16)
-    lora = {"r": 8, "target_modules": "all-linear" if targets == ["all-linear"] else targets}
-    pm = peft.get_peft_model(model, peft.LoraConfig(lora_dropout=0.0, **lora))
-    numels = sorted(p.numel() for p in pm.parameters() if p.requires_grad)
+    numels = sorted(_peft_trainable_numels(config, **lora))
     assert sorted(optimizer._trainable_tensors(cfg, arch)) == numels
     # 8-bit AdamW keeps two states of at least one byte per element
     assert optimizer.optimizer_state(cfg, arch) >= 2 * sum(numels)

@@ -7,41 +7,15 @@ those, per token, is compared with the term (the [T, 1] fp32 statistics are the 
 
 from __future__ import annotations
 
-import weakref
-
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from live_bytes import LivePeak
 
 from estimator.catalog import resolve_model
 from estimator.config import RunConfig
 from estimator.terms import activations as act
 
 T = 512
-
-
-class _BackwardPeak(TorchDispatchMode):
-    """Peak bytes of the tensors written while the mode is active (freed ones leave the count)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live: dict[int, int] = {}
-        self.current = self.peak = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor) and id(t.untyped_storage()) not in self.live:
-                storage = t.untyped_storage()
-                key = id(storage)
-                self.live[key] = storage.nbytes()
-                self.current += storage.nbytes()
-                self.peak = max(self.peak, self.current)
-                weakref.finalize(storage, self._free, key)
-        return out
-
-    def _free(self, key: int) -> None:
-        self.current -= self.live.pop(key, 0)
 
 
 @pytest.mark.parametrize("model", ["HuggingFaceTB/SmolLM2-135M-Instruct", "google/gemma-3-1b-it"])
@@ -58,7 +32,7 @@ def test_rmsnorm_backward_holds_five_fp32_products(model, dtype, trainable):
     x = torch.randn(T, h, dtype=getattr(torch, dtype), requires_grad=True)
     y = norm(x)
     grad = torch.randn_like(y)
-    peak = _BackwardPeak()
+    peak = LivePeak()
     with peak:
         y.backward(grad)
     cfg = RunConfig(model=model, dtype=dtype, use_peft=not trainable)
