@@ -448,21 +448,30 @@ def layer_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
     )
 
 
+def layer_weight_casts(cfg: RunConfig, arch: Arch) -> int:
+    """One decoder layer's nn.Linear weights cast by bf16 autocast when they are fp32: Σ numel × a (0 when the
+    weights are not fp32, without autocast, or for a 4-bit base, whose layer dequantizes instead)."""
+    if residual_bytes(cfg) != 4 or compute_bytes(cfg) == 4 or cfg.load_in_4bit:
+        return 0
+    numel = sum(
+        lin.count * lin.in_features * lin.out_features for lin in arch.layer_linears if lin.is_nn_linear
+    )
+    return numel * compute_bytes(cfg)
+
+
 def autocast_weight_cache(
     cfg: RunConfig, arch: Arch, include_lm_head: bool, saved_for_backward: bool = False
 ) -> int:
-    """fp32 weights under bf16 autocast: each trainable nn.Linear weight's bf16 cast is cached until the forward's autocast exits (torch cached_cast), Σ numel × 2; the lm_head cast (the logits step) as a transient."""
+    """fp32 weights under bf16 autocast: each trainable nn.Linear weight's bf16 cast is cached until the forward's autocast exits (torch cached_cast), layers × `layer_weight_casts`; the lm_head cast (the logits step) as a transient."""
     if residual_bytes(cfg) != 4 or compute_bytes(cfg) == 4:
         return 0
-    numel = 0
+    out = 0
     # only leaves that require grad are cached; frozen weights' casts live on only where autograd saves them (no GC)
-    if (not cfg.use_peft or saved_for_backward) and not cfg.load_in_4bit:
-        numel = arch.num_layers * sum(
-            lin.count * lin.in_features * lin.out_features for lin in arch.layer_linears if lin.is_nn_linear
-        )
+    if not cfg.use_peft or saved_for_backward:
+        out = arch.num_layers * layer_weight_casts(cfg, arch)
     if include_lm_head:
-        numel += arch.vocab_size * arch.hidden_size
-    return numel * compute_bytes(cfg)
+        out += arch.vocab_size * arch.hidden_size * compute_bytes(cfg)
+    return out
 
 
 def fp32_head_cast_in_generation(cfg: RunConfig, arch: Arch) -> int:
@@ -533,6 +542,20 @@ def mlp_call_locals_per_token(cfg: RunConfig, arch: Arch) -> int:
     return 2 * residual_bytes(cfg) * arch.hidden_size
 
 
+def lora_input_chain(cfg: RunConfig, x_dtype: str) -> list[int]:
+    """Bytes per input element of each new tensor peft 0.21 makes from a wrapped linear's input before `lora_A`'s
+    matmul, in order: `_cast_input_dtype`'s copy when the adapter dtype differs, `native_dropout`'s output when
+    lora_dropout > 0, and bf16 autocast's cast of the matmul input when it is not already bf16. The last one is what
+    `lora_A` saves (`lora_a_saved_input`); the others are bound in the frame until the forward returns."""
+    cast = lora_cast_input_dtype(cfg, x_dtype)
+    chain = [nbytes(cast)] if cast != x_dtype else []
+    if cfg.lora_dropout > 0:
+        chain.append(nbytes(cast))
+    if cfg.bf16 and cast != compute_dtype(cfg):
+        chain.append(nbytes(compute_dtype(cfg)))
+    return chain
+
+
 def lora_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     """Forward with grad through the widest-input LoRA-wrapped linear: what is live at `lora_A`'s matmul beyond
     what the layer saves, per token.
@@ -559,13 +582,7 @@ def lora_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     if lin.in_features <= arch.hidden_size:  # not the down projection (see above)
         return 0
     x_dtype = _lora_source_dtype(cfg, lora_input_source(lin.name))
-    cast = lora_cast_input_dtype(cfg, x_dtype)
-    chain = [nbytes(cast)] if cast != x_dtype else []  # _cast_input_dtype's copy
-    if cfg.lora_dropout > 0:
-        chain.append(nbytes(cast))  # native_dropout's output
-    if cfg.bf16 and cast != compute_dtype(cfg):
-        chain.append(nbytes(compute_dtype(cfg)))  # autocast's cast of the matmul input
-    transient = sum(chain[:-1])  # the last new tensor is the one lora_A saves
+    transient = sum(lora_input_chain(cfg, x_dtype)[:-1])  # the last new tensor is the one lora_A saves
     if not transient:
         return 0
     n = lin.in_features
@@ -640,14 +657,7 @@ def lora_mlp_input_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> in
     if not cfg.use_peft or arch.is_moe:
         return 0
     a = linear_output_bytes(cfg)
-    x_dtype = _lora_source_dtype(cfg, "mlp_norm")
-    cast = lora_cast_input_dtype(cfg, x_dtype)
-    chain = [nbytes(cast)] if cast != x_dtype else []
-    if cfg.lora_dropout > 0:
-        chain.append(nbytes(cast))
-    if cfg.bf16 and cast != compute_dtype(cfg):
-        chain.append(nbytes(compute_dtype(cfg)))
-    unsaved_inputs = sum(chain[:-1]) * arch.hidden_size
+    unsaved_inputs = sum(lora_input_chain(cfg, _lora_source_dtype(cfg, "mlp_norm"))[:-1]) * arch.hidden_size
     saved_after = mlp_saved_per_token(cfg, arch) + lora_saved_per_token(cfg, arch, ("mlp_product",))
     best = 0
     for lin in lora_targets(cfg, arch):
@@ -791,16 +801,14 @@ def recompute_layer(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int
     """With GC, backward re-runs one layer's forward at a time: one layer's saved tensors, tokens × per-layer bytes,
     and, for fp32 weights under bf16 autocast, that layer's bf16 weight casts: torch.utils.checkpoint re-enters
     autocast for the recompute and each linear's matmul saves the cast weight for its input gradient, so they live
-    until the layer's backward is done (the no-GC case keeps every layer's, `autocast_weight_cache`)."""
+    until the layer's backward is done (`layer_weight_casts`; the no-GC case keeps every layer's,
+    `autocast_weight_cache`)."""
     if not cfg.gradient_checkpointing:
         return 0
-    casts = (
-        autocast_weight_cache(cfg, arch, include_lm_head=False, saved_for_backward=True) // arch.num_layers
-    )
     return (
         batch * seq_len * layer_saved_per_token(cfg, arch, seq_len)
         + moe_lora.saved_per_layer(cfg, arch)
-        + casts
+        + layer_weight_casts(cfg, arch)
     )
 
 

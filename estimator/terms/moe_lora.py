@@ -54,21 +54,25 @@ def wrapped_expert_params(cfg: RunConfig, arch: Arch) -> frozenset[str]:
     return frozenset(k for k, old in names.items() if set(old) <= wanted)
 
 
-def _factor_numel(cfg: RunConfig, arch: Arch, which: str) -> int:
-    """A + B of one wrapped stack: gate_up 2r·E·(H + 2I) (rank 2r), down r·E·(I + H), router r·(H + E)."""
+def _factor_shapes(cfg: RunConfig, arch: Arch) -> dict[str, tuple[int, int]]:
+    """numel of A and B of each stack ParamWrapper can wrap (A [rank·E, in], B [out, rank·E]): gate_up 2r·E·H and
+    2I·2r·E (rank 2r), down r·E·I and H·r·E, router r·H and E·r."""
     h, i, e, r = arch.hidden_size, arch.moe_intermediate_size, arch.num_experts, cfg.lora_r
-    return {"gate_up": 2 * r * e * (h + 2 * i), "down": r * e * (i + h), "router": r * (h + e)}[which]
-
-
-def factor_tensor_numels(cfg: RunConfig, arch: Arch) -> list[int]:
-    """numel of each trainable tensor one layer's wrapped stacks add, A then B per stack (ParamWrapper's A
-    [rank·E, in] and B [out, rank·E]): gate_up 2r·E·H and 2I·2r·E, down r·E·I and H·r·E, router r·H and E·r."""
-    h, i, e, r = arch.hidden_size, arch.moe_intermediate_size, arch.num_experts, cfg.lora_r
-    shapes = {
+    return {
         "gate_up": (2 * r * e * h, 2 * i * 2 * r * e),
         "down": (r * e * i, h * r * e),
         "router": (r * h, e * r),
     }
+
+
+def _factor_numel(cfg: RunConfig, arch: Arch, which: str) -> int:
+    """A + B of one wrapped stack: gate_up 2r·E·(H + 2I) (rank 2r), down r·E·(I + H), router r·(H + E)."""
+    return sum(_factor_shapes(cfg, arch)[which])
+
+
+def factor_tensor_numels(cfg: RunConfig, arch: Arch) -> list[int]:
+    """numel of each trainable tensor one layer's wrapped stacks add, A then B per stack (`_factor_shapes`)."""
+    shapes = _factor_shapes(cfg, arch)
     wrapped = wrapped_expert_params(cfg, arch)
     return [n for k in ("gate_up", "down", "router") if k in wrapped for n in shapes[k]]
 
