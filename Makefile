@@ -115,13 +115,11 @@ trace-multigpu: install
 validate: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set validation
 
+HELDOUT_SETS ?= heldout heldout-c heldout-d heldout-e heldout-f heldout-g
 heldout: install
-	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set heldout
-	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set heldout-c
-	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set heldout-d
-	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set heldout-e
-	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set heldout-f
-	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set heldout-g
+	for s in $(HELDOUT_SETS); do \
+	  HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set $$s || exit 1; \
+	done
 
 # estimator/band.json from the validation rows (never from the held-out ones)
 band: install

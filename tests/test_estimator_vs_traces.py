@@ -7,10 +7,11 @@ import pytest
 
 from estimator.config import RunConfig
 from estimator.estimate import estimate
+from sweeps.report.accuracy import OUT_OF_SAMPLE_FILES
 
 TRACED = Path(__file__).resolve().parent.parent / "results" / "traced"
 BOUND = 0.05
-OUT_OF_SAMPLE = ("validation", "heldout", "heldout-c", "heldout-d", "heldout-e", "heldout-f", "heldout-g")
+OUT_OF_SAMPLE = tuple(OUT_OF_SAMPLE_FILES)
 
 
 def _rows() -> list[dict]:

@@ -245,6 +245,11 @@ OUT_OF_SAMPLE_FILES = {
 UNDER_LIMIT = 0.02  # an under-prediction beyond 2 % is the failure issue 9 counts
 
 
+def out_of_sample_stems(split: str) -> list[str]:
+    """The result files (stems under results/traced/) of one out-of-sample set, in seed order (A, B, ...)."""
+    return [stem for stem, s in OUT_OF_SAMPLE_FILES.items() if s == split]
+
+
 def split_of(path: str | Path) -> str:
     """Which accuracy set a result file's rows belong to, by file name: validation.jsonl (seed A, seen while
     fixing terms), heldout.jsonl, heldout-c.jsonl, heldout-d.jsonl, heldout-e.jsonl and heldout-f.jsonl (seeds B to F, held out

@@ -8,19 +8,25 @@ import sys
 from pathlib import Path
 
 from sweeps import records
-from sweeps.report.accuracy import accuracy_frame
+from sweeps.report.accuracy import accuracy_frame, out_of_sample_stems
 
 REPO = Path(__file__).resolve().parents[2]
 TRACED = REPO / "results" / "traced"
 SEEN = tuple(
-    TRACED / f"{stem}.jsonl"
-    for stem in ("validation", "heldout", "heldout-c", "heldout-d", "heldout-e", "heldout-f")
-)  # seeds A-F
+    TRACED / f"{stem}.jsonl" for stem in out_of_sample_stems("validation")
+)  # seeds A, B, ... in order
 BAND_FILE = REPO / "estimator" / "band.json"
 
 
 def _stats(err) -> dict:
     return {"low": round(float(err.min()), 4), "high": round(float(err.max()), 4), "n": int(len(err))}
+
+
+def _source(paths: tuple[Path, ...]) -> str:
+    """`traced, seeds A-F: results/traced/validation.jsonl, heldout.jsonl, ...`: the seeds are lettered in order."""
+    last = chr(ord("A") + len(paths) - 1)
+    names = ", ".join(p.name for p in paths)
+    return f"traced, seeds A-{last}: results/traced/{names}"
 
 
 def compute(paths: tuple[Path, ...] = SEEN) -> dict:
@@ -40,7 +46,7 @@ def compute(paths: tuple[Path, ...] = SEEN) -> dict:
     return {
         "regimes": {name: _stats(err[names == name]) for name in REGIMES if (names == name).any()},
         "all": _stats(err),
-        "source": "traced, seeds A-F: results/traced/validation.jsonl, heldout.jsonl, heldout-c.jsonl, heldout-d.jsonl, heldout-e.jsonl, heldout-f.jsonl",
+        "source": _source(paths),
     }
 
 

@@ -281,12 +281,7 @@ def render(frame, head, fits, curves, acc, env, gpus, gpu80, base, splits: Seque
         "### Summary per source and method",
         summary_markdown(accuracy.summary_frame(acc, ("source", "method"))),
         "### In-sample, validation and held-out (traced)",
-        "In-sample: the grids the estimator was refined on; validation: seeded random grids over every axis "
-        "(`results/traced/validation.jsonl`, seed A; `heldout.jsonl`, `heldout-c.jsonl`, `heldout-d.jsonl`, `heldout-e.jsonl`, "
-        "`heldout-f.jsonl`, seeds B-F, held out for earlier rounds and seen since), used while fixing terms and for the error band; "
-        "held-out: a fresh seed (`heldout-g.jsonl`, seed G), never used to change a term. `after the band`: the "
-        "share still under-predicted by more than 2 % once each row's regime band (`estimator/band.py`) is "
-        "applied.",
+        _splits_text(),
         "\n".join(f"- `{line}`" for line in splits),
         f"![Predicted vs observed]({FIGURES['accuracy']})",
         "### Every row",
@@ -300,6 +295,24 @@ def render(frame, head, fits, curves, acc, env, gpus, gpu80, base, splits: Seque
 
 def _changes(c: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in c.items())
+
+
+def _splits_text() -> str:
+    """What the in-sample, validation and held-out sets are, from accuracy.OUT_OF_SAMPLE_FILES (seeds lettered in
+    order: the first validation file is seed A)."""
+    seen = accuracy.out_of_sample_stems("validation")
+    held = accuracy.out_of_sample_stems("held-out")
+    later = ", ".join(f"`{s}.jsonl`" for s in seen[1:])
+    first, last = chr(ord("A") + 1), chr(ord("A") + len(seen) - 1)
+    fresh = ", ".join(f"`{s}.jsonl`, seed {chr(ord('A') + len(seen) + i)}" for i, s in enumerate(held))
+    return (
+        "In-sample: the grids the estimator was refined on; validation: seeded random grids over every axis "
+        f"(`results/traced/{seen[0]}.jsonl`, seed A; {later}, seeds {first}-{last}, held out for earlier rounds "
+        "and seen since), used while fixing terms and for the error band; "
+        f"held-out: a fresh seed ({fresh}), never used to change a term. `after the band`: the "
+        "share still under-predicted by more than 2 % once each row's regime band (`estimator/band.py`) is "
+        "applied."
+    )
 
 
 def load_results(raw: str | os.PathLike, traced: str | os.PathLike) -> list[dict]:
