@@ -158,8 +158,12 @@ def accuracy_figure(acc: pd.DataFrame, band: float = 0.05) -> Figure:
                     if subset != source
                     else f"{source} ({m.sum()} rows)"
                 )
-                ax.scatter(obs[m], pred[m], c=color, marker=marker, s=22, label=label, zorder=3)
-                er.scatter(obs[m], rel[m], c=color, marker=marker, s=22, label=label, zorder=3)
+                # measured rows are few among hundreds of traces: drawn on top, larger, outlined
+                style = {"s": 22, "zorder": 3}
+                if source.startswith("measured"):
+                    style = {"s": 40, "zorder": 4, "edgecolors": "black", "linewidths": 0.6}
+                ax.scatter(obs[m], pred[m], c=color, marker=marker, label=label, **style)
+                er.scatter(obs[m], rel[m], c=color, marker=marker, label=label, **style)
         xs = np.geomspace(lo, hi, 50)
         ax.plot(xs, xs, color="black", lw=0.8, label="y = x")
         ax.fill_between(xs, xs * (1 - band), xs * (1 + band), color="gold", alpha=0.35, label=f"±{band:.0%}")
