@@ -45,3 +45,19 @@ def test_rows_without_gpu_probes_are_skipped(tmp_path, capsys):
     assert fo.main(["--raw", str(tmp_path)]) == 0
     assert "no measured-gpu rows" in capsys.readouterr().out
     assert fo.main(["--raw", str(tmp_path / "missing")]) == 2
+
+
+def test_report_compares_with_the_estimators_own_overheads():
+    # a predictor giving (allocated, nvidia-smi peak, outside the allocator): the report sets the fitted C beside
+    # the estimator's itemized figure and scores the estimator's own nvidia-smi peak (5 % over every NVML peak)
+    rows = [_gpu_row(a * MIB, 700 * MIB, 0.05) for a in (4000, 16000)]
+    samples = fo.samples_from_rows(rows, lambda cfg, hf: (0, 0, 788 * MIB))
+    assert [s.predicted_outside for s in samples] == [788 * MIB] * 2  # the tuple reaches the samples
+    samples = [
+        fo.Sample(s.allocated, s.reserved, s.nvml, s.allocated, int(1.05 * s.nvml), 788 * MIB)
+        for s in samples
+    ]
+    _, lines = fo.report(samples)
+    text = "\n".join(lines)
+    assert "700 MiB (fitted)" in text and "itemizes 788 MiB" in text
+    assert "the estimator's nvidia-smi peak vs NVML: median 5.0%, worst +5.0%" in text

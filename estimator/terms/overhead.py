@@ -21,12 +21,6 @@ from dataclasses import dataclass
 from estimator.config import RunConfig
 from estimator.units import MIB
 
-# ---- legacy constants (kept for sweeps/report/fit_overheads.py, which compares its fit with them) ---------------
-CUDA_CONTEXT_BYTES = (
-    1000 * MIB
-)  # H100, AgileRL arena's estimate from its driver reservation (superseded below)
-ALLOCATOR_FRACTION = 0.07  # AgileRL arena's measured slack (superseded by estimator.allocator_term)
-
 # ---- CUDA context (unsloth-zoo PR #1053, pytorch PR #86509) ---------------------------------------------------------------------------------
 CONTEXT_LAZY_BYTES = 426 * MIB  # bare context, torch 2.10+cu130, RTX 6000 Ada: unsloth-zoo PR #1053
 # PyTorch PR #86509: context 666,632,192 B with eager module loading vs 287,047,680 B lazy (torch 1.13). Eager
