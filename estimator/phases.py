@@ -45,10 +45,19 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         return {"vllm": woken, "gathered_weights": sync}
     # The prefill's layers run before the head is first cast: autocast's cache then holds the layers' casts
     # only (it is cleared when each forward's autocast region exits, torch.autocast.__exit__)
+    g, p = cfg.generation_sequences, cfg.max_prompt_length
+    tables = gen.rotary_tables(cfg, arch, g, p)
     prefill = {
-        "kv_cache": gen.kv_cache(cfg, arch, cfg.max_prompt_length, prefill=True),
-        "activations": act.nograd_forward_peak(cfg, arch, cfg.generation_sequences, cfg.max_prompt_length)
-        + gen.rotary_tables(cfg, arch, cfg.generation_sequences, cfg.max_prompt_length),
+        "kv_cache": gen.kv_cache(cfg, arch, p, prefill=True),
+        "activations": act.nograd_forward_peak(cfg, arch, g, p, rotary=False) + tables,
+        "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
+    }
+    # the last layer's rotary runs before its K/V enter the cache (act.nograd_rotary_per_token)
+    prefill_rotary = {
+        "kv_cache": gen.kv_cache(cfg, arch, p, prefill=True, layers=arch.num_layers - 1),
+        "activations": g * p * act.nograd_rotary_per_token(cfg, arch)
+        + act.attention_mask_bytes(cfg, arch, g, p)
+        + tables,
         "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
     }
     # the last step's layers: the full cache, one tensor doubled by the cache's `cat` or the attention's copies
@@ -66,7 +75,7 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=True)
         + act.fp32_head_cast_in_generation(cfg, arch),
     }
-    out = dict(max(prefill, decode_layers, decode_head, key=lambda d: sum(d.values())))
+    out = dict(max(prefill, prefill_rotary, decode_layers, decode_head, key=lambda d: sum(d.values())))
     out["gradients"] = shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch))
     gathered = gathered_weights(cfg, weights.policy_weights(cfg, arch))
     if gathered:

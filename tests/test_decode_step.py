@@ -4,8 +4,9 @@ A tiny model prefills a `DynamicCache`, then runs one more token; `LiveStorageMo
 counts every tensor storage the step allocates while the cache and weights are live. What the step holds above
 what was live before it is the cache's update (`kv_concat_transient`: the longest layer's new K/V beside the old)
 or the attention's copies (`decode_attention_copies`: eager's `repeat_kv`, the scores), whichever is larger, plus
-the step's own small [B, 1, ·] activations and logits. The model is asked in fp32 with no autocast, so every
-tensor is in one dtype and the bytes are exact; the tolerance covers only the per-token activations.
+the step's own small [B, 1, ·] activations and logits. The model is asked in fp32, with no autocast (every
+tensor in one dtype) or under bf16 autocast (the fp32 cache cast to bf16 for the attention's matmuls or sdpa); the
+tolerance covers only the per-token activations.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ CASES = {
 }
 
 
-def _measured_step_extra(conf_dict: dict, attn: str) -> int:
-    """Bytes one decode step holds, at its peak, above what was live when it started."""
+def _measured_step_extra(conf_dict: dict, attn: str, autocast: bool = False) -> int:
+    """Bytes one decode step holds, at its peak, above what was live when it started (prefill and step in one
+    autocast region when `autocast`, as TRL's generate runs them, so the weights' cached casts predate the step)."""
     import transformers
 
     from sweeps.probes.tensors import LiveStorageMode
@@ -52,7 +54,8 @@ def _measured_step_extra(conf_dict: dict, attn: str) -> int:
     conf._attn_implementation = attn
     model = transformers.AutoModelForCausalLM.from_config(conf, dtype=torch.float32).eval()
     ids = torch.randint(2, conf.vocab_size, (B, P))
-    with torch.no_grad(), LiveStorageMode() as probe:
+    region = torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast)
+    with torch.no_grad(), region, LiveStorageMode() as probe:
         probe.set_phase("prefill")
         cache = transformers.DynamicCache(config=model.config)
         out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
@@ -65,13 +68,13 @@ def _measured_step_extra(conf_dict: dict, attn: str) -> int:
     return peak - before
 
 
-def _estimated(conf_dict: dict, attn: str) -> tuple[int, int]:
+def _estimated(conf_dict: dict, attn: str, autocast: bool = False) -> tuple[int, int]:
     """(the estimator's step transient, a tolerance for the per-token activations it leaves out)."""
     arch = from_config(conf_dict, name="tiny")
     cfg = RunConfig(
         model="tiny",
         dtype="float32",
-        bf16=False,
+        bf16=autocast,
         attn_implementation=attn,
         per_device_train_batch_size=B,
         num_generations=B,
@@ -88,15 +91,27 @@ def _estimated(conf_dict: dict, attn: str) -> tuple[int, int]:
     return transient, B * (per_row + 2 * 4 * (P + 1))
 
 
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_decode_step_transient_matches_a_real_step(case, attn):
+def test_decode_step_transient_matches_a_real_step(case, attn, autocast):
     conf = COMMON | CASES[case]
-    measured = _measured_step_extra(conf, attn)
-    estimated, slack = _estimated(conf, attn)
+    measured = _measured_step_extra(conf, attn, autocast)
+    estimated, slack = _estimated(conf, attn, autocast)
     # the decode-step terms are at least what the step's cache update or attention copies allocate,
     # and at most that plus the step's own one-token activations
-    assert estimated <= measured <= estimated + slack, (case, attn, estimated, measured, slack)
+    assert estimated <= measured <= estimated + slack, (case, attn, autocast, estimated, measured, slack)
+
+
+def test_autocast_adds_a_bf16_copy_of_the_repeated_cache():
+    """The case seed G found (gemma-2-2b, Llama-3.2-1B, eager, fp32 load under bf16 autocast): eager's matmul
+    casts the repeated fp32 K, then V, to bf16, one [B, heads, L, d] copy beside the two fp32 repeats."""
+    conf = COMMON | CASES["qwen2-gqa"]
+    heads_tensor_bf16 = B * conf["num_attention_heads"] * conf["head_dim"] * (P + 1) * 2
+    extra = _measured_step_extra(conf, "eager", autocast=True) - _measured_step_extra(conf, "eager")
+    # the fp32 step's scores are fp32; under autocast the scores are bf16 before softmax, so the cast is the
+    # difference give or take the scores' [B, heads, 1, L] and the step's activations
+    assert abs(extra - heads_tensor_bf16) < heads_tensor_bf16 // 4, (extra, heads_tensor_bf16)
 
 
 def test_the_gqa_eager_step_is_dominated_by_repeat_kv():

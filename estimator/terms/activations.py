@@ -949,8 +949,40 @@ def fused_gate_up(arch: Arch) -> bool:
     return any(lin.name == "gate_up_proj" for lin in arch.layer_linears)
 
 
-def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
-    """No-grad forward transient: residual + norm + the MLP's three live [T, I] tensors (act, up, product)."""
+def pre_rotary_bytes(cfg: RunConfig, arch: Arch) -> int:
+    """Bytes per element of q and k as rotary receives them: the projection's output dtype, or what a q/k norm returns.
+
+    transformers 5.23 `Qwen3RMSNorm.forward` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/qwen3/modeling_qwen3.py#L58-L63) returns `self.weight * hidden_states.to(input_dtype)`: the
+    r-byte weight times the projection's a-byte output promotes (bf16·fp32 -> fp32, fp16·bf16 -> fp32), the
+    rotary output's dtype (`query_bytes`). Gemma3's norm returns `output.type_as(x)`: the projection's dtype.
+    """
+    if arch.model_type in QK_NORM_MODEL_TYPES and arch.model_type not in GEMMA_NORM_MODEL_TYPES:
+        return query_bytes(cfg)
+    return linear_output_bytes(cfg)
+
+
+def nograd_rotary_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """No-grad attention at rotary's `q_embed = (q * cos) + (rotate_half(q) * sin)`, per token.
+
+    transformers 5.23 `apply_rotary_pos_emb` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L127-L149) runs on q before k, with the caller's
+    `query_states`, `key_states` and `value_states` (or Phi-3's `qkv` they are views of) still bound. At the sum,
+    q (p bytes, `pre_rotary_bytes`), `q * cos`, `rotate_half(q) * sin` and the sum itself (q bytes each,
+    `query_bytes`: promoted by the r-byte cos/sin) are live [T, q_dim]; at the second product `rotate_half`'s
+    p-byte `cat` stands in for the sum, which is no larger. Beside them: k (p bytes) and v (a bytes), and the
+    residual stream of `nograd_forward_peak` before the MLP: `inputs_embeds`, the layer's input and its norm's
+    output (r bytes each). In a generation's prefill the layer's own K/V are not yet in the cache
+    (`past_key_values.update` runs after rotary): the prefill charges this instant with one layer less of cache.
+    """
+    r, a, p, q = residual_bytes(cfg), linear_output_bytes(cfg), pre_rotary_bytes(cfg, arch), query_bytes(cfg)
+    projections = (
+        a * (arch.q_dim + 2 * arch.kv_dim) if fused_qkv(arch) else p * arch.q_dim + (p + a) * arch.kv_dim
+    )
+    return projections + 3 * q * arch.q_dim + 3 * r * arch.hidden_size
+
+
+def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int, rotary: bool = True) -> int:
+    """No-grad forward transient: residual + norm + the MLP's three live [T, I] tensors (act, up, product), or
+    the attention's instants (eager's scores; rotary's, unless `rotary=False`), whichever is larger."""
     tokens = batch * seq_len
     r = residual_bytes(cfg)
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
@@ -975,8 +1007,9 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L541-L555), so it is live at
     # the MLP too: eager's additive mask, sdpa's bool mask when a sliding layer needs one, else nothing
     mask = attention_mask_bytes(cfg, arch, batch, seq_len)
+    rot = tokens * nograd_rotary_per_token(cfg, arch) if rotary else 0
     if cfg.attn_implementation != "eager":
-        return mlp + mask
+        return max(mlp, rot) + mask
     # beside the scores: the rotated q (`query_bytes`), K/V repeated to every head from the r-byte cache
     # (`repeat_kv` copies them when 1 < kv_heads < heads), the layer's input, its norm's output and `inputs_embeds`
     # (as above); Phi-3's fused projection output stays bound to the local `qkv` through the attention call
@@ -995,4 +1028,4 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) ->
     # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L297)
     # until the layer returns, so they are live through the MLP
     probs = tokens * arch.num_heads * seq_len * query_bytes(cfg)
-    return max(mlp + probs, attn) + mask
+    return max(mlp + probs, attn, rot) + mask

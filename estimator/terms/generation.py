@@ -40,7 +40,9 @@ def layer_windows(arch: Arch) -> list[int | None]:
     )
 
 
-def kv_cache(cfg: RunConfig, arch: Arch, seq_len: int | None = None, prefill: bool = False) -> int:
+def kv_cache(
+    cfg: RunConfig, arch: Arch, seq_len: int | None = None, prefill: bool = False, layers: int | None = None
+) -> int:
     """2 (K, V) × sequences × kv_heads × head_dim × r × Σ_layers kept length: P + C, or window − 1 on a sliding layer.
 
     The cache takes the residual dtype, not autocast's: rotary promotes K to the dtype of cos/sin (the hidden
@@ -49,11 +51,12 @@ def kv_cache(cfg: RunConfig, arch: Arch, seq_len: int | None = None, prefill: bo
     `sliding_window − 1` positions. It keeps them as a slice of the full concatenation
     (`self.keys = full_key_states[:, :, -self.sliding_window + 1 :, :]`, a view), so after the prefill every
     sliding layer still holds the whole prompt's storage until its first decode step replaces it: `prefill=True`
-    counts every layer at full length.
+    counts every layer at full length; `layers` counts only the first that many (a prefill's earlier layers).
     """
     length = cfg.sequence_length if seq_len is None else seq_len
     if prefill:
-        return 2 * cfg.generation_sequences * arch.kv_dim * length * arch.num_layers * residual_bytes(cfg)
+        n = arch.num_layers if layers is None else layers
+        return 2 * cfg.generation_sequences * arch.kv_dim * length * n * residual_bytes(cfg)
     kept = sum(_kept(length, w) for w in layer_windows(arch))
     return 2 * cfg.generation_sequences * arch.kv_dim * kept * residual_bytes(cfg)
 
@@ -74,31 +77,41 @@ def kv_concat_transient(cfg: RunConfig, arch: Arch) -> int:
 
 
 def decode_attention_copies(cfg: RunConfig, arch: Arch) -> int:
-    """What one decode step's attention holds beside the cache, on the longest layer: K/V repeated to every head
-    and the step's scores.
+    """What one decode step's attention holds beside the cache, on the longest layer: K/V repeated to every head,
+    autocast's casts of them, and the step's scores.
 
     Eager (transformers 5.23 `eager_attention_forward`, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L168-L201)
     runs `repeat_kv` on K and V, which copies both to [G, heads, L, d] when kv_heads > 1 (the `expand` then
     `reshape`); with one KV head the reshape is a view and `matmul` copies the expanded operand for its `bmm`, one
     at a time. The scores [G, heads, 1, L] take `eager_nograd_bytes` per element. sdpa on an unpadded decode step
-    gets no mask and runs native GQA (`use_gqa_in_sdpa`), so it copies nothing (`kv_heads_in_attention`).
+    gets no mask and runs native GQA (`use_gqa_in_sdpa`), so it repeats nothing (`kv_heads_in_attention`).
+
+    When autocast's dtype differs from the cache's (an fp32 or fp16 load under bf16 autocast), `matmul` and
+    `scaled_dot_product_attention` cast their operands first (both on autocast's lower-precision list,
+    https://docs.pytorch.org/docs/2.9/amp.html#cuda-ops-that-can-autocast-to-float16): eager's matmul casts one
+    [G, heads, L, d] operand at a time (the repeated K, then the repeated V, which the cast replaces as `bmm`'s
+    copy of an expanded one-head view), sdpa casts K and V together at the width it gets them (kv_heads natively,
+    heads after a masked call's `repeat_kv`): a bytes each.
     """
-    if (
-        act.kv_heads_in_attention(cfg, arch, masked=False) == arch.num_kv_heads
-        or arch.num_kv_heads == arch.num_heads
-    ):
-        return 0
-    copies = 2 if arch.num_kv_heads > 1 else (1 if cfg.attn_implementation == "eager" else 0)
+    eager = cfg.attn_implementation == "eager"
+    width = act.kv_heads_in_attention(cfg, arch, masked=False) * arch.head_dim
+    repeats = width != arch.kv_dim and arch.num_kv_heads not in (1, arch.num_heads)
+    casts = act.compute_dtype(cfg) != cfg.dtype
+    copies = 2 if repeats else (1 if eager and arch.num_kv_heads == 1 and not casts else 0)
     repeated = copies * _longest_layer_tensor(cfg, arch, arch.num_heads * arch.head_dim)
+    cast = 0
+    if casts:
+        per_cast = _longest_layer_tensor(cfg, arch, width) // residual_bytes(cfg) * act.compute_bytes(cfg)
+        cast = per_cast if eager else 2 * per_cast
     scores = 0
-    if cfg.attn_implementation == "eager":
+    if eager:
         scores = (
             cfg.generation_sequences
             * arch.num_heads
             * _longest_kept(cfg, arch)
             * act.eager_nograd_bytes(cfg, arch)
         )
-    return repeated + scores
+    return repeated + cast + scores
 
 
 def _kept(length: int, window: int | None) -> int:
