@@ -63,3 +63,30 @@ def test_fused_gate_up_add_exceeds_the_down_projection_instant():
     assert act.lora_mlp_input_forward_transient_per_token(cfg_q, qwen) < act.lora_forward_transient_per_token(
         cfg_q, qwen
     )
+
+
+def test_down_proj_lora_input_is_released_before_the_multiply_backward():
+    """Seed G's Llama-3.2-1B QLoRA row (fp32 load, bf16 autocast, all-linear r16, GC) peaked at the MLP's
+    act·up backward: six fp32 [T, I] tensors live and no bf16 copy of the product, because down_proj's backward
+    (which frees what its lora_A saved) runs first. The estimate had added that copy and was +7.5 %."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "results" / "traced" / "heldout-g.jsonl"
+    row = next(
+        r
+        for r in map(json.loads, path.read_text().splitlines())
+        if r.get("status") == "ok" and r["config"]["max_completion_length"] == 5737
+    )
+    cfg = RunConfig.from_dict(row["config"])
+    inter = resolve_model(cfg.model).intermediate_size
+    at_peak = row["observed"]["probes"]["tensors"]["phase_at_peak"]["train"]
+    wide = [t for t in at_peak if t["shape"] and t["shape"][-1] == inter and len(t["shape"]) == 3]
+    assert sum(t["count"] for t in wide if t["dtype"] == "float32") == 6
+    assert not [t for t in wide if t["dtype"] == "bfloat16"]
+    arch = resolve_model(cfg.model)
+    # the multiply's three fp32 gradients (4-bit base: r-byte), less down's bf16 input copy and lora_A's output
+    multiply = 3 * 4 * inter - (2 * inter + 2 * cfg.lora_r)
+    assert act.layer_backward_transient_per_token(cfg, arch) == max(
+        multiply, act.lora_backward_transient_per_token(cfg, arch)
+    )

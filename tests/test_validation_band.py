@@ -109,7 +109,8 @@ def test_rows_split_by_file_name():
     assert split_of(Path("x/heldout-d.jsonl")) == "validation"  # seed D: seen since the fourth round
     assert split_of(Path("x/heldout-e.jsonl")) == "validation"  # seed E: seen since the fifth round
     assert split_of(Path("x/heldout-f.jsonl")) == "validation"
-    assert split_of(Path("x/heldout-g.jsonl")) == "held-out"
+    assert split_of(Path("x/heldout-g.jsonl")) == "validation"  # seed G: seen since the seventh round
+    assert split_of(Path("x/heldout-h.jsonl")) == "held-out"
     assert split_of("results/traced/default.jsonl") == "in-sample"
 
 

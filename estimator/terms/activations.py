@@ -493,9 +493,16 @@ def layer_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     projection's backward returns an a-byte gradient for its r-byte input (bnb `MatMul4Bit.backward` computes in
     the gradient's dtype) and autograd casts it to the input's dtype (`validate_outputs`) before the a-byte one is
     dropped: the multiply's instant, in r bytes, is the larger.
+
+    By the multiply's backward the down projection's own backward has run, so what a LoRA on down_proj saved
+    (lora_A's input: the product or its cast copy, dropout's mask, A's output) is released: the multiply's
+    instant holds that much less than the layer's saved set (`lora_saved_per_token` of the `mlp_product`
+    source). The LoRA instant (`lora_backward_transient_per_token`) is down_proj's own, with all of it live.
     """
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
     out = (6 - mlp_saved_tensors(cfg)) * linear_output_bytes(cfg) * inter
+    if not arch.is_moe:
+        out -= lora_saved_per_token(cfg, arch, sources=("mlp_product",))
     return max(out, lora_backward_transient_per_token(cfg, arch), moe_combine_backward_per_token(cfg, arch))
 
 

@@ -1,5 +1,5 @@
-"""`make band`: compute estimator/band.json from the seen grids' traced rows (validation seed A, and seeds B to F
-since they were used to fix terms), never the held-out one (seed G)."""
+"""`make band`: compute estimator/band.json from the seen grids' traced rows (validation seed A, and seeds B to G
+since they were used to fix terms), never the held-out one (seed H)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _stats(err) -> dict:
 
 
 def _source(paths: tuple[Path, ...]) -> str:
-    """`traced, seeds A-F: results/traced/validation.jsonl, heldout.jsonl, ...`: the seeds are lettered in order."""
+    """`traced, seeds A-G: results/traced/validation.jsonl, heldout.jsonl, ...`: the seeds are lettered in order."""
     last = chr(ord("A") + len(paths) - 1)
     names = ", ".join(p.name for p in paths)
     return f"traced, seeds A-{last}: results/traced/{names}"

@@ -12,6 +12,14 @@ dequantized weight in the dtype it was quantized from (the load dtype, `QuantSta
 gradient's dtype when that differs (bnb's `MatMul4Bit.backward`: `F.dequantize_4bit(B, ctx.state).to(grad_output.dtype)`;
 under bf16 autocast an fp32 load's gradient is bf16, so both copies are live). The input is first cast to the
 compute dtype (`bnb_4bit_compute_dtype` = the load dtype, as TRL's `get_quantization_config` sets it).
+
+Known deviation (found in round 7, not yet fixed): `Emulated4bitLinear` is an `nn.Linear`, so peft wraps it with
+its generic `lora.Linear`, not with the `lora.bnb.Linear4bit` it uses for a real `bnb.nn.Linear4bit`
+(https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/bnb.py#L527-L557: clone the base result,
+and without autocast cast the adapter output to the result dtype before the add; under autocast return the sum
+uncast). For a bf16 load both paths hold the same tensors but the clone; for an fp16 or fp32 load the traced adds
+are promoted where a GPU's are not (e.g. an fp16 QLoRA without autocast: 8 bytes per output feature at the
+adapter's add instead of 6), so those traced rows can sit above a GPU's peak.
 """
 
 from __future__ import annotations
