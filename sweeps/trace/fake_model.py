@@ -19,7 +19,9 @@ its generic `lora.Linear`, not with the `lora.bnb.Linear4bit` it uses for a real
 and without autocast cast the adapter output to the result dtype before the add; under autocast return the sum
 uncast). For a bf16 load both paths hold the same tensors but the clone; for an fp16 or fp32 load the traced adds
 are promoted where a GPU's are not (e.g. an fp16 QLoRA without autocast: 8 bytes per output feature at the
-adapter's add instead of 6), so those traced rows can sit above a GPU's peak.
+adapter's add instead of 6), so those traced rows can sit above a GPU's peak. Retraced once with the emulated
+layers made subclasses of `bnb.nn.Linear4bit` too (so peft picks its bnb wrapper), the validation gemma-3-1b fp16
+QLoRA row (all-linear, no autocast, GC) peaks at 5422 MiB instead of 5570.
 """
 
 from __future__ import annotations
