@@ -55,9 +55,7 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     # the last layer's rotary runs before its K/V enter the cache (act.nograd_rotary_per_token)
     prefill_rotary = {
         "kv_cache": gen.kv_cache(cfg, arch, p, prefill=True, layers=arch.num_layers - 1),
-        "activations": g * p * act.nograd_rotary_per_token(cfg, arch)
-        + act.attention_mask_bytes(cfg, arch, g, p)
-        + tables,
+        "activations": act.nograd_rotary_peak(cfg, arch, g, p) + tables,
         "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
     }
     # the last step's layers: the full cache, one tensor doubled by the cache's `cat` or the attention's copies

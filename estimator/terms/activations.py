@@ -501,7 +501,7 @@ def layer_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     """
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
     out = (6 - mlp_saved_tensors(cfg)) * linear_output_bytes(cfg) * inter
-    if not arch.is_moe:
+    if not arch.is_moe:  # a MoE block's experts are not peft Linears: their factors are terms/moe_lora.py's
         out -= lora_saved_per_token(cfg, arch, sources=("mlp_product",))
     return max(out, lora_backward_transient_per_token(cfg, arch), moe_combine_backward_per_token(cfg, arch))
 
@@ -987,6 +987,14 @@ def nograd_rotary_per_token(cfg: RunConfig, arch: Arch) -> int:
     return projections + 3 * q * arch.q_dim + 3 * r * arch.hidden_size
 
 
+def nograd_rotary_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
+    """The no-grad rotary instant of a [batch, seq_len] forward: `nograd_rotary_per_token` per token, and the mask
+    the model's forward holds through its layer loop (`attention_mask_bytes`)."""
+    return batch * seq_len * nograd_rotary_per_token(cfg, arch) + attention_mask_bytes(
+        cfg, arch, batch, seq_len
+    )
+
+
 def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int, rotary: bool = True) -> int:
     """No-grad forward transient: residual + norm + the MLP's three live [T, I] tensors (act, up, product), or
     the attention's instants (eager's scores; rotary's, unless `rotary=False`), whichever is larger."""
@@ -1014,9 +1022,9 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int, ro
     # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L541-L555), so it is live at
     # the MLP too: eager's additive mask, sdpa's bool mask when a sliding layer needs one, else nothing
     mask = attention_mask_bytes(cfg, arch, batch, seq_len)
-    rot = tokens * nograd_rotary_per_token(cfg, arch) if rotary else 0
+    rot = nograd_rotary_peak(cfg, arch, batch, seq_len) if rotary else 0
     if cfg.attn_implementation != "eager":
-        return max(mlp, rot) + mask
+        return max(mlp + mask, rot)
     # beside the scores: the rotated q (`query_bytes`), K/V repeated to every head from the r-byte cache
     # (`repeat_kv` copies them when 1 < kv_heads < heads), the layer's input, its norm's output and `inputs_embeds`
     # (as above); Phi-3's fused projection output stays bound to the local `qkv` through the attention call
@@ -1035,4 +1043,4 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int, ro
     # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L297)
     # until the layer returns, so they are live through the MLP
     probs = tokens * arch.num_heads * seq_len * query_bytes(cfg)
-    return max(mlp + probs, attn, rot) + mask
+    return max(max(mlp + probs, attn) + mask, rot)

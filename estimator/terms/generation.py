@@ -91,17 +91,19 @@ def decode_attention_copies(cfg: RunConfig, arch: Arch) -> int:
     https://docs.pytorch.org/docs/2.9/amp.html#cuda-ops-that-can-autocast-to-float16): eager's matmul casts one
     [G, heads, L, d] operand at a time (the repeated K, then the repeated V, which the cast replaces as `bmm`'s
     copy of an expanded one-head view), sdpa casts K and V together at the width it gets them (kv_heads natively,
-    heads after a masked call's `repeat_kv`): a bytes each.
+    heads after a masked call's `repeat_kv`): a bytes each. flash_attention_2 casts the same two: transformers'
+    `fa_peft_integration_check` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/modeling_flash_attention_utils.py#L583-L598)
+    casts q, k and v to the target dtype when q is fp32, as rotary's promotion leaves it (`act.query_bytes`).
     """
     eager = cfg.attn_implementation == "eager"
     width = act.kv_heads_in_attention(cfg, arch, masked=False) * arch.head_dim
-    repeats = width != arch.kv_dim and arch.num_kv_heads not in (1, arch.num_heads)
+    repeats = width != arch.kv_dim and arch.num_kv_heads > 1  # one KV head: `repeat_kv` is a view
     casts = act.compute_dtype(cfg) != cfg.dtype
     copies = 2 if repeats else (1 if eager and arch.num_kv_heads == 1 and not casts else 0)
     repeated = copies * _longest_layer_tensor(cfg, arch, arch.num_heads * arch.head_dim)
     cast = 0
     if casts:
-        per_cast = _longest_layer_tensor(cfg, arch, width) // residual_bytes(cfg) * act.compute_bytes(cfg)
+        per_cast = _longest_layer_tensor(cfg, arch, width, act.compute_bytes(cfg))
         cast = per_cast if eager else 2 * per_cast
     scores = 0
     if eager:
@@ -123,9 +125,10 @@ def _longest_kept(cfg: RunConfig, arch: Arch) -> int:
     return max(_kept(cfg.sequence_length, w) for w in layer_windows(arch))
 
 
-def _longest_layer_tensor(cfg: RunConfig, arch: Arch, width: int) -> int:
-    """[G, heads, L, d] in the cache's dtype, L the longest layer's kept length; `width` = heads × d."""
-    return cfg.generation_sequences * width * _longest_kept(cfg, arch) * residual_bytes(cfg)
+def _longest_layer_tensor(cfg: RunConfig, arch: Arch, width: int, bytes_per: int | None = None) -> int:
+    """[G, heads, L, d] in the cache's dtype (or `bytes_per`), L the longest layer's kept length; `width` = heads × d."""
+    per = residual_bytes(cfg) if bytes_per is None else bytes_per
+    return cfg.generation_sequences * width * _longest_kept(cfg, arch) * per
 
 
 def generation_logits(cfg: RunConfig, arch: Arch) -> int:
