@@ -73,11 +73,13 @@ def test_down_proj_lora_input_is_released_before_the_multiply_backward():
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "results" / "traced" / "heldout-g.jsonl"
-    row = next(
+    rows = [
         r
         for r in map(json.loads, path.read_text().splitlines())
         if r.get("status") == "ok" and r["config"]["max_completion_length"] == 5737
-    )
+    ]
+    assert len(rows) == 1, f"{path.name} should hold the one Llama-3.2-1B row with 5737-token completions"
+    (row,) = rows
     cfg = RunConfig.from_dict(row["config"])
     inter = resolve_model(cfg.model).intermediate_size
     at_peak = row["observed"]["probes"]["tensors"]["phase_at_peak"]["train"]
@@ -85,8 +87,8 @@ def test_down_proj_lora_input_is_released_before_the_multiply_backward():
     assert sum(t["count"] for t in wide if t["dtype"] == "float32") == 6
     assert not [t for t in wide if t["dtype"] == "bfloat16"]
     arch = resolve_model(cfg.model)
-    # the multiply's three fp32 gradients (4-bit base: r-byte), less down's bf16 input copy and lora_A's output
+    # the multiply's three fp32 gradients (4-bit base: r-byte), less down's bf16 input copy and lora_A's bf16
+    # output; larger than the LoRA chain's own instant at down_proj (bf16 adapters, no dropout: 2 + 2 bytes x I)
     multiply = 3 * 4 * inter - (2 * inter + 2 * cfg.lora_r)
-    assert act.layer_backward_transient_per_token(cfg, arch) == max(
-        multiply, act.lora_backward_transient_per_token(cfg, arch)
-    )
+    assert multiply > (2 + 2) * inter
+    assert act.layer_backward_transient_per_token(cfg, arch) == multiply

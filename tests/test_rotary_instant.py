@@ -33,15 +33,18 @@ TINY = {
 
 def _measured_per_token(model_type: str, dtype: str, autocast: bool) -> float:
     import transformers
+    from transformers.models.llama import modeling_llama
+    from transformers.models.qwen3 import modeling_qwen3
 
+    attention, rotary_embedding = {
+        "qwen3": (modeling_qwen3.Qwen3Attention, modeling_qwen3.Qwen3RotaryEmbedding),
+        "llama": (modeling_llama.LlamaAttention, modeling_llama.LlamaRotaryEmbedding),
+    }[model_type]
     conf = transformers.AutoConfig.for_model(model_type, **TINY)
     conf._attn_implementation = "sdpa"
-    module = {"qwen3": "qwen3.modeling_qwen3", "llama": "llama.modeling_llama"}[model_type]
-    mod = __import__(f"transformers.models.{module}", fromlist=["x"])
-    prefix = {"qwen3": "Qwen3", "llama": "Llama"}[model_type]
     torch.manual_seed(0)
-    attn = getattr(mod, f"{prefix}Attention")(conf, 0).to(getattr(torch, dtype))
-    rotary = getattr(mod, f"{prefix}RotaryEmbedding")(conf)
+    attn = attention(conf, 0).to(getattr(torch, dtype))
+    rotary = rotary_embedding(conf)
     hidden = torch.randn(B, L, TINY["hidden_size"], dtype=getattr(torch, dtype))
     positions = torch.arange(L)[None].expand(B, L)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
