@@ -158,8 +158,11 @@ def accuracy_figure(acc: pd.DataFrame, band: float = 0.05) -> Figure:
                     if subset != source
                     else f"{source} ({m.sum()} rows)"
                 )
-                # measured rows are few among hundreds of traces: drawn on top, larger, outlined
+                # measured rows are few among hundreds of traces: drawn on top, larger, outlined; the held-out
+                # traces above the validation ones that would otherwise cover them
                 style = {"s": 22, "zorder": 3}
+                if subset == "held-out":
+                    style = {"s": 30, "zorder": 3.5, "edgecolors": "black", "linewidths": 0.4}
                 if source.startswith("measured"):
                     style = {"s": 40, "zorder": 4, "edgecolors": "black", "linewidths": 0.6}
                 ax.scatter(obs[m], pred[m], c=color, marker=marker, label=label, **style)
