@@ -21,7 +21,7 @@ uncast). For a bf16 load both paths hold the same tensors but the clone; for an 
 are promoted where a GPU's are not (e.g. an fp16 QLoRA without autocast: 8 bytes per output feature at the
 adapter's add instead of 6), so those traced rows can sit above a GPU's peak. Retraced once with the emulated
 layers made subclasses of `bnb.nn.Linear4bit` too (so peft picks its bnb wrapper), the validation gemma-3-1b fp16
-QLoRA row (all-linear, no autocast, GC) peaks at 5422 MiB instead of 5570.
+QLoRA row (all-linear, no autocast, GC) has a traced training peak of 5422 MiB instead of 5570.
 """
 
 from __future__ import annotations
