@@ -92,6 +92,46 @@ def append_row(path: str | os.PathLike, row: dict) -> None:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def replace_row(path: str | os.PathLike, row: dict) -> bool:
+    """Replace the line(s) whose key is `row["key"]` by `row`, atomically (temp file, fsync, os.replace, under
+    the same lock as `append_row`); every other line is kept byte for byte. False, and nothing written, when no
+    line has that key."""
+    path = Path(path)
+    if not row.get("written_at"):
+        row = {**row, "written_at": utc_now()}
+    line = (json.dumps(row, sort_keys=True, default=_jsonable) + "\n").encode()
+    with open(_lock_path(path), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            out, found = [], False
+            for old in path.read_bytes().splitlines(keepends=True) if path.exists() else []:
+                try:
+                    same = json.loads(old).get("key") == row["key"]
+                except (ValueError, AttributeError):
+                    same = False  # an unreadable line is kept as it is
+                if same and not found:
+                    out.append(line)
+                if not same:
+                    out.append(old if old.endswith(b"\n") else old + b"\n")
+                found = found or same
+            if not found:
+                return False
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(b"".join(out))
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            _fsync_dir(path.parent)
+            return True
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def writable_problem(path: str | os.PathLike) -> str | None:
     """Why rows cannot be appended to `path` (its folder cannot be made or written, the file is read-only or a
     folder), or None when they can. Checked before hours of measuring, not after."""

@@ -2,7 +2,8 @@
 
 The oracle is a real `bnb.nn.Linear4bit` quantized on CPU (bitsandbytes 0.50's `MatMul4Bit.backward` runs the same
 code on every device): what its backward writes at the weight's shape, dtype by dtype, is compared with
-`fake_model.Emulated4bitLinear`'s."""
+`fake_model.Emulated4bitLinear`'s; and peft wraps the emulated layer as it wraps the real one, so a LoRA forward
+allocates the same output-shaped tensors on both."""
 
 from __future__ import annotations
 
@@ -49,10 +50,76 @@ def test_emulated_4bit_backward_dequantizes_like_bitsandbytes(load):
     real.weight = bnb.nn.Params4bit(base.weight.data.clone(), requires_grad=False, quant_type="nf4")
     real = real.to("cpu")  # quantizes: QuantState.dtype is the load dtype
     assert real.weight.dtype == torch.uint8 and real.weight.quant_state.dtype == load
-    emulated = fake_model.Emulated4bitLinear(base, load, nested=False)
+    emulated = fake_model.bnb_subclass()(base, load, nested=False)
 
     expected = _backward_weight_dtypes(real, load)
     # written out by hand: an fp32 load under bf16 autocast dequantizes in fp32 and casts to the bf16 gradient;
     # a bf16 load dequantizes once
     assert expected == ([torch.bfloat16, torch.float32] if load == torch.float32 else [torch.bfloat16])
     assert _backward_weight_dtypes(emulated, load) == expected
+
+
+class _OutputShaped(TorchDispatchMode):
+    """Records (op, dtype) of every op output shaped [ROWS, OUT]: the base result, its clone, the adapter's adds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, torch.dtype]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and tuple(t.shape) == (ROWS, OUT):
+                self.ops.append((func.overloadpacket.__name__, t.dtype))
+        return out
+
+
+def _lora_forward(layer: torch.nn.Module, load: torch.dtype, autocast: bool):
+    """peft's LoRA on `layer` as get_peft_model builds it for a 4-bit model; (wrapper class, output-shaped ops)."""
+    peft = pytest.importorskip("peft")
+
+    class Tiny(torch.nn.Module):
+        is_loaded_in_4bit = True  # what LoraModel reads to offer the bnb 4-bit dispatcher
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = layer
+
+        def forward(self, x):
+            return self.proj(x)
+
+    model = peft.get_peft_model(Tiny(), peft.LoraConfig(r=4, target_modules=["proj"], lora_dropout=0.0))
+    x = torch.randn(ROWS, IN, dtype=load)
+    rec = _OutputShaped()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast), rec:
+        model(x)
+    return type(model.base_model.model.proj), rec.ops
+
+
+@pytest.mark.parametrize(
+    "load,autocast",
+    [(torch.float16, False), (torch.float32, False), (torch.bfloat16, False), (torch.float32, True)],
+)
+def test_peft_wraps_emulated_4bit_like_real_bitsandbytes(load, autocast):
+    bnb = pytest.importorskip("bitsandbytes")
+    from peft.tuners.lora.bnb import Linear4bit as PeftLinear4bit
+
+    from sweeps.trace import fake_model
+
+    torch.manual_seed(0)
+    base = torch.nn.Linear(IN, OUT, bias=False, dtype=load)
+    real = bnb.nn.Linear4bit(IN, OUT, bias=False, compute_dtype=load, quant_type="nf4")
+    real.weight = bnb.nn.Params4bit(base.weight.data.clone(), requires_grad=False, quant_type="nf4")
+    real = real.to("cpu")
+    real_cls, real_ops = _lora_forward(real, load, autocast)
+    emu_cls, emu_ops = _lora_forward(fake_model.bnb_subclass()(base, load, nested=False), load, autocast)
+
+    assert real_cls is PeftLinear4bit and emu_cls is PeftLinear4bit
+    # written out by hand from peft's lora.bnb.Linear4bit.forward: the base result, its defensive clone, the
+    # adapter's B output and its scaling, then (without autocast) the cast back to the result dtype and the add
+    assert [op for op, _ in real_ops].count("clone") == 1
+    if autocast:
+        return  # bnb's CPU kernel returns fp32 under autocast where the CUDA path's F.linear returns bf16
+    # the base matmul itself is bnb's CPU kernel on one side and the CUDA path's dequantize + mm on the other;
+    # its output's dtype, and every op after it, must agree
+    assert real_ops[0][1] == emu_ops[0][1] == load and emu_ops[1:] == real_ops[1:]

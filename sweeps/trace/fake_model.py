@@ -13,15 +13,16 @@ gradient's dtype when that differs (bnb's `MatMul4Bit.backward`: `F.dequantize_4
 under bf16 autocast an fp32 load's gradient is bf16, so both copies are live). The input is first cast to the
 compute dtype (`bnb_4bit_compute_dtype` = the load dtype, as TRL's `get_quantization_config` sets it).
 
-Known deviation (found in round 7, not yet fixed): `Emulated4bitLinear` is an `nn.Linear`, so peft wraps it with
-its generic `lora.Linear`, not with the `lora.bnb.Linear4bit` it uses for a real `bnb.nn.Linear4bit`
-(https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/bnb.py#L527-L557: clone the base result,
-and without autocast cast the adapter output to the result dtype before the add; under autocast return the sum
-uncast). For a bf16 load both paths hold the same tensors but the clone; for an fp16 or fp32 load the traced adds
-are promoted where a GPU's are not (e.g. an fp16 QLoRA without autocast: 8 bytes per output feature at the
-adapter's add instead of 6), so those traced rows can sit above a GPU's peak. Retraced once with the emulated
-layers made subclasses of `bnb.nn.Linear4bit` too (so peft picks its bnb wrapper), the validation gemma-3-1b fp16
-QLoRA row (all-linear, no autocast, GC) has a traced training peak of 5422 MiB instead of 5570.
+It is also a `bnb.nn.Linear4bit` (a subclass of `nn.Linear`), with the `weight.compress_statistics`,
+`weight.quant_type` and `compute_dtype` that peft's `dispatch_bnb_4bit` reads, so peft wraps it with its
+`lora.bnb.Linear4bit` exactly as it wraps a real one on a GPU
+(https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/bnb.py#L527-L557: the base result is
+cloned; without autocast the adapter output is cast to the result's dtype before the add, under autocast the
+promoted sum is returned uncast). Until round 8 it was a plain `nn.Linear`, which peft wraps with its generic
+`lora.Linear` (no clone, the add promoted, then cast back): for an fp16 or fp32 load the traced adds were wider
+than a GPU's (the validation gemma-3-1b fp16 QLoRA row, all-linear, no autocast, GC: 5570 MiB traced training
+peak then, 5422 MiB with the bnb wrapper). `tests/test_fake_model_4bit.py` checks peft picks the same wrapper
+for this layer as for a real `bnb.nn.Linear4bit`, and that both allocate the same output-shaped tensors.
 """
 
 from __future__ import annotations
@@ -108,8 +109,18 @@ class _Matmul4bit(torch.autograd.Function):
         return torch.matmul(grad_out, w), None, None, None, None, None
 
 
+def _linear4bit_base() -> type:
+    """bitsandbytes' Linear4bit class (an nn.Linear subclass), imported only when a 4-bit load is emulated."""
+    import bitsandbytes as bnb
+
+    return bnb.nn.Linear4bit
+
+
 class Emulated4bitLinear(torch.nn.Linear):
-    """A Linear whose weight is what bnb Linear4bit keeps (uint8 packed + absmax), with bnb's matmul allocations."""
+    """A Linear whose weight is what bnb Linear4bit keeps (uint8 packed + absmax), with bnb's matmul allocations.
+
+    `emulate_4bit` instantiates `bnb_subclass()`, the same layer that is also a `bnb.nn.Linear4bit`, so peft
+    dispatches its bnb LoRA wrapper to it; this base class stays importable without bitsandbytes."""
 
     def __init__(self, base: torch.nn.Linear, compute_dtype: torch.dtype, nested: bool) -> None:
         torch.nn.Module.__init__(self)
@@ -130,6 +141,10 @@ class Emulated4bitLinear(torch.nn.Linear):
         else:
             self.register_buffer("absmax", torch.empty(blocks, dtype=torch.float32, device=dev))
         self.compute_dtype = compute_dtype
+        # what peft's dispatch_bnb_4bit reads off a Linear4bit and its Params4bit weight
+        self.weight.compress_statistics = nested
+        self.weight.quant_type = "nf4"
+        self.quant_state = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         inp_dtype = x.dtype
@@ -139,15 +154,28 @@ class Emulated4bitLinear(torch.nn.Linear):
         return out.to(inp_dtype)
 
 
+_BNB_SUBCLASS: list[type] = []
+
+
+def bnb_subclass() -> type:
+    """`Emulated4bitLinear` that is also a `bnb.nn.Linear4bit` (its forward and init win in the MRO), made once."""
+    if not _BNB_SUBCLASS:
+        _BNB_SUBCLASS.append(
+            type("Emulated4bitLinear", (Emulated4bitLinear, _linear4bit_base()), {"__module__": __name__})
+        )
+    return _BNB_SUBCLASS[0]
+
+
 def emulate_4bit(model: torch.nn.Module, compute_dtype: torch.dtype, nested: bool = False) -> int:
     """Swap every nn.Linear except the output head for an Emulated4bitLinear; returns how many were swapped."""
     head = model.get_output_embeddings()
+    cls = bnb_subclass()
     swaps = []
     for parent in model.modules():
         for name, child in parent.named_children():
             if type(child) is torch.nn.Linear and child is not head:
                 swaps.append((parent, name, child))
     for parent, name, child in swaps:
-        setattr(parent, name, Emulated4bitLinear(child, compute_dtype, nested))
+        setattr(parent, name, cls(child, compute_dtype, nested))
     model.is_loaded_in_4bit = True
     return len(swaps)

@@ -1,0 +1,109 @@
+"""Retrace, in place, the traced rows a tracer fix changes; resumable.
+
+    python -m sweeps.trace.retrace --tag bnb-lora-wrapper --where load_in_4bit results/traced/*.jsonl
+
+Every `status: "ok"` row of the given files whose config has each `--where` field truthy is traced again with
+its own config and run variant (so the same key, the same `sweep`, the same depth) and replaces its old line
+atomically (`records.replace_row`); every other line is kept byte for byte. The new row carries
+`retraced: TAG`, and a rerun skips rows that already carry it, so an interrupted retrace resumes. A retrace
+that fails or runs past `--timeout` leaves the old row as it was and is reported on stdout, never written over
+a finished result.
+
+Used after round 8's tracer fix (the emulated 4-bit layers became `bnb.nn.Linear4bit` subclasses, so peft wraps
+them as on a GPU; see sweeps/trace/fake_model.py): every committed 4-bit row was retraced with
+`--tag bnb-lora-wrapper --where load_in_4bit`.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+from estimator.config import RunConfig
+from sweeps import records
+from sweeps.oneline import OneLineParser
+from sweeps.trace.cli import DECODE_K, make_row
+
+
+class _OverBudget(Exception):
+    """Raised by SIGALRM inside a trace that ran past the per-row time budget."""
+
+
+def _alarm(signum, frame):
+    raise _OverBudget
+
+
+def selected(rows: list[dict], where: list[str], tag: str) -> list[dict]:
+    """The ok rows whose config has every `where` field truthy and that do not yet carry `retraced: tag`."""
+    return [
+        r
+        for r in rows
+        if r.get("status") == "ok"
+        and all(r.get("config", {}).get(f) for f in where)
+        and r.get("retraced") != tag
+    ]
+
+
+def retrace_row(old: dict, trace=make_row) -> dict:
+    """`old`'s config traced again under its own variant (decode k, micro-batch cap, depth) and sweep name."""
+    var = old.get("variant") or {}
+    cfg = RunConfig.from_dict(old["config"])
+    return trace(
+        cfg,
+        sweep=old.get("sweep") or "retrace",
+        k=var.get("k", DECODE_K),
+        max_micro=var.get("max_micro"),
+        num_layers=var.get("layers"),
+    )
+
+
+def run(paths: list[Path], where: list[str], tag: str, timeout: int, trace=make_row) -> int:
+    """Retrace the selected rows of each file in place; returns how many could not be retraced."""
+    failed = 0
+    signal.signal(signal.SIGALRM, _alarm)
+    for path in paths:
+        todo = selected(records.load_rows(path), where, tag)
+        print(f"{path}: {len(todo)} rows to retrace", flush=True)
+        for i, old in enumerate(todo, 1):
+            t0 = time.perf_counter()
+            signal.alarm(timeout)
+            try:
+                new = retrace_row(old, trace)
+            except _OverBudget:
+                new = {"status": "error", "error": f"over {timeout} s"}
+            finally:
+                signal.alarm(0)
+            ok = new.get("status") == "ok" and new.get("key") == old["key"]
+            if ok:
+                records.replace_row(path, {**new, "retraced": tag})
+            else:
+                failed += 1
+            before = old["observed"]["peak_bytes"] / 2**20
+            after = f"{new['observed']['peak_bytes'] / 2**20:.0f} MiB" if ok else f"kept ({new.get('error')})"
+            print(
+                f"[{i}/{len(todo)}] {old['key']} {old['config'].get('model')}: {before:.0f} MiB -> {after} "
+                f"{time.perf_counter() - t0:.1f} s",
+                flush=True,
+            )
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = OneLineParser(prog="grpo-vram-retrace", description=__doc__.splitlines()[0])
+    p.add_argument("paths", nargs="+", type=Path, help="traced .jsonl files")
+    p.add_argument("--tag", required=True, help="what the retrace is for; rows carrying it are skipped")
+    p.add_argument(
+        "--where", action="append", default=[], help="config field that must be truthy (repeatable)"
+    )
+    p.add_argument("--timeout", type=int, default=600, help="seconds per row before it is left as it was")
+    a = p.parse_args(argv)
+    for path in a.paths:
+        if not path.is_file():
+            p.error(f"no such traced file: {path}")
+    return 1 if run(a.paths, a.where, a.tag, a.timeout) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
