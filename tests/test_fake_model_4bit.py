@@ -123,3 +123,27 @@ def test_peft_wraps_emulated_4bit_like_real_bitsandbytes(load, autocast):
     # the base matmul itself is bnb's CPU kernel on one side and the CUDA path's dequantize + mm on the other;
     # its output's dtype, and every op after it, must agree
     assert real_ops[0][1] == emu_ops[0][1] == load and emu_ops[1:] == real_ops[1:]
+
+
+def test_under_the_tracer_patches_peft_sees_autocast_as_on_a_gpu():
+    """peft's bnb wrapper asks `torch.is_autocast_enabled()` (CUDA's state) whether to cast the adapter's input and
+    output; the tracer autocasts on CPU tensors, so `patches.patched()` answers with CPU's. On a GPU under bf16
+    autocast an fp32 QLoRA layer adds the bf16 scaled adapter output to the fp32 clone as it is (no cast back)."""
+    pytest.importorskip("bitsandbytes")
+    from sweeps.trace import fake_model, patches
+
+    base = torch.nn.Linear(IN, OUT, bias=False, dtype=torch.float32)
+    with patches.patched():
+        cls, ops = _lora_forward(
+            fake_model.bnb_subclass()(base, torch.float32, nested=False), torch.float32, True
+        )
+    # by hand: the base matmul under autocast (bf16) and bnb's cast back to the input's fp32, peft's clone, lora_B's
+    # bf16 output and its scaled product, the promoted fp32 sum; no `output.to(expected_dtype)` copy
+    assert ops == [
+        ("mm", torch.bfloat16),
+        ("_to_copy", torch.float32),
+        ("clone", torch.float32),
+        ("mm", torch.bfloat16),
+        ("mul", torch.bfloat16),
+        ("add", torch.float32),
+    ]

@@ -13,6 +13,7 @@ EXPECTED = {
     ("torch.nn.modules.module.Module", "_apply"),
     ("torch.nn.functional", "dropout"),
     ("torch.nn.functional", "softmax"),
+    ("torch", "is_autocast_enabled"),
     ("transformers.masking_utils", "_ignore_causal_mask_sdpa"),
     ("trl.trainer.grpo_trainer", "nanmin"),
     ("trl.trainer.grpo_trainer", "nanmax"),

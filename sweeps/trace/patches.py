@@ -17,6 +17,11 @@
   zeros.index_put_(...)`), one more gradient-sized tensor than a CUDA step, which writes in place.
   `CudaIndexBackward` turns that one pattern (an accumulating `index_put` on the `new_zeros` dispatched just
   before it) into the in-place op.
+* `torch.is_autocast_enabled()` with no device: CUDA's autocast state. peft's bnb LoRA wrapper asks it whether
+  to cast the adapter's input and output (`requires_conversion = not torch.is_autocast_enabled()`,
+  https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/bnb.py#L543); a trace of a CUDA run
+  autocasts on CPU tensors, so the bare call answers with the CPU autocast that stands for CUDA's. (Until round 8
+  it answered False under bf16 autocast, and the traced QLoRA layers cast where a GPU's do not.)
 * TRL's metric-only `nanmin`/`nanmax` branch on data (`isnan(t).all()`): replaced by `min`/`max`.
 * fused LM head, GPU path (`fused-gpu`): on CUDA with Triton, TRL scores only the completion positions
   (`hidden_states[mask]`, a compact `[N_valid, H]` copy, then `masked_scatter` back) and folds each
@@ -110,6 +115,19 @@ def _cuda_softmax(orig):
     return softmax
 
 
+def _autocast_of_traced_device(orig):
+    """`torch.is_autocast_enabled()` with no device answers for CUDA; in a trace of a CUDA run on CPU tensors the
+    ambient autocast is CPU's, so the bare call reports that. Calls naming a device are unchanged."""
+
+    @functools.wraps(orig)
+    def is_autocast_enabled(*args, **kwargs):
+        if not args and not kwargs:
+            return orig("cpu") or orig()
+        return orig(*args, **kwargs)
+
+    return is_autocast_enabled
+
+
 def _noop(*args, **kwargs) -> None:
     return None
 
@@ -166,6 +184,7 @@ def _replacements() -> list[tuple[object, str, object]]:
         (torch.nn.Module, "_apply", _apply),
         (torch.nn.functional, "dropout", _fused_dropout(torch.nn.functional.dropout)),
         (torch.nn.functional, "softmax", _cuda_softmax(torch.nn.functional.softmax)),
+        (torch, "is_autocast_enabled", _autocast_of_traced_device(torch.is_autocast_enabled)),
         (mu, "_ignore_causal_mask_sdpa", _ignore_mask_fake_as_ones(mu._ignore_causal_mask_sdpa)),
         (gt, "nanmin", _min),
         (gt, "nanmax", _max),

@@ -9,13 +9,16 @@ atomically (`records.replace_row`); every other line is kept byte for byte. The 
 that fails or runs past `--timeout` leaves the old row as it was and is reported on stdout, never written over
 a finished result.
 
-Used after round 8's tracer fix (the emulated 4-bit layers became `bnb.nn.Linear4bit` subclasses, so peft wraps
-them as on a GPU; see sweeps/trace/fake_model.py): every committed 4-bit row was retraced with
-`--tag bnb-lora-wrapper --where load_in_4bit`.
+Used after round 8's two tracer fixes for QLoRA (the emulated 4-bit layers became `bnb.nn.Linear4bit`
+subclasses, so peft wraps them as on a GPU, sweeps/trace/fake_model.py; and under the tracer's CPU autocast
+`torch.is_autocast_enabled()` answers as CUDA's would, sweeps/trace/patches.py): every committed 4-bit row was
+retraced, those without autocast with `--tag bnb-lora-wrapper --where load_in_4bit --where bf16=false`, those
+under bf16 autocast with `--tag bnb-lora-wrapper-autocast --where load_in_4bit --where bf16`.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import time
@@ -35,13 +38,26 @@ def _alarm(signum, frame):
     raise _OverBudget
 
 
+def _matches(config: dict, cond: str) -> bool:
+    """`field` (truthy) or `field=value` (equal to the JSON value, e.g. `bf16=false`, `dtype="float16"`)."""
+    field, eq, value = cond.partition("=")
+    if not eq:
+        return bool(config.get(field))
+    try:
+        wanted = json.loads(value)
+    except ValueError:
+        wanted = value
+    return config.get(field) == wanted
+
+
 def selected(rows: list[dict], where: list[str], tag: str) -> list[dict]:
-    """The ok rows whose config has every `where` field truthy and that do not yet carry `retraced: tag`."""
+    """The ok rows whose config meets every `where` condition and that do not yet carry `retraced: tag` (the
+    latest row of each key: `records.replace_row` writes one line per key)."""
     return [
         r
-        for r in rows
+        for r in records.latest_rows(rows)
         if r.get("status") == "ok"
-        and all(r.get("config", {}).get(f) for f in where)
+        and all(_matches(r.get("config", {}), c) for c in where)
         and r.get("retraced") != tag
     ]
 
@@ -95,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("paths", nargs="+", type=Path, help="traced .jsonl files")
     p.add_argument("--tag", required=True, help="what the retrace is for; rows carrying it are skipped")
     p.add_argument(
-        "--where", action="append", default=[], help="config field that must be truthy (repeatable)"
+        "--where",
+        action="append",
+        default=[],
+        help="FIELD (truthy) or FIELD=JSON_VALUE a row's config must meet (repeatable)",
     )
     p.add_argument("--timeout", type=int, default=600, help="seconds per row before it is left as it was")
     a = p.parse_args(argv)
