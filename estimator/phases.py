@@ -120,12 +120,9 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
             "logprob_head": fwd_head,
         },
         "head_backward": {"activations": saved + norm_saved, "logprob_head": saved_head + bwd_head},
-        # the final norm's backward, the head's gradient [T, H] its input, before any layer's backward
+        # the final norm's backward at its pow, before any layer's backward
         "final_norm_backward": {
-            "activations": saved
-            + norm_saved
-            + act.hidden_states(cfg, arch, tokens)
-            + tokens * act.rmsnorm_backward_transient_per_token(cfg, arch),
+            "activations": saved + tokens * act.final_norm_backward_per_token(cfg, arch),
             "gradients": after_head,
         },
     }
@@ -178,7 +175,8 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
             + recompute
             + layer_fwd
             + act.hidden_states(cfg, arch, tokens)
-            + act.bnb_4bit_recompute_gradient(cfg, arch, tokens),
+            + act.bnb_4bit_recompute_gradient(cfg, arch, tokens)
+            + act.recompute_waiting_gradients(cfg, arch, tokens),
             "gradients": after_head,
         }
         instants["first_layer_backward"] = {

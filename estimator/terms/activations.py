@@ -163,6 +163,19 @@ def rmsnorm_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     return 5 * 4 * arch.hidden_size
 
 
+def final_norm_backward_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """The final norm's backward at its largest instant (the pow's), per token: what the norm still holds and its
+    fp32 products (`rmsnorm_backward_transient_per_token`), 4·H + 4 + 5·4·H.
+
+    Autograd has already run the weight multiply's backward (`weight * hidden.to(input_dtype)`; Gemma's
+    `output * (1.0 + weight.float())`), which releases the incoming gradient and, with a trainable weight, the
+    normalized value it saved; the head's backward has released the norm's output. Left: `x.to(float32)` (4·H)
+    and `rsqrt`'s [T, 1] output (4). Measured on tiny Llama / Phi-3 models, full fine-tune and LoRA, fp16 / bf16
+    / fp32 (tests/test_final_norm_backward.py).
+    """
+    return 4 * arch.hidden_size + 4 + rmsnorm_backward_transient_per_token(cfg, arch)
+
+
 def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int, masked: bool | None = None) -> int:
     """q, k, v after rotary + output (a bytes) + fp32 logsumexp per head (fused kernels); eager saves the [heads, L]
     softmax and scores instead of a logsumexp, a masked sdpa layer its additive mask. `masked`: this layer gets an sdpa mask (default: the widest
@@ -752,6 +765,44 @@ def bnb_4bit_recompute_gradient(cfg: RunConfig, arch: Arch, tokens: int) -> int:
     return tokens * residual_bytes(cfg) * arch.intermediate_size
 
 
+def recompute_waiting_gradients(cfg: RunConfig, arch: Arch, tokens: int) -> int:
+    """Under GC, the gradients that wait, beside the incoming residual gradient (`hidden_states`), while the top
+    layer's recompute runs (0 without GC, and for MoE blocks, whose unwinding is not modelled here).
+
+    Autograd runs the nodes created last first, and the non-reentrant checkpoint recomputes the layer at the first
+    saved tensor a node unpacks; every gradient written before that node waits through the recompute:
+    - the residual add's cast of the gradient to the MLP output's dtype (d·H, d = `linear_output_dtype`) when it
+      differs from the residual's (an fp32 load under bf16 autocast);
+    - Gemma2/3 instead: the post-feedforward norm's `output.type_as(x)` hands its fp32 `output` the gradient as a
+      new fp32 tensor (4·H, unless x is fp32; the residual add's cast is freed once copied), and the norm's
+      multiply unpacks next
+      (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L128-L139);
+    - otherwise, a LoRA-wrapped down projection: peft 0.21 `lora.Linear.forward`
+      (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L1086-L1113;
+      `result = result + lora_B(lora_A(dropout(x))) * scaling`, then `result.to(torch_result_dtype)`) unwinds
+      with nothing to unpack: the copy back, the add (casting the base result's gradient to its dtype when the
+      sum was promoted: a·H), the scalar multiply (a new p-byte gradient, p·H, p as in
+      `lora_output_peak_per_out`); then `lora_B`'s matmul unpacks its input. The bnb 4-bit layer
+      (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/bnb.py#L527-L557) adds a clone of
+      the base result, which takes the gradient as it is: p·H only. A frozen or fully trained down projection
+      unpacks at once.
+    Measured op by op in tests/test_recompute_waiting_gradients.py (tiny Llama / Phi-3 / Gemma2 under a
+    non-reentrant checkpoint, the live gradients at the top layer's first recomputed op).
+    """
+    if not cfg.gradient_checkpointing or arch.is_moe:
+        return 0
+    d_dtype = linear_output_dtype(cfg)
+    if arch.model_type in GEMMA_NORM_MODEL_TYPES:  # the residual add's cast is consumed by type_as's backward
+        return 0 if d_dtype == "float32" else tokens * 4 * arch.hidden_size
+    per_token = nbytes(d_dtype) if nbytes(d_dtype) != residual_bytes(cfg) else 0
+    if cfg.use_peft and any(lin.name.split(".")[-1] == "down_proj" for lin in lora_targets(cfg, arch)):
+        p_dtype = compute_dtype(cfg) if cfg.bf16 else adapter_dtype(cfg)
+        per_token += nbytes(p_dtype)
+        if not cfg.load_in_4bit and _promoted_bytes(d_dtype, p_dtype) != nbytes(d_dtype):
+            per_token += nbytes(d_dtype)
+    return tokens * per_token * arch.hidden_size
+
+
 def bnb_4bit_backward_instant(cfg: RunConfig, arch: Arch, tokens: int) -> int:
     """A 4-bit layer's backward at a dequantized weight, beyond the layer's saved tensors (0 without a bnb base).
 
@@ -865,7 +916,8 @@ def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
     Base and adapter outputs take autocast's a bytes (a 4-bit base's output and act(gate) the input's r bytes,
     bnb `Linear4bit.forward` casting back with `.to(inp_dtype)`); without autocast the base output has the model dtype and the
     adapter's the adapter dtype (fp32, or bf16 with QLoRA, grpo_trainer.py:538-541), and a 16-bit sum of fp16 and
-    bf16 (or anything with fp32) promotes to fp32 (torch type promotion) before `result.to(torch_result_dtype)`.
+    bf16 (or anything with fp32) promotes to fp32 (torch type promotion) before `result.to(torch_result_dtype)`;
+    peft's bnb wrapper for a 4-bit base casts the adapter output back before the add instead (see below).
     """
     if not cfg.use_peft or arch.is_moe:
         return 0
@@ -890,9 +942,17 @@ def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
     cast = (
         0 if lora_cast_input_dtype(cfg, x_dtype) == x_dtype else nbytes(adapter_dtype(cfg)) * arch.hidden_size
     )
+    # the adapter's part of the instant beside the base result: the scaled output and the sum
+    adapter_live = adapter + total
+    if cfg.load_in_4bit and not cfg.bf16:
+        # peft's bnb wrapper (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/bnb.py#L527-L557)
+        # adds to a clone of the base result and, without autocast, casts the scaled output to the result's
+        # dtype first: lora_B's output and the product, then the product and its cast, then the cast and the
+        # (unpromoted) sum are live beside the clone
+        adapter_live = max(2 * adapter, adapter + base, 2 * base)
     if fused:  # Phi-3: gate_up_proj's base result, scaled adapter output and sum, each [T, 2I]; no act yet
-        return max((base + adapter + total) * width + cast, down)
-    return max((base + base + adapter + total) * arch.intermediate_size + cast, down)
+        return max((base + adapter_live) * width + cast, down)
+    return max((base + base + adapter_live) * arch.intermediate_size + cast, down)
 
 
 def lora_nograd_down_input_per_token(cfg: RunConfig, arch: Arch) -> int:
