@@ -60,6 +60,21 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
 
 
+def _replace_file(path: Path, data: bytes) -> None:
+    """Write `data` to a temp file beside `path`, fsync it, os.replace it over `path`, fsync the folder."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
 def append_row(path: str | os.PathLike, row: dict) -> None:
     """Append one row atomically: rewrite the whole file to a temp file, fsync, os.replace (under a lock).
 
@@ -76,18 +91,7 @@ def append_row(path: str | os.PathLike, row: dict) -> None:
             old = path.read_bytes() if path.exists() else b""
             if old and not old.endswith(b"\n"):
                 old = old[: old.rfind(b"\n") + 1]  # drop a partial trailing line left by someone else
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(old)
-                    f.write(line.encode())
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-            _fsync_dir(path.parent)
+            _replace_file(path, old + line.encode())
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -116,17 +120,7 @@ def replace_row(path: str | os.PathLike, row: dict) -> bool:
                 found = found or same
             if not found:
                 return False
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(b"".join(out))
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-            _fsync_dir(path.parent)
+            _replace_file(path, b"".join(out))
             return True
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
