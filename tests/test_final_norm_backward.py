@@ -15,22 +15,13 @@ from __future__ import annotations
 import pytest
 import torch
 from live_bytes import LivePeak
+from tiny_models import TINY_TWO_LAYER, H, tiny_causal_lm
 
 from estimator.architecture import from_config
 from estimator.config import RunConfig
 from estimator.terms import activations as act
 
-B, L, H = 2, 48, 64
-TINY = {
-    "hidden_size": H,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "head_dim": 16,
-    "intermediate_size": 160,
-    "num_hidden_layers": 2,
-    "vocab_size": 50,
-    "pad_token_id": 0,
-}
+B, L = 2, 48
 
 
 class _Born(LivePeak):
@@ -64,19 +55,15 @@ class _Born(LivePeak):
 def _measured_per_token(model_type: str, dtype: str, lora: bool) -> tuple[float, float]:
     """(bytes the backward wrote that are live at the norm's largest instant, forward bytes released by then),
     per token."""
-    import transformers
 
-    conf = transformers.AutoConfig.for_model(model_type, **TINY)
-    conf._attn_implementation = "eager" if model_type.startswith("gemma") else "sdpa"
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(conf).to(getattr(torch, dtype))
+    model = tiny_causal_lm(model_type, dtype)
     if lora:
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"])).base_model.model
     model.train()
     mode = _Born(list(model.parameters()))
-    ids = torch.randint(1, TINY["vocab_size"], (B, L))
+    ids = torch.randint(1, TINY_TWO_LAYER["vocab_size"], (B, L))
     with mode:
         loss = model.model(input_ids=ids).last_hidden_state.float().sum()
         mode.backward = True
@@ -110,7 +97,7 @@ def test_final_norm_backward_matches_a_real_backward(model_type, dtype, lora):
     r = torch.finfo(getattr(torch, dtype)).bits // 8
     normalized = 0 if lora else (4 if model_type.startswith("gemma") else r) * H
     assert released == pytest.approx(normalized, abs=0.15 * H)  # and [T] int64 position ids
-    arch = from_config({"model_type": model_type, **TINY}, name="tiny")
+    arch = from_config({"model_type": model_type, **TINY_TWO_LAYER}, name="tiny")
     cfg = RunConfig(
         model="tiny", dtype=dtype, bf16=False, use_peft=lora, lora_target_modules=["q_proj", "v_proj"]
     )

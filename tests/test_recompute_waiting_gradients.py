@@ -14,22 +14,13 @@ from __future__ import annotations
 import pytest
 import torch
 from live_bytes import LivePeak
+from tiny_models import TINY_TWO_LAYER, H, attn_implementation, tiny_causal_lm
 
 from estimator.architecture import from_config
 from estimator.config import RunConfig
 from estimator.terms import activations as act
 
-B, L, H = 2, 48, 64
-TINY = {
-    "hidden_size": H,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "head_dim": 16,
-    "intermediate_size": 160,
-    "num_hidden_layers": 2,
-    "vocab_size": 50,
-    "pad_token_id": 0,
-}
+B, L = 2, 48
 
 ALL = ["all-linear"]
 QV = ["q_proj", "v_proj"]
@@ -55,13 +46,9 @@ CASES = [
 
 
 def _measured_per_token(model_type: str, dtype: str, autocast: bool, targets: list[str]) -> float:
-    import transformers
     from peft import LoraConfig, get_peft_model
 
-    conf = transformers.AutoConfig.for_model(model_type, **TINY)
-    conf._attn_implementation = "eager" if model_type.startswith("gemma") else "sdpa"
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(conf).to(getattr(torch, dtype))
+    model = tiny_causal_lm(model_type, dtype)
     model = get_peft_model(
         model, LoraConfig(r=4, lora_dropout=0.0, target_modules="all-linear" if targets == ALL else targets)
     )
@@ -75,7 +62,7 @@ def _measured_per_token(model_type: str, dtype: str, autocast: bool, targets: li
             at_recompute.append(mode.current)
 
     model.base_model.model.model.layers[-1].input_layernorm.register_forward_pre_hook(first_recomputed_op)
-    ids = torch.randint(1, TINY["vocab_size"], (B, L))
+    ids = torch.randint(1, TINY_TWO_LAYER["vocab_size"], (B, L))
     mode_active = False
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         loss = model(input_ids=ids).logits.float().sum()
@@ -92,7 +79,7 @@ def test_gradients_waiting_at_the_recompute(model_type, dtype, autocast, targets
     # beside [T, H] tensors only scalars (the loss's ones_like, [T, 1] statistics): well under 0.1 · H per token
     assert measured == pytest.approx(expected, abs=0.1)
 
-    arch = from_config({"model_type": model_type, **TINY}, name="tiny")
+    arch = from_config({"model_type": model_type, **TINY_TWO_LAYER}, name="tiny")
     cfg = RunConfig(
         model="tiny",
         dtype=dtype,
@@ -100,7 +87,7 @@ def test_gradients_waiting_at_the_recompute(model_type, dtype, autocast, targets
         use_peft=True,
         lora_target_modules=targets,
         gradient_checkpointing=True,
-        attn_implementation="eager" if model_type.startswith("gemma") else "sdpa",
+        attn_implementation=attn_implementation(model_type),
     )
     tokens = B * L
     incoming = act.hidden_states(cfg, arch, tokens)
@@ -108,7 +95,7 @@ def test_gradients_waiting_at_the_recompute(model_type, dtype, autocast, targets
 
 
 def test_nothing_waits_without_checkpointing():
-    arch = from_config({"model_type": "llama", **TINY}, name="tiny")
+    arch = from_config({"model_type": "llama", **TINY_TWO_LAYER}, name="tiny")
     cfg = RunConfig(
         model="tiny", dtype="float16", use_peft=True, lora_target_modules=ALL, gradient_checkpointing=False
     )

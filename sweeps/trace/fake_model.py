@@ -27,6 +27,7 @@ for this layer as for a real `bnb.nn.Linear4bit`, and that both allocate the sam
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -109,13 +110,6 @@ class _Matmul4bit(torch.autograd.Function):
         return torch.matmul(grad_out, w), None, None, None, None, None
 
 
-def _linear4bit_base() -> type:
-    """bitsandbytes' Linear4bit class (an nn.Linear subclass), imported only when a 4-bit load is emulated."""
-    import bitsandbytes as bnb
-
-    return bnb.nn.Linear4bit
-
-
 class Emulated4bitLinear(torch.nn.Linear):
     """A Linear whose weight is what bnb Linear4bit keeps (uint8 packed + absmax), with bnb's matmul allocations.
 
@@ -154,16 +148,13 @@ class Emulated4bitLinear(torch.nn.Linear):
         return out.to(inp_dtype)
 
 
-_BNB_SUBCLASS: list[type] = []
-
-
+@functools.cache
 def bnb_subclass() -> type:
-    """`Emulated4bitLinear` that is also a `bnb.nn.Linear4bit` (its forward and init win in the MRO), made once."""
-    if not _BNB_SUBCLASS:
-        _BNB_SUBCLASS.append(
-            type("Emulated4bitLinear", (Emulated4bitLinear, _linear4bit_base()), {"__module__": __name__})
-        )
-    return _BNB_SUBCLASS[0]
+    """`Emulated4bitLinear` that is also a `bnb.nn.Linear4bit` (its forward and init win in the MRO), made once;
+    bitsandbytes is imported only when a 4-bit load is emulated."""
+    import bitsandbytes as bnb
+
+    return type("Emulated4bitLinear", (Emulated4bitLinear, bnb.nn.Linear4bit), {"__module__": __name__})
 
 
 def emulate_4bit(model: torch.nn.Module, compute_dtype: torch.dtype, nested: bool = False) -> int:

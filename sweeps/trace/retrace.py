@@ -89,6 +89,8 @@ def run(paths: list[Path], where: list[str], tag: str, timeout: int, trace=make_
                 new = retrace_row(old, trace)
             except _OverBudget:
                 new = {"status": "error", "error": f"over {timeout} s"}
+            except (KeyError, TypeError, ValueError) as e:  # a row whose config this code cannot read
+                new = {"status": "error", "error": f"{type(e).__name__}: {e}"}
             finally:
                 signal.alarm(0)
             ok = new.get("status") == "ok" and new.get("key") == old["key"]
@@ -97,9 +99,14 @@ def run(paths: list[Path], where: list[str], tag: str, timeout: int, trace=make_
             else:
                 failed += 1
             before = old["observed"]["peak_bytes"] / 2**20
-            after = f"{new['observed']['peak_bytes'] / 2**20:.0f} MiB" if ok else f"kept ({new.get('error')})"
+            after = (
+                f"{new['observed']['peak_bytes'] / 2**20:.0f} MiB traced"
+                if ok
+                else f"old row kept ({new.get('error')})"
+            )
             print(
-                f"[{i}/{len(todo)}] {old['key']} {old['config'].get('model')}: {before:.0f} MiB -> {after} "
+                f"[{i}/{len(todo)}] {old['key']} {old['config'].get('model')}: peak {before:.0f} MiB traced "
+                f"-> {after} "
                 f"{time.perf_counter() - t0:.1f} s",
                 flush=True,
             )
