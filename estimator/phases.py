@@ -136,7 +136,8 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
     # beside the one incoming residual gradient; eager attention's, net of what the MLP block released (its saved
     # tensors, and the merged expert stacks and factor copies a wrapped MoE block kept), beside it and the partial sum
     # Gemma's post-feedforward norm runs its backward before the MLP's: the MLP's instant no longer holds what
-    # that norm saved, and the norm's own fp32 backward is an instant of its own
+    # that norm saved, and the norm's own fp32 backward is an instant of its own (at its pow, the normalized value
+    # a trainable weight saved is already released)
     mlp_bwd = (
         tokens * act.layer_backward_transient_per_token(cfg, arch)
         + act.hidden_states(cfg, arch, tokens)
@@ -145,7 +146,7 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
     )
     norm_bwd = 0
     if act.gemma_post_norm_saved_per_token(cfg, arch):
-        norm_bwd = tokens * act.rmsnorm_backward_transient_per_token(cfg, arch) + act.hidden_states(
+        norm_bwd = tokens * act.gemma_post_norm_backward_per_token(cfg, arch) + act.hidden_states(
             cfg, arch, tokens
         )
     eager_bwd = max(

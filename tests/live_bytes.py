@@ -32,3 +32,31 @@ class LivePeak(TorchDispatchMode):
 
     def _free(self, key: int) -> None:
         self.current -= self.live.pop(key, 0)
+
+
+class BackwardBorn(LivePeak):
+    """LivePeak that, once `backward` is set, logs after each op (op, bytes of live storages the backward wrote,
+    bytes of forward storages released since). Storages are told apart when written, not by a snapshot of ids
+    (CPython reuses a freed storage's id)."""
+
+    def __init__(self, existing) -> None:
+        super().__init__(existing)
+        self.backward = False
+        self.born: set[int] = set()
+        self.released = 0
+        self.log: list[tuple[str, int, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        before = set(self.live)
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if self.backward:
+            self.born |= set(self.live) - before
+            born = sum(self.live[k] for k in self.born if k in self.live)
+            self.log.append((func.overloadpacket.__name__, born, self.released))
+        return out
+
+    def _free(self, key: int) -> None:
+        if self.backward and key not in self.born:
+            self.released += self.live.get(key, 0)
+        self.born.discard(key)
+        super()._free(key)

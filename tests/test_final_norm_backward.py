@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from live_bytes import LivePeak
+from live_bytes import BackwardBorn
 from tiny_models import TINY_TWO_LAYER, H, tiny_causal_lm
 
 from estimator.architecture import from_config
@@ -22,34 +22,6 @@ from estimator.config import RunConfig
 from estimator.terms import activations as act
 
 B, L = 2, 48
-
-
-class _Born(LivePeak):
-    """LivePeak that, once `backward` is set, logs after each op (op, bytes of live storages the backward wrote,
-    bytes of forward storages released since). Storages are told apart when written, not by a snapshot of ids
-    (CPython reuses a freed storage's id)."""
-
-    def __init__(self, existing) -> None:
-        super().__init__(existing)
-        self.backward = False
-        self.born: set[int] = set()
-        self.released = 0
-        self.log: list[tuple[str, int, int]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        before = set(self.live)
-        out = super().__torch_dispatch__(func, types, args, kwargs)
-        if self.backward:
-            self.born |= set(self.live) - before
-            born = sum(self.live[k] for k in self.born if k in self.live)
-            self.log.append((func.overloadpacket.__name__, born, self.released))
-        return out
-
-    def _free(self, key: int) -> None:
-        if self.backward and key not in self.born:
-            self.released += self.live.get(key, 0)
-        self.born.discard(key)
-        super()._free(key)
 
 
 def _measured_per_token(model_type: str, dtype: str, lora: bool) -> tuple[float, float]:
@@ -62,7 +34,7 @@ def _measured_per_token(model_type: str, dtype: str, lora: bool) -> tuple[float,
 
         model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"])).base_model.model
     model.train()
-    mode = _Born(list(model.parameters()))
+    mode = BackwardBorn(list(model.parameters()))
     ids = torch.randint(1, TINY_TWO_LAYER["vocab_size"], (B, L))
     with mode:
         loss = model.model(input_ids=ids).last_hidden_state.float().sum()
@@ -103,3 +75,59 @@ def test_final_norm_backward_matches_a_real_backward(model_type, dtype, lora):
     )
     # what the norm still holds (x.to(float32), 4·H, and rsqrt's [T, 1] fp32 output) beside what backward wrote
     assert act.final_norm_backward_per_token(cfg, arch) == pytest.approx(4 * H + 4 + born, abs=0.1 * H)
+
+
+def _post_norm_measured_per_token(model_type: str, dtype: str, lora: bool) -> tuple[float, float]:
+    """Gemma's top-layer post-feedforward norm, the second norm whose backward runs (after the final norm's):
+    (bytes the backward wrote that are live at its largest instant, forward bytes released since it began), per
+    token."""
+    model = tiny_causal_lm(model_type, dtype)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"])).base_model.model
+    model.train()
+    mode = BackwardBorn(list(model.parameters()))
+    ids = torch.randint(1, TINY_TWO_LAYER["vocab_size"], (B, L))
+    with mode:
+        loss = model.model(input_ids=ids).last_hidden_state.float().sum()
+        mode.backward = True
+        loss.backward()
+    ops = [op for op, _, _ in mode.log]
+    start = ops.index("add", ops.index("pow"))  # the final norm's backward ends here
+    end = ops.index("add", ops.index("pow", start))
+    _, born, released = max(mode.log[start + 1 : end], key=lambda e: e[1])
+    # what the final norm's backward left: its fp32 sum and the two addends (the add's own inputs, still live
+    # while it returns), freed before the post-norm's products
+    return born / (B * L), (released - mode.log[start][2]) / (B * L)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "dtype", "lora"),
+    [
+        ("gemma3_text", "float16", False),
+        ("gemma3_text", "bfloat16", False),
+        ("gemma2", "float32", False),
+        ("gemma3_text", "float16", True),
+    ],
+)
+def test_gemma_post_norm_backward_matches_a_real_backward(model_type, dtype, lora):
+    born, released = _post_norm_measured_per_token(model_type, dtype, lora)
+    r = torch.finfo(getattr(torch, dtype)).bits // 8
+    # by hand: the incoming residual gradient (r·H, live across the layer) and the five fp32 products
+    assert born == pytest.approx(r * H + 5 * 4 * H, abs=0.1 * H)
+    # the weight multiply released the fp32 normalized value it saved when the weight trains
+    assert released == pytest.approx(0 if lora else 4 * H, abs=0.15 * H)
+    arch = from_config({"model_type": model_type, **TINY_TWO_LAYER}, name="tiny")
+    cfg = RunConfig(
+        model="tiny", dtype=dtype, bf16=False, use_peft=lora, lora_target_modules=["q_proj", "v_proj"]
+    )
+    # the term: the products, net of what the norm had saved and released (the gradient is hidden_states)
+    assert act.gemma_post_norm_backward_per_token(cfg, arch) == pytest.approx(
+        born - r * H - released, abs=0.15 * H
+    )
+
+
+def test_other_families_have_no_post_norm_backward():
+    arch = from_config({"model_type": "llama", **TINY_TWO_LAYER}, name="tiny")
+    assert act.gemma_post_norm_backward_per_token(RunConfig(model="tiny"), arch) == 0

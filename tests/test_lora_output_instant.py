@@ -88,7 +88,11 @@ def test_down_proj_lora_input_is_released_before_the_multiply_backward():
     assert not [t for t in wide if t["dtype"] == "bfloat16"]
     arch = resolve_model(cfg.model)
     # the multiply's three fp32 gradients (4-bit base: r-byte), less down's bf16 input copy and lora_A's bf16
-    # output; larger than the LoRA chain's own instant at down_proj (bf16 adapters, no dropout: 2 + 2 bytes x I)
+    # output
     multiply = 3 * 4 * inter - (2 * inter + 2 * cfg.lora_r)
-    assert multiply > (2 + 2) * inter
-    assert act.layer_backward_transient_per_token(cfg, arch) == multiply
+    # down_proj's own backward (bf16 adapters, no dropout) reaches the same, but for lora_A's [T, r] output:
+    # lora_A's bf16 gradient 2 as its bf16 input copy is released (-2), the copy's backward in fp32 4, the base's
+    # bf16 gradient cast to fp32 4 and the input buffer's fp32 sum 4: 10 x I
+    chain = 10 * inter
+    assert abs(chain - multiply) < 0.001 * chain
+    assert act.layer_backward_transient_per_token(cfg, arch) == max(multiply, chain)

@@ -176,6 +176,22 @@ def final_norm_backward_per_token(cfg: RunConfig, arch: Arch) -> int:
     return 4 * arch.hidden_size + 4 + rmsnorm_backward_transient_per_token(cfg, arch)
 
 
+def gemma_post_norm_backward_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """Gemma2/3's post-feedforward norm at its pow's backward, net of what the layer saved for it, per token:
+    `final_norm_backward_per_token` (the norm's fp32 input copy, rsqrt and its five fp32 products) less
+    `gemma_post_norm_saved_per_token`, 5·4·H − 4·H with a trainable weight, 5·4·H frozen (PEFT); 0 for others.
+
+    `Gemma3DecoderLayer.forward` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L410-L416)
+    ends with `post_feedforward_layernorm`, so a layer's backward starts with it. As for the final norm, by the
+    pow the weight multiply's backward (`output * (1.0 + weight.float())`) has run and released the fp32
+    normalized value it saved when the weight trains. Measured op by op on tiny gemma2 / gemma3 models, fp16 /
+    bf16 / fp32, full fine-tune and LoRA (tests/test_final_norm_backward.py).
+    """
+    if not gemma_post_norm_saved_per_token(cfg, arch):
+        return 0
+    return final_norm_backward_per_token(cfg, arch) - gemma_post_norm_saved_per_token(cfg, arch)
+
+
 def attention_saved_per_token(cfg: RunConfig, arch: Arch, seq_len: int, masked: bool | None = None) -> int:
     """q, k, v after rotary + output (a bytes) + fp32 logsumexp per head (fused kernels); eager saves the [heads, L]
     softmax and scores instead of a logsumexp, a masked sdpa layer its additive mask. `masked`: this layer gets an sdpa mask (default: the widest
@@ -532,27 +548,55 @@ def moe_combine_backward_per_token(cfg: RunConfig, arch: Arch) -> int:
 
 
 def lora_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """Backward through the widest-input LoRA-wrapped linear: the input-gradient chain of its adapter path.
-
-    peft 0.21 `lora.Linear.forward` (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L1074-L1115) computes
-    `lora_B(lora_A(dropout(x.to(lora_A.weight.dtype))))`: with fp32 adapters on a 16-bit base, `x` is cast to
-    fp32 and autocast casts it back to a bytes for `lora_A`'s matmul. Backward of that chain for input width n:
-    the base layer's a-byte input gradient waits (autograd input buffer) while `lora_A`'s a-byte input gradient
-    becomes fp32 (the autocast cast's backward), then passes `native_dropout_backward` (a second fp32 tensor live
-    with the first), then is cast back: peak (a + 4 + 4)·n with dropout, (a + a + 4)·n without; with same-dtype
-    adapters (QLoRA: bf16) no casts: (a + a + a)·n with dropout, 2a·n without.
-    """
+    """Backward through the widest-input LoRA-wrapped linear: its input-gradient chain
+    (`lora_input_gradient_peak`, bytes per input element) × that input width."""
     if not cfg.use_peft:
         return 0
     targets = lora_targets(cfg, arch)
     if not targets:
         return 0
-    n = max(lin.in_features for lin in targets)
-    a = compute_bytes(cfg)
-    adapter = nbytes(adapter_dtype(cfg))
-    if adapter != a:
-        return (a + 4 + (4 if cfg.lora_dropout > 0 else a)) * n
-    return (a + a + (a if cfg.lora_dropout > 0 else 0)) * n
+    widest = max(targets, key=lambda lin: lin.in_features)
+    x_dtype = _lora_source_dtype(cfg, lora_input_source(widest.name))
+    return lora_input_gradient_peak(cfg, x_dtype) * widest.in_features
+
+
+def lora_input_gradient_peak(cfg: RunConfig, x_dtype: str) -> int:
+    """Bytes per input element at the largest instant of a LoRA-wrapped linear's input-gradient backward, net of
+    the saved tensors it releases on the way (lora_A's input, dropout's mask), for an input in `x_dtype`.
+
+    peft 0.21 `lora.Linear.forward` (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L1086-L1102)
+    runs `result = self.base_layer(x)` first and the adapter chain (`lora_input_chain`, then lora_A, lora_B) after
+    it, so every adapter node has a higher sequence number than the base's, and autograd's ready queue runs the
+    highest first (torch/csrc/autograd/engine.cpp `CompareNodeTaskTime`): the whole adapter backward runs before the
+    base layer's. lora_A writes its input's gradient (autocast's a bytes, else the adapter's) and releases the
+    input it saved; each op of the chain, back to front, writes its input's gradient while its own is live, then
+    frees it (`native_dropout_backward` also frees the bool mask); then the base writes the input's gradient (in a
+    bytes under autocast, cast to the input's dtype when it differs) and the input buffer sums the two out of
+    place. Walked op by op here; measured on peft-wrapped linears for every adapter / input / autocast case
+    (tests/test_lora_backward_chain.py).
+    """
+    a, x = compute_bytes(cfg), nbytes(x_dtype)
+    chain = lora_input_chain(cfg, x_dtype)
+    dropout_at = (
+        (1 if lora_cast_input_dtype(cfg, x_dtype) != x_dtype else 0) if cfg.lora_dropout > 0 else None
+    )
+    grad = a if cfg.bf16 else nbytes(adapter_dtype(cfg))  # lora_A's input gradient
+    live = peak = grad
+    live -= chain[-1] if chain else x  # lora_A's saved input, released
+    for i in reversed(range(len(chain))):
+        new = chain[i - 1] if i else x  # the gradient of this op's input, in its dtype
+        live += new
+        peak = max(peak, live)
+        live -= grad + (1 if i == dropout_at else 0)
+        grad = new
+    base = a if cfg.bf16 else x
+    live += base
+    peak = max(peak, live)
+    if base != x:  # cast to the input's dtype, then the a-byte one is dropped
+        live += x
+        peak = max(peak, live)
+        live -= base
+    return max(peak, live + x)  # the input buffer's sum beside both gradients
 
 
 def mlp_call_locals_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -588,8 +632,14 @@ def lora_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     matmul; the last one is what `lora_A` saves (`lora_a_saved_input`, counted with the layer), the others are
     transient: fp32 adapters under autocast hold the copy and the dropout output (8·n), without autocast (fp16 or
     bf16 weights, `bf16=False`) lora_A saves the dropout output itself and only the copy is extra (4·n). Beside
-    them the caller's x (its dtype · n), the base result (a·out) and `mlp_call_locals_per_token` (2·r·H). With no
-    transient copy (same-dtype adapters, QLoRA) the forward never exceeds the backward's instant: 0 here.
+    them the caller's x (its dtype · n), the base result (a·out) and `mlp_call_locals_per_token` (2·r·H). The
+    adapter's add comes later, with only the rebound copy left of the chain beside lora_B's output, the scaled
+    product and the sum (`lora_output_peak_per_out`, × out); the larger instant counts. Same-dtype adapters
+    (QLoRA) make no transient copy, but the caller's x is still live (the adapter's backward no longer hides it:
+    `lora_input_gradient_peak`). With GC this instant is the top layer's recompute, and non-reentrant
+    `torch.utils.checkpoint` stops recomputing once the last saved tensor is back (`early_stop=True`, the
+    default, https://github.com/pytorch/pytorch/blob/v2.13.0/torch/utils/checkpoint.py): lora_B's input
+    and weight cast exist before its matmul runs, so the adapter's add never runs there.
     Only the down projection (input I > H) is counted: it runs last, when the layer has saved all but its own
     adapter input; a q/k/v or gate/up LoRA runs before the MLP saves its [T, I] tensors.
     """
@@ -602,16 +652,16 @@ def lora_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     if lin.in_features <= arch.hidden_size:  # not the down projection (see above)
         return 0
     x_dtype = _lora_source_dtype(cfg, lora_input_source(lin.name))
-    transient = sum(lora_input_chain(cfg, x_dtype)[:-1])  # the last new tensor is the one lora_A saves
-    if not transient:
-        return 0
-    n = lin.in_features
-    return (
-        transient * n
-        + nbytes(x_dtype) * n
-        + compute_bytes(cfg) * lin.out_features
-        + mlp_call_locals_per_token(cfg, arch)
-    )
+    chain = lora_input_chain(cfg, x_dtype)
+    n, out = lin.in_features, lin.out_features
+    at_lora_a = sum(chain[:-1]) * n + compute_bytes(cfg) * out  # the last new tensor is the one lora_A saves
+    # after lora_A the dropout output and autocast's copy are gone unless saved; peft's rebound `x` (the copy in
+    # the adapter dtype) stays bound through the adapter's add (`lora_output_peak_per_out`)
+    bound = chain[0] if len(chain) > 1 and lora_cast_input_dtype(cfg, x_dtype) != x_dtype else 0
+    at_add = bound * n + lora_output_peak_per_out(cfg) * out
+    if cfg.gradient_checkpointing:  # the recompute stops once lora_B's saved inputs exist, before the add
+        at_add = 0
+    return nbytes(x_dtype) * n + max(at_lora_a, at_add) + mlp_call_locals_per_token(cfg, arch)
 
 
 def moe_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -956,13 +1006,16 @@ def lora_nograd_mlp_per_token(cfg: RunConfig, arch: Arch) -> int:
 
 
 def lora_nograd_down_input_per_token(cfg: RunConfig, arch: Arch) -> int:
-    """No-grad down_proj with LoRA, per token: its [T, I] input chain at `lora_A`.
+    """No-grad down_proj with LoRA, per token: its [T, I] input chain at `lora_A`, beside the base result [T, H].
 
     peft 0.21 `lora.Linear.forward` (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L1074-L1115):
-    the act·up product x (held by the caller) is cast to the adapter dtype (`_cast_input_dtype`, a copy when the
-    dtypes differ), passed through `lora_dropout` (generation runs with the policy in train mode, so
-    `native_dropout` writes an output and a bool mask when lora_dropout > 0) and, under autocast, cast to a bytes
-    for `lora_A`'s matmul; all live together: x + cast + (out + mask) + autocast copy, × I.
+    `result = self.base_layer(x)` runs first and is held through the adapter (the linears' output bytes × H);
+    then the act·up product x (held by the caller) is cast to the adapter dtype (`_cast_input_dtype`, a copy when
+    the dtypes differ), passed through `lora_dropout` and, under autocast, cast to a bytes for `lora_A`'s matmul.
+    Generation runs with the policy in train mode, so with lora_dropout > 0 CUDA's fused `native_dropout` writes
+    an output and a bool mask; under no_grad nothing saves the mask, and `at::dropout` drops it when the op
+    returns (ATen Dropout.cpp), so the mask (1 byte) and autocast's copy (a bytes) are never live together:
+    x + cast + out + max(mask, autocast copy), × I.
     """
     if not cfg.use_peft or not any(
         lin.in_features == arch.intermediate_size for lin in lora_targets(cfg, arch)
@@ -972,11 +1025,12 @@ def lora_nograd_down_input_per_token(cfg: RunConfig, arch: Arch) -> int:
     x_dtype = linear_output_dtype(cfg)  # the product's dtype: autocast's, else the model's (a 4-bit base: r)
     adapter = nbytes(adapter_dtype(cfg))
     live = nbytes(x_dtype) + (0 if lora_cast_input_dtype(cfg, x_dtype) == x_dtype else adapter)
+    copy = a if cfg.bf16 and adapter != a else 0
     if cfg.lora_dropout > 0:
-        live += adapter + 1
-    if cfg.bf16 and adapter != a:
-        live += a
-    return live * arch.intermediate_size
+        live += adapter + max(1, copy)
+    else:
+        live += copy
+    return live * arch.intermediate_size + linear_output_bytes(cfg) * arch.hidden_size
 
 
 def attention_output_is_kernel_output(cfg: RunConfig, arch: Arch) -> bool:
