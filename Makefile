@@ -115,7 +115,7 @@ trace-multigpu: install
 validate: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set validation
 
-HELDOUT_SETS ?= heldout heldout-c heldout-d heldout-e heldout-f heldout-g heldout-h
+HELDOUT_SETS ?= heldout heldout-c heldout-d heldout-e heldout-f heldout-g heldout-h heldout-i
 heldout: install
 	for s in $(HELDOUT_SETS); do \
 	  HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set $$s || exit 1; \

@@ -2,12 +2,12 @@
 
 The band is data (`estimator/band.json`), computed by `make band` (`python -m sweeps.report.band`) from the
 traced rows of the seen off-grid grids (`results/traced/validation.jsonl`, seed A of
-`sweeps/trace/random_grid.py`, and `heldout.jsonl`, `heldout-c.jsonl` to `heldout-g.jsonl`, seeds B to G, held
+`sweeps/trace/random_grid.py`, and `heldout.jsonl`, `heldout-c.jsonl` to `heldout-h.jsonl`, seeds B to H, held
 out in earlier rounds and seen since; the list is `sweeps/report/accuracy.py` OUT_OF_SAMPLE_FILES): per regime,
 the lowest and highest (estimated − traced) / traced over those rows. A
 negative `low` is the worst under-prediction seen in that regime; `--gpu`, `--solve`, the advice and the "fits
 on" list compare the estimate with the GPU's memory shrunk by that regime's margin, so a run the band says might
-not fit is never reported as fitting. The held-out grid (seed H) checks that the bands hold on configs nobody
+not fit is never reported as fitting. The held-out grid (seed I) checks that the bands hold on configs nobody
 tuned on.
 
 Regimes split the validation rows where the errors differ most (see `make accuracy`): mixture-of-experts

@@ -38,4 +38,4 @@ def test_a_bad_choice_names_the_value_and_what_is_accepted():
     )
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
-    assert "'bogus'" in line and "heldout-h" in line
+    assert "'bogus'" in line and "heldout-i" in line

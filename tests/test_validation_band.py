@@ -110,7 +110,8 @@ def test_rows_split_by_file_name():
     assert split_of(Path("x/heldout-e.jsonl")) == "validation"  # seed E: seen since the fifth round
     assert split_of(Path("x/heldout-f.jsonl")) == "validation"
     assert split_of(Path("x/heldout-g.jsonl")) == "validation"  # seed G: seen since the seventh round
-    assert split_of(Path("x/heldout-h.jsonl")) == "held-out"
+    assert split_of(Path("x/heldout-h.jsonl")) == "validation"  # seed H: seen since the eighth round
+    assert split_of(Path("x/heldout-i.jsonl")) == "held-out"
     assert split_of("results/traced/default.jsonl") == "in-sample"
 
 

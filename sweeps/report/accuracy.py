@@ -241,7 +241,8 @@ OUT_OF_SAMPLE_FILES = {
     "heldout-e": "validation",  # seed E: held out for one round, seen since the fifth
     "heldout-f": "validation",  # seed F: held out for one round, seen since the sixth
     "heldout-g": "validation",  # seed G: held out for one round, seen since the seventh
-    "heldout-h": "held-out",
+    "heldout-h": "validation",  # seed H: held out for one round, seen since the eighth
+    "heldout-i": "held-out",
 }  # results/traced/<stem>.jsonl
 UNDER_LIMIT = 0.02  # an under-prediction beyond 2 % is the failure issue 9 counts
 
@@ -253,8 +254,8 @@ def out_of_sample_stems(split: str) -> list[str]:
 
 def split_of(path: str | Path) -> str:
     """Which accuracy set a result file's rows belong to, by file name: validation.jsonl (seed A, seen while
-    fixing terms), heldout.jsonl, heldout-c.jsonl, heldout-d.jsonl, heldout-e.jsonl, heldout-f.jsonl and heldout-g.jsonl (seeds B
-    to G, held out for earlier rounds and seen since), heldout-h.jsonl (seed H, never used to change a term), anything
+    fixing terms), heldout.jsonl and heldout-c.jsonl to heldout-h.jsonl (seeds B to H, held out for earlier
+    rounds and seen since), heldout-i.jsonl (seed I, never used to change a term), anything
     else in-sample (tuned grids)."""
     return OUT_OF_SAMPLE_FILES.get(Path(path).stem, "in-sample")
 

@@ -1,5 +1,5 @@
-"""`make band`: compute estimator/band.json from the seen grids' traced rows (validation seed A, and seeds B to G
-since they were used to fix terms), never the held-out one (seed H)."""
+"""`make band`: compute estimator/band.json from the seen grids' traced rows (validation seed A, and seeds B to H
+since they were used to fix terms), never the held-out one (seed I)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@
     python -m sweeps.trace.run_random --set heldout-f      # seed F, results/traced/heldout-f.jsonl
     python -m sweeps.trace.run_random --set heldout-g      # seed G, results/traced/heldout-g.jsonl
     python -m sweeps.trace.run_random --set heldout-h      # seed H, results/traced/heldout-h.jsonl
+    python -m sweeps.trace.run_random --set heldout-i      # seed I, results/traced/heldout-i.jsonl
 
 Configs run in this one process, one after another (each trace opens its own FakeTensorMode), so the
 ~10 s import of torch / transformers / TRL is paid once rather than per config. Each row is appended
@@ -55,6 +56,7 @@ SETS = {
     "heldout-f": (random_grid.HELDOUT_F_SEED, random_grid.HELDOUT_N),
     "heldout-g": (random_grid.HELDOUT_G_SEED, random_grid.HELDOUT_N),
     "heldout-h": (random_grid.HELDOUT_H_SEED, random_grid.HELDOUT_N),
+    "heldout-i": (random_grid.HELDOUT_I_SEED, random_grid.HELDOUT_N),
 }
 
 
