@@ -13,21 +13,14 @@ from __future__ import annotations
 import pytest
 import torch
 from live_bytes import LivePeak
+from tiny_models import INTER, TINY_ONE_LAYER, H
 
 from estimator.architecture import from_config
 from estimator.config import RunConfig
 from estimator.terms import activations as act
 
-B, L, H, INTER = 2, 96, 64, 160
-TINY = {
-    "hidden_size": H,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "head_dim": 16,
-    "intermediate_size": INTER,
-    "num_hidden_layers": 1,
-    "vocab_size": 50,
-}
+B, L = 2, 96
+TINY = TINY_ONE_LAYER
 
 
 def _measured_per_token(load: torch.dtype) -> float:

@@ -15,21 +15,14 @@ from __future__ import annotations
 import pytest
 import torch
 from live_bytes import LivePeak
+from tiny_models import INTER, TINY_ONE_LAYER, H
 
 from estimator.architecture import from_config
 from estimator.config import RunConfig
 from estimator.terms import activations as act
 
-B, L, H, INTER, R = 4, 256, 64, 160, 4
-TINY = {
-    "hidden_size": H,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "head_dim": 16,
-    "intermediate_size": INTER,
-    "num_hidden_layers": 1,
-    "vocab_size": 50,
-}
+B, L, R = 4, 256, 4
+TINY = TINY_ONE_LAYER
 
 
 def _cuda_dropout(x, p=0.5, training=True, inplace=False):

@@ -16,6 +16,8 @@ TINY_TWO_LAYER = {
     "vocab_size": 50,
     "pad_token_id": 0,
 }
+INTER = TINY_TWO_LAYER["intermediate_size"]
+TINY_ONE_LAYER = {**TINY_TWO_LAYER, "num_hidden_layers": 1}  # for a single decoder layer or MLP
 
 
 def attn_implementation(model_type: str) -> str:
