@@ -65,7 +65,7 @@ def test_readme_three_set_table_matches_make_accuracy(summary):
     text = (REPO / "README.md").read_text()
     line = re.compile(
         r"accuracy\[(\S+)\]: (\d+) configs, median \|error\| ([\d.]+)%, worst signed ([+-][\d.]+)%, "
-        r"(\d+)% under-predicted by > 2%; after the band (\d+)%"
+        r"([\d.]+)% under-predicted by > 2%; after the band ([\d.]+)%"
     )
     for split_line in accuracy.split_lines_of(summary, rows):
         m = line.fullmatch(split_line)

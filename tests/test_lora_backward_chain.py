@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 from live_bytes import BackwardBorn
+from tiny_models import cuda_dropout
 
 from estimator.config import RunConfig
 from estimator.terms import activations as act
@@ -24,13 +25,9 @@ from estimator.terms import activations as act
 T, N, OUT, R = 512, 160, 8, 4
 
 
-def _cuda_dropout(x, p=0.5, training=True, inplace=False):
-    return torch.ops.aten.native_dropout(x, p, training)[0] if training and p > 0 else x
-
-
 def _measured(load: str, adapter: str, autocast: bool, dropout: float, monkeypatch) -> float:
     peft = pytest.importorskip("peft")
-    monkeypatch.setattr(torch.nn.functional, "dropout", _cuda_dropout)
+    monkeypatch.setattr(torch.nn.functional, "dropout", cuda_dropout)
     torch.manual_seed(0)
     base = torch.nn.Sequential()
     base.add_module("proj", torch.nn.Linear(N, OUT, bias=False, dtype=getattr(torch, load)))

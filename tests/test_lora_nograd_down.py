@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 from live_bytes import LivePeak
-from tiny_models import INTER, TINY_ONE_LAYER, H
+from tiny_models import INTER, TINY_ONE_LAYER, H, cuda_dropout
 
 from estimator.architecture import from_config
 from estimator.config import RunConfig
@@ -25,16 +25,12 @@ B, L, R = 4, 256, 4
 TINY = TINY_ONE_LAYER
 
 
-def _cuda_dropout(x, p=0.5, training=True, inplace=False):
-    return torch.ops.aten.native_dropout(x, p, training)[0] if training and p > 0 else x
-
-
 def _measured_per_token(dropout: float, monkeypatch) -> float:
     peft = pytest.importorskip("peft")
     import transformers
     from transformers.models.llama import modeling_llama
 
-    monkeypatch.setattr(torch.nn.functional, "dropout", _cuda_dropout)
+    monkeypatch.setattr(torch.nn.functional, "dropout", cuda_dropout)
     conf = transformers.AutoConfig.for_model("llama", **TINY)
     torch.manual_seed(0)
 

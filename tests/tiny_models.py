@@ -33,3 +33,9 @@ def tiny_causal_lm(model_type: str, dtype: str) -> torch.nn.Module:
     conf._attn_implementation = attn_implementation(model_type)
     torch.manual_seed(0)
     return transformers.AutoModelForCausalLM.from_config(conf).to(getattr(torch, dtype))
+
+
+def cuda_dropout(x, p=0.5, training=True, inplace=False):
+    """`F.dropout` as CUDA runs it: `at::dropout` takes the fused `native_dropout` (an output and a bool mask;
+    ATen Dropout.cpp `is_fused_kernel_acceptable`), where CPU decomposes it into a noise tensor instead."""
+    return torch.ops.aten.native_dropout(x, p, training)[0] if training and p > 0 else x

@@ -572,11 +572,12 @@ def lora_input_gradient_peak(cfg: RunConfig, x_dtype: str) -> int:
     input it saved; each op of the chain, back to front, writes its input's gradient while its own is live, then
     frees it (`native_dropout_backward` also frees the bool mask); then the base writes the input's gradient (in a
     bytes under autocast, cast to the input's dtype when it differs) and the input buffer sums the two out of
-    place. Walked op by op here; measured on peft-wrapped linears for every adapter / input / autocast case
-    (tests/test_lora_backward_chain.py).
+    place. Walked op by op here; measured on peft-wrapped linears in seven adapter / input / autocast / dropout
+    cases (tests/test_lora_backward_chain.py).
     """
     a, x = compute_bytes(cfg), nbytes(x_dtype)
     chain = lora_input_chain(cfg, x_dtype)
+    # dropout's place in the chain: right after peft's cast, when there is one (`lora_input_chain`'s order)
     dropout_at = (
         (1 if lora_cast_input_dtype(cfg, x_dtype) != x_dtype else 0) if cfg.lora_dropout > 0 else None
     )
