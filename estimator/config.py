@@ -18,6 +18,12 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
 from estimator.trl_versions import MODELLED
+from estimator.versions import (
+    MODELLED_TRANSFORMERS,
+    NEWEST_TRANSFORMERS,
+    RECORDS_TRANSFORMERS,
+    transformers_profile,
+)
 
 DTYPES = ("float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("sdpa", "flash_attention_2", "eager")
@@ -68,6 +74,9 @@ class Setting:
     ours: bool = False  # not a TRL option: the estimator's own
     since: str = "0.1.0"  # grpo-vram version that introduced it
     check: Callable[[Any], str | None] | None = None  # a further check of a well-typed value: why it is bad
+    # what a record without this key means, where records made before the setting existed ran with a value other
+    # than its default (None: the default); `to_dict` leaves the key out at that value, `from_dict` fills it in
+    absent: Any = None
 
 
 def setting(default: Any, help: str, **meta: Any) -> Any:
@@ -304,6 +313,17 @@ class RunConfig:
         ours=True,
         since="0.1.0",
     )
+    transformers_version: str = setting(
+        NEWEST_TRANSFORMERS,
+        "transformers release whose code paths to model, MAJOR.MINOR (the KV cache's dtypes; "
+        "default: the installed transformers when modelled, else the newest)",
+        group="hardware",
+        choices=MODELLED_TRANSFORMERS,
+        metavar="X.Y",
+        ours=True,
+        since="0.2.0",
+        absent=RECORDS_TRANSFORMERS,
+    )
     logprob_head: str = setting(
         "chunked",
         "TRL's fused chunked log-prob head or full [B, C, V] logits",
@@ -389,6 +409,11 @@ class RunConfig:
         return profile(self.trl_version)
 
     @property
+    def transformers(self):
+        """The transformers release row this config models (estimator/versions.py TransformersProfile)."""
+        return transformers_profile(self.transformers_version)
+
+    @property
     def resolved_steps_per_generation(self) -> int:
         """steps_per_generation = given, or generation_batch_size / (bs × procs), or gradient_accumulation_steps.
 
@@ -471,7 +496,7 @@ class RunConfig:
         that does not use it keeps the key (`sweeps.records.make_key`) it had before the setting existed."""
         d = asdict(self)
         for f in fields(self):
-            if f.metadata["setting"].since != "0.1.0" and d[f.name] == f.default:
+            if f.metadata["setting"].since != "0.1.0" and d[f.name] == _absent(f):
                 del d[f.name]
         for name, value in d.items():
             if isinstance(value, tuple):
@@ -482,6 +507,9 @@ class RunConfig:
     def from_dict(cls, d: dict) -> RunConfig:
         """Build from a dict of field values (unknown keys are an error: use `field_names()` to filter)."""
         d = dict(d)
+        for f in fields(cls):
+            if f.name not in d and f.metadata["setting"].absent is not None:
+                d[f.name] = f.metadata["setting"].absent
         for name in ("lora_target_modules", "reward_models", "reference_models"):
             if d.get(name) is not None:
                 v = d[name]
@@ -491,6 +519,12 @@ class RunConfig:
     @staticmethod
     def field_names() -> tuple[str, ...]:
         return tuple(f.name for f in fields(RunConfig))
+
+
+def _absent(f) -> Any:
+    """The value a record without field `f`'s key means (`Setting.absent`, else the default)."""
+    absent = f.metadata["setting"].absent
+    return f.default if absent is None else absent
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,7 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
     from estimator.trl_versions import default_version, fmt
     from estimator.validate import InvalidConfig, validate
     from estimator.validate import notes as setting_notes
+    from estimator.versions import default_transformers
 
     values: dict = {}
     notes: list[str] = []
@@ -193,6 +194,7 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
         notes += settings.notes
     values.update(run_values(ns))
     given = set(values)  # what the file and flags set (the release's defaults below are not "given")
+    values.setdefault("transformers_version", default_transformers())
     try:  # the modelled TRL release's defaults and batch meaning (given settings are in its terms)
         version = values.get("trl_version") or fmt(default_version())
         values = release_values(version, values)

@@ -11,6 +11,7 @@ from dataclasses import fields
 
 from estimator.config import RunConfig
 from estimator.trl_versions import fmt, parse_version, profile
+from estimator.versions import NEWEST_TRANSFORMERS
 
 
 def old_pass(cfg: RunConfig) -> bool | None:
@@ -52,6 +53,7 @@ def release_values(version: str, given: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown setting {unknown[0]!r}")
     d = dict(given)
+    d.setdefault("transformers_version", NEWEST_TRANSFORMERS)  # a dict without it is a record made under 5.23
     for name in _DEFAULTED:
         d.setdefault(name, getattr(rel.defaults, name))
     if "dtype" not in d and not d.get("load_in_4bit"):

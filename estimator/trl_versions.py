@@ -14,8 +14,9 @@ Pure data and pure functions, stdlib only: `profile("0.14")` is the row for a re
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
+
+from estimator import version_text
 
 Version = tuple[int, int]
 
@@ -95,8 +96,7 @@ class TrlProfile:
         return self.first <= version <= self.last
 
 
-def fmt(v: Version) -> str:
-    return f"{v[0]}.{v[1]}"
+fmt = version_text.fmt
 
 
 _D014 = Defaults(
@@ -339,12 +339,12 @@ def accepted_range() -> str:
 
 def parse_version(text: str) -> Version:
     """`0.14`, `0.14.0`, `v1.16.2`, `0.19.0.dev0` -> (major, minor); ValueError naming the accepted form."""
-    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:[.\-+]?\w*)*", str(text).strip())
-    if not m:
+    try:
+        return version_text.parse_version(text)
+    except ValueError:
         raise ValueError(
-            f"--trl-version {text!r}: expected MAJOR.MINOR, e.g. 0.14 (modelled: {accepted_range()})"
-        )
-    return int(m.group(1)), int(m.group(2))
+            f"--trl-version {str(text)[:40]!r}: expected MAJOR.MINOR, e.g. 0.14 (modelled: {accepted_range()})"
+        ) from None
 
 
 def profile(version: str | Version) -> TrlProfile:

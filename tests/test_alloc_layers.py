@@ -22,7 +22,7 @@ from estimator.report import check_fit
 from estimator.units import MIB
 
 # 7B LoRA, TRL defaults (fp32 load, GC on, 8 generations): the config whose stream c12c87f2df5952d9 was traced
-LORA7B = RunConfig(model="7B", use_peft=True)
+LORA7B = RunConfig(model="7B", use_peft=True, transformers_version="5.23")  # its stream was traced under 5.23
 # the stream's simulated (peak allocated, fragmentation at max_memory_reserved, smallest passing limit) per variant
 SIM = {
     "default": (35_277_086_208, 1_280_467_456, 36_237_436_800),
@@ -101,7 +101,7 @@ def test_the_settings_select_the_simulated_variant_of_the_same_stream(changes, v
 
 
 def test_layers_from_allocated_to_nvidia_smi(capsys):
-    assert cli.main(["--model", "7B", "--lora", "--json"]) == 0
+    assert cli.main(["--model", "7B", "--lora", "--transformers-version", "5.23", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     L = d["layers"]
     a = L["allocated"]["bytes"]
@@ -120,7 +120,7 @@ def test_layers_from_allocated_to_nvidia_smi(capsys):
 
 
 def test_human_table_shows_the_layers(capsys):
-    assert cli.main(["--model", "7B", "--lora"]) == 0
+    assert cli.main(["--model", "7B", "--lora", "--transformers-version", "5.23"]) == 0
     out = capsys.readouterr().out.splitlines()
     order = [
         "peak allocated",

@@ -88,8 +88,12 @@ def test_kv_cache_takes_the_residual_dtype():
         model="7B", per_device_train_batch_size=8, max_prompt_length=256, max_completion_length=1024
     )
     assert gen.kv_cache(cfg.with_(dtype="bfloat16"), Q7) == 2 * 28 * 8 * 512 * 1280 * 2 == 587_202_560
-    # fp32 weights: rotary promotes K to fp32 and DynamicCache's first cat promotes V, even under autocast
-    assert gen.kv_cache(cfg, Q7) == 2 * 587_202_560
+    # fp32 weights: rotary promotes K to fp32 and, in transformers 5.23, DynamicCache's first cat promotes V,
+    # even under autocast
+    assert gen.kv_cache(cfg.with_(transformers_version="5.23"), Q7) == 2 * 587_202_560
+    # 5.24 keeps V in v_proj's dtype: bf16 under autocast, fp32 K beside bf16 V
+    assert gen.kv_cache(cfg.with_(transformers_version="5.24"), Q7) == 28 * 8 * 512 * 1280 * (4 + 2)
+    assert gen.kv_cache(cfg.with_(transformers_version="5.24", bf16=False), Q7) == 2 * 587_202_560
 
 
 def test_generation_batch_geometry():

@@ -9,6 +9,7 @@ from estimator.architecture import Arch
 from estimator.config import RunConfig
 from estimator.terms import activations as act
 from estimator.terms.activations import residual_bytes
+from estimator.units import nbytes
 
 
 def layer_windows(arch: Arch) -> list[int | None]:
@@ -40,13 +41,35 @@ def layer_windows(arch: Arch) -> list[int | None]:
     )
 
 
+def key_cache_dtype(cfg: RunConfig) -> str:
+    """The key cache's dtype: the residual's. Rotary promotes K to the dtype of cos/sin (the hidden states',
+    `LlamaRotaryEmbedding.forward` returns `cos.to(x.dtype)`), so an fp32 load keeps fp32 keys under autocast."""
+    return cfg.dtype
+
+
+def value_cache_dtype(cfg: RunConfig) -> str:
+    """The value cache's dtype. transformers 5.23's `DynamicLayer` starts it as an empty tensor of the keys' dtype
+    (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cache_utils.py#L113-L117), so the
+    first `torch.cat` promotes V to K's dtype; 5.24 starts it in `value_states.dtype`
+    (https://github.com/huggingface/transformers/blob/v5.24.0/src/transformers/cache_utils.py#L113-L117), so V
+    keeps v_proj's output dtype: bf16 under autocast with an fp32 load (Phi-3's fused qkv too: V is a view of it).
+    """
+    if cfg.transformers.cache_values_own_dtype:
+        return act.linear_output_dtype(cfg)
+    return key_cache_dtype(cfg)
+
+
+def _kv_bytes(cfg: RunConfig) -> tuple[int, int]:
+    """(bytes per key element, bytes per value element) in the cache."""
+    return nbytes(key_cache_dtype(cfg)), nbytes(value_cache_dtype(cfg))
+
+
 def kv_cache(
     cfg: RunConfig, arch: Arch, seq_len: int | None = None, prefill: bool = False, layers: int | None = None
 ) -> int:
-    """2 (K, V) × sequences × kv_heads × head_dim × r × Σ_layers kept length: P + C, or window − 1 on a sliding layer.
+    """sequences × kv_heads × head_dim × (k + v bytes) × Σ_layers kept length: P + C, or window − 1 on a sliding
+    layer (k, v: `key_cache_dtype`, `value_cache_dtype`).
 
-    The cache takes the residual dtype, not autocast's: rotary promotes K to the dtype of cos/sin (the hidden
-    states'), and DynamicCache's first `torch.cat` onto an empty tensor of K's dtype promotes V too (seen in traces).
     A sliding-window layer (`DynamicSlidingWindowLayer.update`, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cache_utils.py#L244-L247) keeps the last
     `sliding_window − 1` positions. It keeps them as a slice of the full concatenation
     (`self.keys = full_key_states[:, :, -self.sliding_window + 1 :, :]`, a view), so after the prefill every
@@ -54,11 +77,11 @@ def kv_cache(
     counts every layer at full length; `layers` counts only the first that many (a prefill's earlier layers).
     """
     length = cfg.sequence_length if seq_len is None else seq_len
+    per_position = cfg.generation_sequences * arch.kv_dim * sum(_kv_bytes(cfg))
     if prefill:
         n = arch.num_layers if layers is None else layers
-        return 2 * cfg.generation_sequences * arch.kv_dim * length * n * residual_bytes(cfg)
-    kept = sum(_kept(length, w) for w in layer_windows(arch))
-    return 2 * cfg.generation_sequences * arch.kv_dim * kept * residual_bytes(cfg)
+        return per_position * length * n
+    return per_position * sum(_kept(length, w) for w in layer_windows(arch))
 
 
 def kv_concat_transient(cfg: RunConfig, arch: Arch) -> int:
@@ -67,12 +90,14 @@ def kv_concat_transient(cfg: RunConfig, arch: Arch) -> int:
     transformers 5.23 `DynamicLayer.update` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cache_utils.py#L136-L137)
     runs `self.keys = torch.cat([self.keys, key_states], -2)` and then the same for the values: the old keys are
     released when `self.keys` is rebound, before the values' `cat` starts, so one [G, kv_heads, L, d] tensor is
-    doubled. `DynamicSlidingWindowLayer.update` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cache_utils.py#L242-L249)
-    concatenates both K and V before rebinding either, so a sliding layer doubles two.
+    doubled, the larger of K and V. `DynamicSlidingWindowLayer.update` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cache_utils.py#L242-L249)
+    concatenates both K and V before rebinding either, so a sliding layer doubles both (5.24: the same code).
     """
-    per_tensor = cfg.generation_sequences * arch.kv_dim * residual_bytes(cfg)
+    k, v = _kv_bytes(cfg)
+    per_position = cfg.generation_sequences * arch.kv_dim
     return max(
-        (1 if w is None else 2) * _kept(cfg.sequence_length, w) * per_tensor for w in layer_windows(arch)
+        (max(k, v) if w is None else k + v) * _kept(cfg.sequence_length, w) * per_position
+        for w in layer_windows(arch)
     )
 
 
@@ -86,34 +111,37 @@ def decode_attention_copies(cfg: RunConfig, arch: Arch) -> int:
     at a time. The scores [G, heads, 1, L] take `eager_nograd_bytes` per element. sdpa on an unpadded decode step
     gets no mask and runs native GQA (`use_gqa_in_sdpa`), so it repeats nothing (`kv_heads_in_attention`).
 
-    When autocast's dtype differs from the cache's (an fp32 or fp16 load under bf16 autocast), `matmul` and
-    `scaled_dot_product_attention` cast their operands first (both on autocast's lower-precision list,
+    When autocast's dtype differs from a cache tensor's (an fp32 load under bf16 autocast: K, and V too under
+    transformers 5.23, `value_cache_dtype`), `matmul` and `scaled_dot_product_attention` cast those operands first (both on autocast's lower-precision list,
     https://docs.pytorch.org/docs/2.9/amp.html#cuda-ops-that-can-autocast-to-float16): eager's matmul casts one
     [G, heads, L, d] operand at a time (the repeated K, then the repeated V, which the cast replaces as `bmm`'s
-    copy of an expanded one-head view), sdpa casts K and V together at the width it gets them (kv_heads natively,
-    heads after a masked call's `repeat_kv`): a bytes each. flash_attention_2 casts the same two: transformers'
+    copy of an expanded one-head view; when only K is cast, its copy is gone before softmax's copies exist), sdpa casts K and V together at the width it gets them (kv_heads natively,
+    heads after a masked call's `repeat_kv`): a bytes each, for each of K and V that needs it. flash_attention_2 casts the same two: transformers'
     `fa_peft_integration_check` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/modeling_flash_attention_utils.py#L583-L598)
     casts q, k and v to the target dtype when q is fp32, as rotary's promotion leaves it (`act.query_bytes`).
     """
     eager = cfg.attn_implementation == "eager"
     width = act.kv_heads_in_attention(cfg, arch, masked=False) * arch.head_dim
     repeats = width != arch.kv_dim and arch.num_kv_heads > 1  # one KV head: `repeat_kv` is a view
-    casts = act.compute_dtype(cfg) != cfg.dtype
-    copies = 2 if repeats else (1 if eager and arch.num_kv_heads == 1 and not casts else 0)
-    repeated = copies * _longest_layer_tensor(cfg, arch, arch.num_heads * arch.head_dim)
+    compute = act.compute_dtype(cfg)
+    cast_k, cast_v = key_cache_dtype(cfg) != compute, value_cache_dtype(cfg) != compute
+    k, v = _kv_bytes(cfg)
+    repeated = 0
+    if repeats:  # the repeated K and V, each in its cache dtype
+        repeated = _longest_layer_tensor(cfg, arch, arch.num_heads * arch.head_dim, k + v)
+    elif eager and arch.num_kv_heads == 1 and not (cast_k or cast_v):  # bmm's copy, one operand at a time
+        repeated = _longest_layer_tensor(cfg, arch, arch.num_heads * arch.head_dim, max(k, v))
     cast = 0
-    if casts:
+    if cast_k or cast_v:
         per_cast = _longest_layer_tensor(cfg, arch, width, act.compute_bytes(cfg))
-        cast = per_cast if eager else 2 * per_cast
-    scores = 0
-    if eager:
-        scores = (
-            cfg.generation_sequences
-            * arch.num_heads
-            * _longest_kept(cfg, arch)
-            * act.eager_nograd_bytes(cfg, arch)
-        )
-    return repeated + cast + scores
+        cast = per_cast if eager else (cast_k + cast_v) * per_cast
+    if not eager:
+        return repeated + cast
+    score_elements = cfg.generation_sequences * arch.num_heads * _longest_kept(cfg, arch)
+    scores = score_elements * act.eager_nograd_bytes(cfg, arch)
+    if cast_k and not cast_v:  # K's cast lives through the first matmul only, beside its output
+        return repeated + max(cast + score_elements * act.compute_bytes(cfg), scores)
+    return repeated + cast + scores  # V's cast meets the probabilities at the second matmul
 
 
 def _kept(length: int, window: int | None) -> int:
@@ -125,10 +153,9 @@ def _longest_kept(cfg: RunConfig, arch: Arch) -> int:
     return max(_kept(cfg.sequence_length, w) for w in layer_windows(arch))
 
 
-def _longest_layer_tensor(cfg: RunConfig, arch: Arch, width: int, bytes_per: int | None = None) -> int:
-    """[G, heads, L, d] in the cache's dtype (or `bytes_per`), L the longest layer's kept length; `width` = heads × d."""
-    per = residual_bytes(cfg) if bytes_per is None else bytes_per
-    return cfg.generation_sequences * width * _longest_kept(cfg, arch) * per
+def _longest_layer_tensor(cfg: RunConfig, arch: Arch, width: int, bytes_per: int) -> int:
+    """[G, heads, L, d] at `bytes_per` bytes an element, L the longest layer's kept length; `width` = heads × d."""
+    return cfg.generation_sequences * width * _longest_kept(cfg, arch) * bytes_per
 
 
 def generation_logits(cfg: RunConfig, arch: Arch) -> int:

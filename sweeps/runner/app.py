@@ -28,6 +28,7 @@ from estimator.architecture import ConfigError
 from estimator.catalog import UnknownModel, resolve_model
 from estimator.config import DEVICES, DTYPES, OPTIMIZERS, RunConfig
 from estimator.units import MIB
+from estimator.versions import default_transformers
 from sweeps import records
 from sweeps.runner import grpo_setup, schema, tiny
 from sweeps.runner.predict import arch_for, predict
@@ -183,12 +184,12 @@ def _check_run(variant: dict) -> None:
 
 # Settings one runner process applies beyond those it passes to GRPOConfig by name (grpo_setup.grpo_config_values):
 # the model, its load (model_init_kwargs, BitsAndBytesConfig, LoraConfig), the prompts, and what only the estimator
-# reads (gpu_memory_gib, trl_version: checked against the installed TRL). Any other setting (roles, vLLM server and
+# reads (gpu_memory_gib, trl_version and transformers_version: checked against the installed releases). Any other setting (roles, vLLM server and
 # sleep-level knobs, FSDP / offload, allocator settings) must stay at its default: the runner cannot run it.
 RUNNER_APPLIES = {
     "model", "device", "dtype", "attn_implementation", "use_peft", "lora_r", "lora_target_modules", "lora_dropout",
     "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant", "max_prompt_length", "bf16", "logprob_head",
-    "num_gpus", "sharding", "gpu_memory_gib", "trl_version",
+    "num_gpus", "sharding", "gpu_memory_gib", "trl_version", "transformers_version",
 }  # fmt: skip
 
 
@@ -228,6 +229,7 @@ def to_job(cfg: DictConfig) -> Job:
     _check_runnable(settings)
     if settings.get("use_vllm") and settings["device"] != "cuda":
         raise BadInput("trainer.use_vllm=true: accepted only with device=cuda")
+    settings.setdefault("transformers_version", default_transformers())  # the release this run measures
     try:
         config = RunConfig.from_dict(settings)
     except (TypeError, ValueError) as exc:

@@ -149,14 +149,21 @@ def grpo_args(cfg: RunConfig, variant: dict, output_dir: Path):
 
 
 def release_problem(cfg: RunConfig) -> str | None:
-    """Why this environment cannot run `cfg.trl_version` (it runs the installed TRL only), or None."""
+    """Why this environment cannot run `cfg.trl_version` / `cfg.transformers_version` (it runs the installed
+    releases only), or None."""
     from estimator.trl_versions import fmt, installed_version
+    from estimator.versions import default_transformers
 
     here = installed_version()
     if here is not None and cfg.trl_version != fmt(here):
         return (
             f"trl_version={cfg.trl_version}: this environment runs TRL {fmt(here)}; "
             "older releases run in their own environments through `make sweep-legacy`"
+        )
+    if cfg.transformers_version != default_transformers():
+        return (
+            f"transformers_version={cfg.transformers_version}: this environment runs transformers "
+            f"{default_transformers()}; install that release to measure another"
         )
     return None
 

@@ -134,11 +134,13 @@ def execute(spec: dict) -> dict:
     """Build the trainer, run the steps under the probes, return the result dict (raises on failure)."""
     _inject(spec.get("inject_failure"))
     from estimator.config import RunConfig
+    from estimator.versions import default_transformers
     from sweeps.probes import phases as phase_hooks
     from sweeps.records import environment_info
     from sweeps.runner import grpo_setup
 
-    cfg = RunConfig.from_dict(spec["config"])
+    # a spec that names no transformers release measures the installed one
+    cfg = RunConfig.from_dict({"transformers_version": default_transformers(), **spec["config"]})
     variant = {**grpo_setup.VARIANT_DEFAULTS, **spec.get("variant", {})}
     env = environment_info(cfg.device)
     workdir = Path(spec.get("workdir") or tempfile.mkdtemp(prefix="grpo-vram-run-"))

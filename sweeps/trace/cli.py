@@ -25,6 +25,7 @@ from pathlib import Path
 
 from estimator.config import RunConfig
 from estimator.units import GIB
+from estimator.versions import default_transformers
 from sweeps import records
 from sweeps.trace.grid import GRIDS, grid_configs
 
@@ -113,7 +114,9 @@ def make_row(
     """Trace `cfg` and build its result row (status error with the message if the trace raises).
 
     `num_layers`: a depth-reduced trace; the row's `model.config` holds the traced config.json, which the
-    estimator is evaluated on (sweeps.runner.predict)."""
+    estimator is evaluated on (sweeps.runner.predict). The row models the installed transformers, which the
+    trace runs."""
+    cfg = cfg.with_(transformers_version=default_transformers())
     if cfg.num_gpus > 1:  # rank 0 of N ranks on a fake process group (sweeps/trace/multigpu.py)
         from sweeps.trace import multigpu
 

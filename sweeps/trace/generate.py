@@ -22,14 +22,26 @@ from contextlib import nullcontext
 import torch
 
 
-def _forward(model, autocast, **kw):
-    """One generation forward, as accelerate wraps it: autocast, then bf16/fp16 outputs converted to fp32."""
+def cache_kwarg() -> str:
+    """The keyword a decoder's forward takes its KV cache by: `cache` from transformers 5.24 (`past_key_values`
+    is deprecated there until 5.40, https://github.com/huggingface/transformers/blob/v5.24.0/src/transformers/models/llama/modeling_llama.py#L424-L435),
+    `past_key_values` before."""
+    import transformers
+
+    from estimator.version_text import parse_version
+
+    return "cache" if parse_version(transformers.__version__) >= (5, 24) else "past_key_values"
+
+
+def _forward(model, autocast, cache, **kw):
+    """One generation forward into `cache` (updated in place), as accelerate wraps it: autocast, then bf16/fp16
+    outputs converted to fp32; returns the logits."""
     with autocast:
-        out = model(**kw)
+        out = model(**kw, **{cache_kwarg(): cache})
     logits = out.logits
     if logits.dtype in (torch.bfloat16, torch.float16):
         logits = logits.float()
-    return out.past_key_values, logits
+    return logits
 
 
 def _sample_step(logits: torch.Tensor) -> torch.Tensor:
@@ -68,13 +80,13 @@ def generate(model, batch: int, prompt_len: int, completion_len: int, bf16: bool
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
         position_ids = attention_mask.cumsum(-1) - 1
-        cache, logits = _forward(
+        logits = _forward(
             model,
             autocast,
+            cache,
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
         )
@@ -92,13 +104,13 @@ def generate(model, batch: int, prompt_len: int, completion_len: int, bf16: bool
             done = steps - k
         for _ in range(done, steps):
             seen = input_ids.shape[1]
-            cache, logits = _forward(
+            logits = _forward(
                 model,
                 autocast,
+                cache,
                 input_ids=input_ids[:, -1:],
                 attention_mask=attention_mask,
                 position_ids=torch.full((batch, 1), seen - 1, dtype=torch.long, device=dev),
-                past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
             )

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from estimator.config import RunConfig
+from estimator.versions import default_transformers
 from sweeps import records
 from sweeps.oneline import OneLineParser
 from sweeps.trace import cli as single_cli
@@ -71,6 +72,7 @@ def make_row(cfg: RunConfig, layout: dict, sweep: str = SWEEP) -> dict:
     """Trace `cfg` as rank 0 of `layout` and build its row (error / skipped rows carry the reason)."""
     from sweeps.trace import distributed
 
+    cfg = cfg.with_(transformers_version=default_transformers())  # the release the trace runs
     var = _variant(cfg, layout)
     row = single_cli._row_header(cfg, sweep, var)
     try:

@@ -1,6 +1,7 @@
-"""Retrace, in place, the traced rows a tracer fix changes; resumable.
+"""Retrace the traced rows a tracer fix or an upstream release changes: in place, or beside them; resumable.
 
     python -m sweeps.trace.retrace --tag bnb-lora-wrapper --where load_in_4bit results/traced/*.jsonl
+    python -m sweeps.trace.retrace --beside --tag transformers-5.24 --where bf16 results/traced/*.jsonl
 
 Every `status: "ok"` row of the given files whose config has each `--where` field truthy is traced again with
 its own config and run variant (so the same key, the same `sweep`, the same depth) and replaces its old line
@@ -8,6 +9,11 @@ atomically (`records.replace_row`); every other line is kept byte for byte. The 
 `retraced: TAG`, and a rerun skips rows that already carry it, so an interrupted retrace resumes. A retrace
 that fails or runs past `--timeout` leaves the old row as it was and is reported on stdout, never written over
 a finished result.
+
+`--beside` keeps the old rows and appends the retrace as a row of its own, for a new upstream release: the new
+config names the installed transformers (`transformers_version`), so it has its own key, and both releases' rows
+stay to hold the estimator to (rows already modelled at the installed release are not selected; a rerun skips
+rows whose retrace is already in the file).
 
 Used after round 8's two tracer fixes for QLoRA (the emulated 4-bit layers became `bnb.nn.Linear4bit`
 subclasses, so peft wraps them as on a GPU, sweeps/trace/fake_model.py; and under the tracer's CPU autocast
@@ -25,6 +31,7 @@ import time
 from pathlib import Path
 
 from estimator.config import RunConfig
+from estimator.versions import default_transformers
 from sweeps import records
 from sweeps.oneline import OneLineParser
 from sweeps.trace.cli import DECODE_K, make_row
@@ -62,6 +69,24 @@ def selected(rows: list[dict], where: list[str], tag: str) -> list[dict]:
     ]
 
 
+def _installed_key(old: dict) -> str:
+    """The key `old`'s retrace gets under the installed transformers."""
+    cfg = RunConfig.from_dict(old["config"]).with_(transformers_version=default_transformers())
+    return records.make_key(cfg.to_dict(), old.get("variant") or {})
+
+
+def beside_todo(rows: list[dict], where: list[str], tag: str) -> list[dict]:
+    """`selected` rows modelled at another transformers release than the installed one, whose retrace under
+    the installed release is not in `rows` yet."""
+    here = default_transformers()
+    keys = {r.get("key") for r in rows}
+    return [
+        r
+        for r in selected(rows, where, tag)
+        if RunConfig.from_dict(r["config"]).transformers_version != here and _installed_key(r) not in keys
+    ]
+
+
 def retrace_row(old: dict, trace=make_row) -> dict:
     """`old`'s config traced again under its own variant (decode k, micro-batch cap, depth) and sweep name."""
     var = old.get("variant") or {}
@@ -75,12 +100,15 @@ def retrace_row(old: dict, trace=make_row) -> dict:
     )
 
 
-def run(paths: list[Path], where: list[str], tag: str, timeout: int, trace=make_row) -> int:
-    """Retrace the selected rows of each file in place; returns how many could not be retraced."""
+def run(
+    paths: list[Path], where: list[str], tag: str, timeout: int, trace=make_row, beside: bool = False
+) -> int:
+    """Retrace the selected rows of each file, in place or `beside` them; returns how many could not be."""
     failed = 0
     signal.signal(signal.SIGALRM, _alarm)
     for path in paths:
-        todo = selected(records.load_rows(path), where, tag)
+        rows = records.load_rows(path)
+        todo = beside_todo(rows, where, tag) if beside else selected(rows, where, tag)
         print(f"{path}: {len(todo)} rows to retrace", flush=True)
         for i, old in enumerate(todo, 1):
             t0 = time.perf_counter()
@@ -93,16 +121,21 @@ def run(paths: list[Path], where: list[str], tag: str, timeout: int, trace=make_
                 new = {"status": "error", "error": f"{type(e).__name__}: {e}"}
             finally:
                 signal.alarm(0)
-            ok = new.get("status") == "ok" and new.get("key") == old["key"]
-            if ok:
-                records.replace_row(path, {**new, "retraced": tag})
+            if beside:
+                ok = new.get("status") == "ok" and new.get("key") == _installed_key(old)
+                if ok:
+                    records.append_row(path, {**new, "retraced": tag, "retrace_of": old["key"]})
             else:
+                ok = new.get("status") == "ok" and new.get("key") == old["key"]
+                if ok:
+                    records.replace_row(path, {**new, "retraced": tag})
+            if not ok:
                 failed += 1
             before = old["observed"]["peak_bytes"] / 2**20
             after = (
                 f"{new['observed']['peak_bytes'] / 2**20:.0f} MiB traced"
                 if ok
-                else f"old row kept ({new.get('error')})"
+                else f"old row kept ({new.get('error') or 'key differs'})"
             )
             print(
                 f"[{i}/{len(todo)}] {old['key']} {old['config'].get('model')}: peak {before:.0f} MiB traced "
@@ -124,11 +157,16 @@ def main(argv: list[str] | None = None) -> int:
         help="FIELD (truthy) or FIELD=JSON_VALUE a row's config must meet (repeatable)",
     )
     p.add_argument("--timeout", type=int, default=600, help="seconds per row before it is left as it was")
+    p.add_argument(
+        "--beside",
+        action="store_true",
+        help="append each retrace as a row of its own under the installed transformers (old rows kept)",
+    )
     a = p.parse_args(argv)
     for path in a.paths:
         if not path.is_file():
             p.error(f"no such traced file: {path}")
-    return 1 if run(a.paths, a.where, a.tag, a.timeout) else 0
+    return 1 if run(a.paths, a.where, a.tag, a.timeout, beside=a.beside) else 0
 
 
 if __name__ == "__main__":
