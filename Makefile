@@ -26,7 +26,7 @@ SMOKE_DIR ?= results/raw/scratch
 
 LEGACY_TRL ?= 0.14 0.17 0.19 0.23
 
-.PHONY: install estimate test lint format sweep sweep-smoke sweep-legacy gpu-validate trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams validate heldout band lock
+.PHONY: install estimate test lint format sweep sweep-smoke sweep-legacy gpu-validate trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams validate heldout band lock upstream-check
 
 install: $(HARNESS_STAMP)
 
@@ -74,6 +74,26 @@ lock:
 	} > $(LOCK).tmp
 	mv $(LOCK).tmp $(LOCK)
 	@echo "$(LOCK): $$(grep -vc '^#' $(LOCK)) packages"
+
+# Drift report: would the newest upstream releases still match the estimator's terms and the tracer's copies?
+# A scratch venv ($(UPSTREAM_VENV)) gets the newest releases pyproject.toml allows (no lock), or those named in
+# UPSTREAM_PINS="transformers==5.24.0 peft==0.21.2"; torch stays at the lock's version (the newest here is a
+# multi-GB CUDA build) unless UPSTREAM_TORCH=newest or UPSTREAM_TORCH=2.14.1. It then runs the tracer's
+# upstream-source guard and the ground-truth tests (listed once, in sweeps/report/upstream_check.py) and prints
+# what drifted; the same report goes to UPSTREAM_REPORT. Exit 1 when anything drifted. Not part of `make test`.
+UPSTREAM_VENV := .venvs/upstream
+UPSTREAM_PINS ?=
+UPSTREAM_TORCH ?=
+UPSTREAM_REPORT ?= docs/upstream-check.md
+UPSTREAM_TORCH_REQ = $(if $(UPSTREAM_TORCH),$(if $(filter newest,$(UPSTREAM_TORCH)),torch,torch==$(UPSTREAM_TORCH)),torch==$(shell sed -n 's/^torch==//p' $(LOCK)))
+upstream-check:
+	test -x $(UPSTREAM_VENV)/bin/python || python3 -m venv $(UPSTREAM_VENV)
+	$(UPSTREAM_VENV)/bin/pip install -q --disable-pip-version-check --upgrade pip setuptools wheel
+	$(UPSTREAM_VENV)/bin/pip install -q --disable-pip-version-check --upgrade --upgrade-strategy eager \
+	  --no-build-isolation -e ".[sweep,dev]" "$(UPSTREAM_TORCH_REQ)" $(UPSTREAM_PINS)
+	PYTHONPATH=$(CURDIR) HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 $(UPSTREAM_VENV)/bin/python -m sweeps.report.upstream_check \
+	  --lock $(LOCK) --markdown $(UPSTREAM_REPORT) \
+	  --asked 'UPSTREAM_PINS="$(UPSTREAM_PINS)" UPSTREAM_TORCH="$(UPSTREAM_TORCH)" ($(UPSTREAM_TORCH_REQ))'
 
 # Every wheel the sweep needs, for the Python and platform of the machine that will install them (defaults: this
 # one's), downloaded into $(WHEEL_DIR)/ on a machine with internet. Copy the checkout with that folder to the
