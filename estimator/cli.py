@@ -57,7 +57,26 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument(
         "--trace", action="store_true", default=False, help="also trace real GRPO steps (sweep extra)"
     )
+    o.add_argument(
+        "--version",
+        action="version",
+        version=version_text(),
+        help="print the tool's version and the upstream releases it models, then exit",
+    )
     return p
+
+
+def version_text() -> str:
+    """`vram-estimate 0.1.0 (grpo-vram); models TRL 0.14-1.16; transformers 5.23-5.24; ...`."""
+    from importlib import metadata
+
+    from estimator import versions
+
+    try:
+        tool = metadata.version("grpo-vram")
+    except metadata.PackageNotFoundError:
+        tool = "(not installed: run from a checkout)"
+    return f"{PROG} {tool} (grpo-vram); models {versions.describe()}"
 
 
 @dataclass

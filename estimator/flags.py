@@ -225,4 +225,7 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
             catalog.resolve_model(role.model)
         except (catalog.UnknownModel, ConfigError) as e:
             raise FlagError(f"{flag(field_of[role.kind])}: {e}") from None
-    return cfg, arch, notes + setting_notes(cfg, arch, given)
+    from estimator.versions import installed_notes
+
+    releases = installed_notes(cfg.trl_version, cfg.transformers_version, cfg.use_vllm)
+    return cfg, arch, notes + setting_notes(cfg, arch, given) + releases

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from estimator import versions
 from estimator.architecture import Arch
 from estimator.config import RunConfig
 from estimator.phase_names import GENERATE, OPTIMIZER, SCORE, TRAIN
@@ -257,7 +258,10 @@ def build_phases(cfg: RunConfig, arch: Arch) -> tuple[dict[str, dict[str, int]],
             merged[k] = merged.get(k, 0) + v
         phases[phase] = {k: v for k, v in merged.items() if v}
     notes.append(f"train peak instant: {instant}")
-    notes.append(f"modelled TRL release: {cfg.trl_version} (semantics of TRL {cfg.release.label})")
+    notes.append(
+        f"modelled TRL release: {cfg.trl_version} (semantics of TRL {cfg.release.label}); with "
+        + versions.modelled_beside_trl(cfg.transformers_version, cfg.use_vllm)
+    )
     if cfg.release.batch_unit == "prompts":
         notes.append(
             f"TRL {cfg.trl_version} counts per_device_train_batch_size in prompts: "

@@ -139,14 +139,16 @@ def default_transformers() -> str:
     return NEWEST_TRANSFORMERS
 
 
-def modelled(trl: str, transformers: str, vllm: bool = False) -> str:
-    """One line: the releases an estimate models."""
-    parts = [f"TRL {trl}", f"transformers {transformers}"]
-    for c in CHECKED:
-        if c.package in ("trl", "transformers") or (c.package == "vllm" and not vllm):
-            continue
-        parts.append(f"{c.label} {c.range}")
-    return "models " + ", ".join(parts)
+def modelled_beside_trl(transformers: str, vllm: bool = False) -> str:
+    """`transformers 5.24, PEFT 0.21, torch 2.11-2.13, bitsandbytes 0.50[, vLLM 0.22]`: what an estimate models
+    beside its TRL release."""
+    parts = [f"transformers {transformers}"]
+    parts += [
+        f"{c.label} {c.range}"
+        for c in CHECKED
+        if c.package not in ("trl", "transformers") and (c.package != "vllm" or vllm)
+    ]
+    return ", ".join(parts)
 
 
 def installed_notes(trl: str, transformers: str, vllm: bool = False) -> list[str]:

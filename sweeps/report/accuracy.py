@@ -19,6 +19,7 @@ from estimator.config import NEWEST_TRL, RunConfig
 from estimator.estimate import Estimate, estimate
 from estimator.trl_versions import profile
 from estimator.units import MIB
+from estimator.versions import MODELLED_TRANSFORMERS, NEWEST_TRANSFORMERS, RECORDS_TRANSFORMERS
 from sweeps import records
 from sweeps.oneline import OneLineParser
 from sweeps.report.frames import method_of, model_label, summarize_config
@@ -44,6 +45,7 @@ COLUMNS = [
     "source",
     "set",
     "trl_version",
+    "transformers_version",
     "sweep",
     "key",
     "model",
@@ -100,8 +102,31 @@ def _nvml_peak(observed: dict) -> int | None:
     return nv.get("peak_process_bytes") or nv.get("peak_device_bytes")
 
 
-def compared_rows(rows: Iterable[dict]) -> list[dict]:
-    """The rows accuracy compares: one per (source, key) (records.latest_rows), status ok, with a peak."""
+def release_of(row: dict) -> str:
+    """The transformers release a row was made under, as its config says (rows from before the setting: 5.23)."""
+    config = row.get("config") if isinstance(row.get("config"), dict) else {}
+    return str(config.get("transformers_version", RECORDS_TRANSFORMERS))
+
+
+def release_view(rows: Iterable[dict], release: str) -> list[dict]:
+    """The rows as one set under transformers `release`: each row made under it, and each row made under
+    another release that no row made under `release` retraces (`retrace_of`, sweeps.trace.retrace --beside)
+    and that is no retrace itself. A config retraced for a new release counts once, at that release."""
+    rows = list(rows)
+    at = [r for r in rows if release_of(r) == release]
+    replaced = {r.get("retrace_of") for r in at}
+    return at + [
+        r
+        for r in rows
+        if release_of(r) != release and r.get("key") not in replaced and not r.get("retrace_of")
+    ]
+
+
+def compared_rows(rows: Iterable[dict], release: str | None = NEWEST_TRANSFORMERS) -> list[dict]:
+    """The rows accuracy compares: one per (source, key) (records.latest_rows), status ok, with a peak; with
+    `release`, the set as it stands under that transformers release (`release_view`), else every row."""
+    if release is not None:
+        rows = release_view(rows, release)
     out = []
     for r in records.latest_rows(rows):
         peak = (r.get("observed") or {}).get("peak_bytes") if isinstance(r.get("observed"), dict) else None
@@ -115,12 +140,15 @@ def compared_rows(rows: Iterable[dict]) -> list[dict]:
     return out
 
 
-def accuracy_frame(rows: Iterable[dict], predictor: Predictor = predict) -> pd.DataFrame:
-    """One line per compared row: prediction recomputed now, observed peak, abs / relative error, peak phases.
+def accuracy_frame(
+    rows: Iterable[dict], predictor: Predictor = predict, release: str | None = NEWEST_TRANSFORMERS
+) -> pd.DataFrame:
+    """One line per compared row (`compared_rows`: by default the set under the newest transformers release
+    modelled): prediction recomputed now, observed peak, abs / relative error, peak phases.
 
     A row the estimator cannot size stays in the frame with `prediction_error` set and no error numbers."""
     out = []
-    for r in compared_rows(rows):
+    for r in compared_rows(rows, release):
         obs = r["observed"]
         config = r["config"]
         pred, err = predictor(config, (r.get("model") or {}).get("config"))
@@ -129,6 +157,7 @@ def accuracy_frame(rows: Iterable[dict], predictor: Predictor = predict) -> pd.D
         line = {
             "source": r.get("source"),
             "trl_version": str(config.get("trl_version", NEWEST_TRL)),
+            "transformers_version": release_of(r),
             "set": set_of(r.get("source"), r.get("sweep")),
             "sweep": r.get("sweep"),
             "key": r["key"],
@@ -316,6 +345,21 @@ def split_lines_of(acc: pd.DataFrame, rows: Iterable[dict]) -> list[str]:
     ]
 
 
+def release_lines(rows: list[dict], predictor: Predictor = predict) -> list[str]:
+    """The three traced sets and the measured-gpu rows as they stand under each modelled transformers release
+    (`release_view`), side by side: `accuracy[transformers 5.23, validation]: ...`."""
+    out = []
+    for release in MODELLED_TRANSFORMERS:
+        acc = accuracy_frame(rows, predictor, release)
+        for line in split_lines_of(acc, rows):
+            out.append(line.replace("accuracy[", f"accuracy[transformers {release}, ", 1))
+        gpu = with_prediction(acc)
+        gpu = gpu[gpu["source"] == "measured-gpu"]
+        if len(gpu):
+            out.append(split_summary(f"transformers {release}, measured-gpu", gpu["rel_error"]))
+    return out
+
+
 def split_lines(paths: list[str], predictor: Predictor = predict) -> list[str]:
     """`split_lines_of` over the rows of `paths` (result dirs or .jsonl files)."""
     rows = records.read_rows(paths).rows
@@ -371,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in summary_lines(df):
         print(line)
     for line in split_lines_of(df, loaded.rows):
+        print(line)
+    for line in release_lines(loaded.rows):
         print(line)
     return 0
 

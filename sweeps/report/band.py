@@ -31,12 +31,12 @@ def _source(paths: tuple[Path, ...]) -> str:
 
 def compute(paths: tuple[Path, ...] = SEEN) -> dict:
     """Per regime (estimator.band.regime) and over all rows: low / high relative error of the current estimator
-    over the traced ok rows of `paths`."""
+    over the traced ok rows of `paths`, every transformers release's (a user may run any modelled one)."""
     from estimator.band import REGIMES, regime
     from estimator.config import RunConfig
 
     rows = [row for path in paths for row in records.load_rows(path)]
-    df = accuracy_frame(rows)
+    df = accuracy_frame(rows, release=None)
     df = df[df["rel_error"].notna()]
     if not len(df):
         raise SystemExit(f"no traced rows with a prediction in {', '.join(str(p) for p in paths)}")
