@@ -368,17 +368,15 @@ def _fmt(v: float) -> str:
     return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.4g}"
 
 
-def revision() -> str:
-    """The checkout the tests ran from: its commit, and whether tracked files differed from it."""
+def revision(report: Path | None = None) -> str:
+    """The checkout the tests ran from: its commit, and whether tracked files other than `report` (the last run's
+    report, which this run rewrites) differed from it."""
+    git = ["git", "-C", str(REPO)]
+    mine = [f":(exclude){report.resolve().relative_to(REPO)}"] if report and _inside(report.resolve()) else []
     try:
-        head = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-        )
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        status = [*git, "status", "--porcelain", "--untracked-files=no", "--", ".", *mine]
+        dirty = subprocess.run(status, capture_output=True, text=True)
     except OSError:
         return ""
     if head.returncode != 0:
@@ -386,10 +384,18 @@ def revision() -> str:
     return head.stdout.strip() + (" with uncommitted changes" if dirty.stdout.strip() else "")
 
 
-def render(r: Report, when: str | None = None, rev: str | None = None) -> str:
+def _inside(path: Path) -> bool:
+    try:
+        path.relative_to(REPO)
+    except ValueError:
+        return False
+    return True
+
+
+def render(r: Report, when: str | None = None, rev: str | None = None, report: Path | None = None) -> str:
     """The report as markdown (also what the terminal shows)."""
     when = when or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    rev = revision() if rev is None else rev
+    rev = revision(report) if rev is None else rev
     out = ["# Upstream check", ""]
     out.append(
         f"`make upstream-check` on {when}{', commit ' + rev if rev else ''}, Python {platform.python_version()}, "
@@ -537,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     outcomes = parse_junit(junit)
     report = build_report(outcomes, read_lock(a.lock), a.asked)
-    text = render(report)
+    text = render(report, report=a.markdown)
     print(text)
     if a.markdown:
         a.markdown.parent.mkdir(parents=True, exist_ok=True)
