@@ -200,13 +200,18 @@ def test_sizes_trl_rejects_are_one_line_and_exit_2(tmp_path):
 
 
 def test_composed_hydra_defaults_equal_runconfig_defaults():
-    """The trainer group is derived from the schema: composing with no overrides gives RunConfig() exactly."""
+    """The trainer group is derived from the schema: composing with no overrides gives RunConfig() exactly, but
+    for the release settings, which default to the releases installed here (what the run measures)."""
     from dataclasses import replace
 
     from estimator.config import RunConfig
+    from estimator.trl_versions import default_version, fmt
+    from estimator.versions import default_transformers
 
     job = app.to_job(_compose())
-    assert job.config == replace(RunConfig(), model="tiny-2M", device="cpu")  # model/device: their groups
+    here = {"trl_version": fmt(default_version()), "transformers_version": default_transformers()}
+    # model and device come from their own groups
+    assert job.config == replace(RunConfig(), model="tiny-2M", device="cpu", **here)
 
 
 def test_methods_switch_only_peft_and_4bit():

@@ -28,7 +28,6 @@ from estimator.architecture import ConfigError
 from estimator.catalog import UnknownModel, resolve_model
 from estimator.config import DEVICES, DTYPES, OPTIMIZERS, RunConfig
 from estimator.units import MIB
-from estimator.versions import default_transformers
 from sweeps import records
 from sweeps.runner import grpo_setup, schema, tiny
 from sweeps.runner.predict import arch_for, predict
@@ -229,7 +228,6 @@ def to_job(cfg: DictConfig) -> Job:
     _check_runnable(settings)
     if settings.get("use_vllm") and settings["device"] != "cuda":
         raise BadInput("trainer.use_vllm=true: accepted only with device=cuda")
-    settings.setdefault("transformers_version", default_transformers())  # the release this run measures
     try:
         config = RunConfig.from_dict(settings)
     except (TypeError, ValueError) as exc:
