@@ -16,6 +16,8 @@ from functools import cache
 from pathlib import Path
 
 from estimator.config import NEWEST_TRL, RunConfig
+from estimator.terms.generation import value_cache_dtype
+from estimator.versions import MODELLED_TRANSFORMERS
 
 TABLE = Path(__file__).resolve().parent / "data" / "allocator_streams.json"
 VARIANTS = ("default", "expandable_segments", "max_split_size_mb_128", "torch_empty_cache_steps_1")
@@ -39,8 +41,16 @@ def _table() -> dict:
     return json.loads(TABLE.read_text())
 
 
+def _release_free(cfg: RunConfig) -> bool:
+    """Whether this config's step is the same under every modelled transformers release: the releases differ
+    only in the value cache's dtype (estimator/versions.py), so a stream traced under one stands for all."""
+    return len({value_cache_dtype(cfg.with_(transformers_version=v)) for v in MODELLED_TRANSFORMERS}) == 1
+
+
 def _match_key(cfg: RunConfig | dict) -> tuple:
     d = cfg.to_dict() if isinstance(cfg, RunConfig) else dict(cfg)
+    if _release_free(cfg if isinstance(cfg, RunConfig) else RunConfig.from_dict(d)):
+        d.pop("transformers_version", None)
     for f in IGNORED_FIELDS:
         d.pop(f, None)
     if (

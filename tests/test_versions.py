@@ -115,3 +115,30 @@ def test_cli_names_the_releases_and_takes_the_transformers_release():
         [*run, *base, "--transformers-version", "4.57"], capture_output=True, text=True, env=env
     )
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "5.23" in bad.stderr
+
+
+def test_an_allocation_stream_stands_for_every_release_its_step_is_the_same_under():
+    from estimator import allocator_term
+
+    bf16 = RunConfig(model="7B", use_peft=True, dtype="bfloat16")  # V is bf16 under both releases
+    fp32 = RunConfig(model="7B", use_peft=True)  # V is fp32 under 5.23, bf16 under 5.24
+    source = {
+        rel: allocator_term.reserve(cfg.with_(transformers_version=rel), 30 * 2**30).source
+        for cfg in (bf16,)
+        for rel in ("5.23", "5.24")
+    }
+    assert source["5.23"] == source["5.24"] and "traced stream" in source["5.24"]
+    # the fp32 config's streams were traced once under each release: each release reads its own
+    index = [
+        json.loads(line) for line in (REPO / "results" / "streams" / "index.jsonl").read_text().splitlines()
+    ]
+    fp32_keys = {
+        row["config"].get("transformers_version", "5.23"): row["key"]
+        for row in index
+        if row["config"]["model"] == "7B"
+        and row["config"]["dtype"] == "float32"
+        and row["config"]["use_peft"]
+    }
+    for rel in ("5.23", "5.24"):
+        got = allocator_term.reserve(fp32.with_(transformers_version=rel), 30 * 2**30).source
+        assert fp32_keys[rel] in got, (rel, got)
