@@ -1,4 +1,5 @@
-"""Which model `--model` names: a shorthand size, a catalog name / HF id, a config.json path, or the local HF cache."""
+"""Which model `--model` names: a shorthand size, a catalog name / HF id, a config.json path, the local HF cache,
+or (with huggingface_hub and the network) any Hub id `ORG/NAME[@REV]`, whose config.json alone is fetched."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from estimator import hub
 from estimator.architecture import Arch, ConfigError, from_config
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
-# Shorthand sizes name the Qwen2.5-Instruct family (the sizes the sweeps measure).
+# Shorthand sizes (case-insensitive: 7b, 7B). A size names the Qwen2.5-Instruct model of that size (the sizes
+# the sweeps measure); sizes Qwen2.5 lacks name Qwen3, then the catalog's best-known model of that size.
+# Resolving a size says which model it chose (resolve_model_with_note); a full name picks any other.
 SHORTHANDS = {
     "0.5B": "Qwen/Qwen2.5-0.5B-Instruct",
     "1.5B": "Qwen/Qwen2.5-1.5B-Instruct",
@@ -21,6 +25,19 @@ SHORTHANDS = {
     "32B": "Qwen/Qwen2.5-32B-Instruct",
     "72B": "Qwen/Qwen2.5-72B-Instruct",
 }
+MORE_SIZES = {
+    "135M": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "360M": "HuggingFaceTB/SmolLM2-360M-Instruct",
+    "0.6B": "Qwen/Qwen3-0.6B",
+    "1B": "meta-llama/Llama-3.2-1B-Instruct",
+    "1.7B": "Qwen/Qwen3-1.7B",
+    "2B": "google/gemma-2-2b-it",
+    "4B": "Qwen/Qwen3-4B",
+    "8B": "Qwen/Qwen3-8B",
+    "30B-A3B": "Qwen/Qwen3-30B-A3B",
+    "70B": "meta-llama/Llama-3.1-70B-Instruct",
+}
+SIZES = {**SHORTHANDS, **MORE_SIZES}
 
 
 class UnknownModel(ValueError):
@@ -34,8 +51,24 @@ def catalog() -> dict[str, Path]:
 
 
 def catalog_names() -> list[str]:
-    """Every name --model accepts from the catalog: shorthands, then HF ids."""
-    return list(SHORTHANDS) + list(catalog())
+    """Every name --model accepts from the catalog: shorthand sizes, then HF ids."""
+    return list(sizes()) + list(catalog())
+
+
+def sizes() -> dict[str, str]:
+    """Shorthand size -> catalog HF id, smallest first (only sizes whose model is shipped)."""
+    shipped = catalog()
+    return dict(sorted(((k, v) for k, v in SIZES.items() if v in shipped), key=lambda kv: _size_value(kv[0])))
+
+
+def _size_value(size: str) -> float:
+    n = size.upper().split("-", 1)[0]
+    return float(n[:-1]) * (1e-3 if n.endswith("M") else 1.0)
+
+
+def size_note(size: str, hf_id: str) -> str:
+    """The one line that says which catalog model a size alias chose."""
+    return f"--model {size}: sized as {hf_id} (the catalog's {size} model; give a full name for another)"
 
 
 def load_config(path: Path) -> dict:
@@ -56,8 +89,8 @@ def load_config(path: Path) -> dict:
 
 
 def catalog_id(spec: str) -> str | None:
-    """The catalog HF id `spec` names (shorthand, HF id or bare name; case-insensitive), or None."""
-    short = SHORTHANDS.get(spec.strip().upper())
+    """The catalog HF id `spec` names (shorthand size, HF id or bare name; case-insensitive), or None."""
+    short = sizes().get(spec.strip().upper())
     if short:
         return short
     key = spec.strip().lower()
@@ -68,30 +101,22 @@ def catalog_id(spec: str) -> str | None:
 
 
 def hf_cache_dirs() -> list[Path]:
-    """Hub cache folders to look in: $HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub."""
-    dirs = []
+    """Hub cache folders to look in: huggingface_hub's own (hub.hub_cache_dir), $HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub."""
+    dirs = [hub.hub_cache_dir()]
     if os.environ.get("HF_HUB_CACHE"):
         dirs.append(Path(os.environ["HF_HUB_CACHE"]))
     if os.environ.get("HF_HOME"):
         dirs.append(Path(os.environ["HF_HOME"]) / "hub")
     dirs.append(Path.home() / ".cache" / "huggingface" / "hub")
-    return dirs
+    return list(dict.fromkeys(dirs))
 
 
-def find_in_hf_cache(hf_id: str) -> Path | None:
-    """config.json of `org/name` in the local HF cache (newest snapshot), or None; never touches the network."""
+def find_in_hf_cache(hf_id: str, revision: str | None = None) -> Path | None:
+    """config.json of `org/name` in the local HF cache (at `revision`: a branch, tag or commit; else refs/main or
+    the newest snapshot), or None; never touches the network."""
     if "/" not in hf_id:
         return None
-    folder = "models--" + hf_id.strip("/").replace("/", "--")
-    for cache in hf_cache_dirs():
-        if not cache.is_dir():
-            continue
-        # The cache folder keeps the id's case; match it case-insensitively.
-        matches = [d for d in cache.iterdir() if d.name.lower() == folder.lower()]
-        snaps = [p for d in matches for p in (d / "snapshots").glob("*/config.json")]
-        if snaps:
-            return max(snaps, key=lambda p: p.stat().st_mtime)
-    return None
+    return hub.cached_config(hf_id.strip("/"), revision, hf_cache_dirs())
 
 
 def closest_names(spec: str, n: int = 3) -> list[str]:
@@ -144,30 +169,66 @@ def _as_path(spec: str) -> Path | None:
         return None
 
 
-def resolve_model(spec: str) -> Arch:
-    """Arch for a shorthand size, catalog name / HF id / bare name, config.json path (or dir), or HF-cache id."""
+def resolve_model(spec: str, revision: str | None = None) -> Arch:
+    """Arch for a shorthand size, catalog name / HF id / bare name, config.json path (or dir), HF-cache id or Hub id."""
+    return resolve_model_with_note(spec, revision)[0]
+
+
+def resolve_model_with_note(spec: str, revision: str | None = None) -> tuple[Arch, str | None]:
+    """(Arch, note) for `spec`; the note (one line, else None) says which catalog model a size alias chose.
+
+    Order: size or catalog name (case-insensitive) -> config.json path or folder -> `ORG/NAME[@REV]` in the local
+    HF cache -> that id's config.json fetched from the Hub (estimator.hub: huggingface_hub, HF_TOKEN, HF_ENDPOINT;
+    never when HF_HUB_OFFLINE is set). `revision` (or `@REV` in `spec`) pins a branch, tag or commit; a catalog
+    name with a revision is looked up in the cache / on the Hub, not in the shipped file.
+    Raises UnknownModel or ConfigError, whose text is one line.
+    """
+    sizes_text = " ".join(sizes())
     if not isinstance(spec, str) or not spec.strip():
         raise UnknownModel(
-            f"--model {spec!r}: give a size ({' '.join(SHORTHANDS)}), a catalog name or a config.json"
+            f"--model {shown(spec) if isinstance(spec, str) else repr(spec)[:80]}: give a size ({sizes_text}), "
+            "a catalog name, an HF id or a config.json path"
         )
     if len(spec) > MAX_NAME:
         raise UnknownModel(f"--model {shown(spec)}: too long for a model name or path (at most {MAX_NAME})")
+    if revision is not None and (not isinstance(revision, str) or not hub.REVISION.fullmatch(revision)):
+        raise UnknownModel(
+            f"--model {shown(spec)}: revision {shown(str(revision))} is not a branch, tag or commit"
+        )
     hf_id = catalog_id(spec)
-    if hf_id:
-        return _catalog_arch(hf_id)
-    path = _as_path(spec)
+    if hf_id and revision is None:
+        size = spec.strip().upper()
+        return _catalog_arch(hf_id), (size_note(size, hf_id) if size in sizes() else None)
+    path = _as_path(spec) if not hf_id else None
     if path is not None:
         cfg = load_config(path)
         label = cfg.get("_name_or_path") if isinstance(cfg.get("_name_or_path"), str) else None
-        return _arch(cfg, label or str(spec), str(path))
+        return _arch(cfg, label or str(spec), str(path)), None
+    parsed = (hf_id, None) if hf_id else hub.split_id(spec)
+    if parsed is None:
+        raise _unknown(spec, sizes_text)
+    repo_id, rev = parsed
+    if revision is not None:
+        if rev is not None and rev != revision:
+            raise UnknownModel(f"--model {shown(spec)}: two revisions given ({rev!r} and {revision!r})")
+        rev = revision
+    label = repo_id + (f"@{rev}" if rev else "")
     try:
-        cached = find_in_hf_cache(spec)
+        cached = find_in_hf_cache(repo_id, rev)
     except (OSError, ValueError):
         cached = None
-    if cached:
-        return _arch(load_config(cached), spec, str(cached))
+    if cached is None:
+        try:
+            cached = hub.fetch_config(repo_id, rev)
+        except hub.HubError as e:
+            raise UnknownModel(str(e)) from None
+    return _arch(load_config(cached), label, str(cached)), None
+
+
+def _unknown(spec: str, sizes_text: str) -> UnknownModel:
     near = closest_names(spec)
-    hint = f"closest: {', '.join(near)}" if near else f"sizes: {' '.join(SHORTHANDS)}"
-    raise UnknownModel(
-        f"unknown model {shown(spec)} (not a size, catalog name, config.json path or HF-cache id); {hint}"
+    hint = f"closest: {', '.join(near)}; " if near else ""
+    return UnknownModel(
+        f"unknown model {shown(spec)} (not a size, catalog name, config.json path or ORG/NAME Hub id); {hint}"
+        f"sizes: {sizes_text}; or point at a config.json: --model ./path/to/config.json (or its folder)"
     )
