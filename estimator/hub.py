@@ -116,7 +116,7 @@ def fetch_config(repo_id: str, revision: str | None = None) -> Path:
         return _fetched[key]
     try:
         from huggingface_hub import errors as hf_errors
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
     except ImportError:
         raise HubError(
             f"{where}: not in the catalog or the local HF cache, and fetching its config.json needs "
@@ -124,6 +124,10 @@ def fetch_config(repo_id: str, revision: str | None = None) -> Path:
             "or download config.json and pass its path"
         ) from None
     try:
+        # One HEAD first, without retries: an unreachable or refusing Hub answers in at most ETAG_TIMEOUT_S
+        # (hf_hub_download alone retries a failed connection 5 times with backoff, ~25 s or more).
+        url = hf_hub_url(repo_id, "config.json", revision=revision, endpoint=endpoint())
+        get_hf_file_metadata(url, timeout=ETAG_TIMEOUT_S, endpoint=endpoint(), retry_on_errors=False)
         path = hf_hub_download(
             repo_id,
             "config.json",
@@ -145,6 +149,8 @@ def fetch_config(repo_id: str, revision: str | None = None) -> Path:
         ) from None
     except hf_errors.RevisionNotFoundError:
         raise HubError(f"{where}: no revision {revision!r} of {repo_id} on {endpoint()}") from None
+    except hf_errors.LocalEntryNotFoundError as e:  # could not connect, and nothing cached
+        raise HubError(f"{where}: could not reach {endpoint()} ({_short(e)}){get}") from None
     except hf_errors.EntryNotFoundError:
         raise HubError(f"{where}: the repo has no config.json (not a transformers model?)") from None
     except hf_errors.OfflineModeIsEnabled:
