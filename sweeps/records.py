@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import platform
+import stat
 import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -50,8 +53,70 @@ def make_key(config: dict, variant: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+class SpecialFile(OSError):
+    """A results path that is a FIFO, a device, a socket or a directory: rows are never written there."""
+
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def resolve_target(path: str | os.PathLike) -> Path:
+    """The regular file rows for `path` are written to: symlinks are followed (the link stays a link and its
+    target gets the rows, atomically); a FIFO, device, socket or directory raises SpecialFile (one line)."""
+    path = Path(path)
+    real = Path(os.path.realpath(path))
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        return real
+    for test, kind in _KINDS:
+        if test(mode):
+            shown = f"{path} (-> {real})" if real != path.absolute() else str(path)
+            raise SpecialFile(f"{shown} is {kind}, not a regular file; give a .jsonl file")
+    return real
+
+
 def _lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
+
+
+@contextlib.contextmanager
+def file_lock(lock_path: str | os.PathLike, blocking: bool = True):
+    """An exclusive flock on `lock_path`, created if needed and removed on release; yields its fd, or None when
+    not `blocking` and another process holds it. A lock file removed by its previous holder between our open
+    and our flock is noticed (the path no longer names our inode) and opened again. Opened read-only, so a lock
+    file another user created in a shared folder is still usable."""
+    lock_path = Path(lock_path)
+    while True:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            yield None
+            return
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield fd
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock_path)
+        os.close(fd)
 
 
 def utc_now() -> str:
@@ -60,14 +125,39 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written (a short write is retried; ENOSPC and EIO raise)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
 def _replace_file(path: Path, data: bytes) -> None:
-    """Write `data` to a temp file beside `path`, fsync it, os.replace it over `path`, fsync the folder."""
+    """Write `data` to a temp file beside `path`, fsync it, os.replace it over `path`, fsync the folder. The file
+    keeps its permission bits and owner (a new one gets 0666 less the umask, as open() would give it)."""
+    try:
+        st = os.stat(path)
+        mode, owner = stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)
+    except FileNotFoundError:
+        mode, owner = 0o666 & ~_umask(), None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            os.fchmod(fd, mode)
+            if owner is not None and owner != (os.geteuid(), os.getegid()):
+                with contextlib.suppress(OSError):
+                    os.fchown(fd, *owner)
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -75,73 +165,171 @@ def _replace_file(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+def _complete_lines(old: bytes, path: Path) -> bytes:
+    """`old` ending in a newline: a last line without one is kept (newline added) when it is whole JSON, and
+    dropped, with one stderr line saying so, when it is a partial line (a writer died mid-line)."""
+    if not old or old.endswith(b"\n"):
+        return old
+    cut = old.rfind(b"\n") + 1
+    tail = old[cut:]
+    try:
+        json.loads(tail)
+    except ValueError:
+        if tail.strip():
+            number = old.count(b"\n") + 1
+            print(
+                f"records: dropped a partial last line of {path} (line {number}, "
+                f"{len(tail)} bytes, not JSON)",
+                file=sys.stderr,
+            )
+        return old[:cut]
+    return old + b"\n"
+
+
 def append_row(path: str | os.PathLike, row: dict) -> None:
     """Append one row atomically: rewrite the whole file to a temp file, fsync, os.replace (under a lock).
 
     The row gets `written_at` (UTC) unless it has one: duplicates of a key are told apart by time, not file name.
+    A symlink is written through (its target gets the row); a FIFO, device or socket raises SpecialFile; a
+    failed write (disk full, read-only folder) raises OSError with the file untouched.
     """
-    path = Path(path)
+    path = resolve_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not row.get("written_at"):
         row = {**row, "written_at": utc_now()}
     line = json.dumps(row, sort_keys=True, default=_jsonable) + "\n"
-    with open(_lock_path(path), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            old = path.read_bytes() if path.exists() else b""
-            if old and not old.endswith(b"\n"):
-                old = old[: old.rfind(b"\n") + 1]  # drop a partial trailing line left by someone else
-            _replace_file(path, old + line.encode())
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with file_lock(_lock_path(path)):
+        path = resolve_target(path)  # what it is now, under the lock
+        old = path.read_bytes() if path.exists() else b""
+        _replace_file(path, _complete_lines(old, path) + line.encode())
 
 
 def replace_row(path: str | os.PathLike, row: dict) -> bool:
     """Replace the line(s) whose key is `row["key"]` by `row`, atomically (temp file, fsync, os.replace, under
     the same lock as `append_row`); every other line is kept byte for byte. False, and nothing written, when no
     line has that key."""
-    path = Path(path)
+    path = resolve_target(path)
     if not row.get("written_at"):
         row = {**row, "written_at": utc_now()}
     line = (json.dumps(row, sort_keys=True, default=_jsonable) + "\n").encode()
-    with open(_lock_path(path), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            out, found = [], False
-            for old in path.read_bytes().splitlines(keepends=True) if path.exists() else []:
-                try:
-                    same = json.loads(old).get("key") == row["key"]
-                except (ValueError, AttributeError):
-                    same = False  # an unreadable line is kept as it is
-                if same and not found:
-                    out.append(line)
-                if not same:
-                    out.append(old if old.endswith(b"\n") else old + b"\n")
-                found = found or same
-            if not found:
-                return False
-            _replace_file(path, b"".join(out))
-            return True
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with file_lock(_lock_path(path)):
+        out, found = [], False
+        for old in path.read_bytes().splitlines(keepends=True) if path.exists() else []:
+            try:
+                same = json.loads(old).get("key") == row["key"]
+            except (ValueError, AttributeError):
+                same = False  # an unreadable line is kept as it is
+            if same and not found:
+                out.append(line)
+            if not same:
+                out.append(old if old.endswith(b"\n") else old + b"\n")
+            found = found or same
+        if not found:
+            return False
+        _replace_file(path, b"".join(out))
+        return True
+
+
+# What the up-front check writes (and removes) beside the results file, on top of the file's own size: an
+# append rewrites the whole file into a temp file, and a measured row is about 10 KB.
+ROW_BYTES = 64 * 1024
 
 
 def writable_problem(path: str | os.PathLike) -> str | None:
-    """Why rows cannot be appended to `path` (its folder cannot be made or written, the file is read-only or a
-    folder), or None when they can. Checked before hours of measuring, not after."""
+    """Why rows cannot be appended to `path` (its folder cannot be made or written, no room for an append, the
+    file is read-only, a folder, a FIFO or a device), or None when they can. Checked before hours of measuring,
+    not after: it writes and fsyncs a temp file as large as the next append's (file + ROW_BYTES), then removes
+    it, so a full disk or a read-only mount is found here."""
     path = Path(path)
+    need = ROW_BYTES
     try:
         if path.is_dir():
             return f"{path} is a directory; give a .jsonl file"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
-        os.close(fd)
-        os.unlink(tmp)
-        if path.exists() and not os.access(path, os.W_OK):
-            return f"{path} is read-only"
+        target = resolve_target(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():
+            if not os.access(target, os.W_OK):
+                return f"{path} is read-only"
+            need += target.stat().st_size
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=target.parent)
+        try:
+            try:
+                chunk = b"\0" * min(need, 1 << 20)
+                left = need
+                while left > 0:
+                    _write_all(fd, chunk[:left])
+                    left -= min(left, len(chunk))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    except SpecialFile as exc:
+        return str(exc)
     except OSError as exc:
-        return f"cannot write in {path.parent} ({exc.strerror or exc})"
+        return f"cannot write {need // 1024} KiB in {path.parent} ({exc.strerror or exc})"
     return None
+
+
+# ---------------------------------------------------------------- rows that could not be appended
+
+
+def unsaved_dir(path: str | os.PathLike) -> Path:
+    """Where a row that could not be appended to `path` is kept first: `<results>.unsaved/`."""
+    return Path(str(path) + ".unsaved")
+
+
+def state_unsaved_dir() -> Path:
+    """The fallback for kept rows: $XDG_STATE_HOME/grpo-vram/unsaved (default ~/.local/state/grpo-vram/unsaved)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "grpo-vram" / "unsaved"
+
+
+def save_unsaved(path: str | os.PathLike, row: dict) -> Path | None:
+    """Keep a row that could not be appended to `path`, as `{"results": path, "row": row}` in
+    `<results>.unsaved/<key>-<time>.json`, else in state_unsaved_dir(); its path, or None when neither place
+    could be written. `recover_unsaved` appends such rows later."""
+    target = Path(os.path.realpath(path))
+    row = row if row.get("written_at") else {**row, "written_at": utc_now()}
+    data = (
+        json.dumps({"results": str(target), "row": row}, sort_keys=True, default=_jsonable) + "\n"
+    ).encode()
+    stamp = row["written_at"].replace(":", "").replace("-", "")
+    name = f"{row.get('key') or 'row'}-{stamp}.json"
+    for folder in (unsaved_dir(target), state_unsaved_dir()):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            _replace_file(folder / name, data)
+            return folder / name
+        except OSError:
+            continue
+    return None
+
+
+def recover_unsaved(path: str | os.PathLike) -> tuple[int, list[str]]:
+    """Append the rows `save_unsaved` kept for `path` (both places), removing each file once its row is in;
+    (rows appended, one line per kept file that could not be read or appended)."""
+    target = Path(os.path.realpath(path))
+    n, problems = 0, []
+    for folder in (unsaved_dir(target), state_unsaved_dir()):
+        if not folder.is_dir():
+            continue
+        for f in sorted(folder.glob("*.json")):
+            try:
+                kept = json.loads(f.read_text())
+                if kept.get("results") != str(target):
+                    continue
+                append_row(target, kept["row"])
+            except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
+                problems.append(f"{f}: {getattr(exc, 'strerror', None) or exc}")
+                continue
+            f.unlink(missing_ok=True)
+            n += 1
+        if folder == unsaved_dir(target):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
+    return n, problems
 
 
 def _fsync_dir(directory: Path) -> None:
