@@ -125,7 +125,10 @@ def closest_names(spec: str, n: int = 3) -> list[str]:
     for name in catalog_names():
         by_key.setdefault(name.lower(), name)
         by_key.setdefault(name.split("/", 1)[-1].lower(), name)
-    keys = difflib.get_close_matches(spec.strip().lower(), list(by_key), n=2 * n, cutoff=0.4)
+    query = spec.strip().lower()
+    # Names the query begins (`llama-3.1-8b` -> `...-8B-Instruct`), shortest first, then difflib's nearest.
+    prefixed = sorted((k for k in by_key if query and k.startswith(query) and k != query), key=len)
+    keys = prefixed + difflib.get_close_matches(query, list(by_key), n=2 * n, cutoff=0.4)
     out: list[str] = []
     for k in keys:
         if by_key[k] not in out:
