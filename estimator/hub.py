@@ -127,7 +127,10 @@ def fetch_config(repo_id: str, revision: str | None = None) -> Path:
         # One HEAD first, without retries: an unreachable or refusing Hub answers in at most ETAG_TIMEOUT_S
         # (hf_hub_download alone retries a failed connection 5 times with backoff, ~25 s or more).
         url = hf_hub_url(repo_id, "config.json", revision=revision, endpoint=endpoint())
-        get_hf_file_metadata(url, timeout=ETAG_TIMEOUT_S, endpoint=endpoint(), retry_on_errors=False)
+        try:
+            get_hf_file_metadata(url, timeout=ETAG_TIMEOUT_S, endpoint=endpoint(), retry_on_errors=False)
+        except TypeError:  # a huggingface_hub before retry_on_errors (it did not retry a HEAD then)
+            get_hf_file_metadata(url, timeout=ETAG_TIMEOUT_S)
         path = hf_hub_download(
             repo_id,
             "config.json",
