@@ -99,7 +99,8 @@ def test_malformed_config_values(tmp_path, bad):
         ("h100 80gb", 81559),
         ("NVIDIA H100 80GB", 81559),
         ("a100-40", 40960),
-        ("A100", 81920),
+        ("A100", 40960),  # ambiguous: the smaller card (gpus.resolve says so)
+        ("A100-80", 81920),
         ("rtx4090", 24564),
         ("RTX 5090", 32607),
         ("tesla-t4", 15360),
