@@ -10,3 +10,15 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def shown(value, limit: int = 80) -> str:
+    """`value` for a one-line message: repr (control characters escaped), cut to about `limit` characters
+    with its full length said."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = (
+        f"{len(value)} characters" if isinstance(value, (str, bytes)) else f"{len(text)} characters as text"
+    )
+    return f"{text[: limit - 3]}... ({size})"

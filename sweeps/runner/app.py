@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import functools
-import hashlib
 import json
 import logging
 import math
@@ -16,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -29,6 +28,7 @@ from estimator.catalog import UnknownModel, resolve_model
 from estimator.config import DEVICES, DTYPES, OPTIMIZERS, RunConfig
 from estimator.units import MIB
 from sweeps import records
+from sweeps.oneline import shown
 from sweeps.runner import grpo_setup, schema, tiny
 from sweeps.runner.predict import arch_for, predict
 
@@ -47,6 +47,11 @@ PROMPTS = ("synthetic", "gsm8k")
 FAILURES = ("raise", "oom", "kill", "hang")
 
 OmegaConf.register_new_resolver("ceil_div", lambda a, b: -(-int(a) // int(b)), replace=True)
+
+
+def printable(text: str) -> str:
+    """`text` on one line: newlines, escapes and other control characters written as escapes."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 class BadInput(ValueError):
@@ -130,11 +135,32 @@ def _flag(value, what: str) -> bool:
     return value
 
 
+MAX_NAME = 100  # sweep.name: <name>.jsonl, its lock files and Hydra's output folder stay under 255 bytes
+
+
+def name_problem(name) -> str | None:
+    """Why `name` cannot name a sweep (its results file and output folder), or None."""
+    if (
+        not isinstance(name, str)
+        or not name.strip()
+        or name in (".", "..")
+        or "/" in name
+        or not name.isprintable()
+        or len(name.encode()) > MAX_NAME
+    ):
+        return (
+            f"accepted values are names of 1 to {MAX_NAME} printable characters without '/' "
+            "(the results file is <name>.jsonl)"
+        )
+    return None
+
+
 def _sweep_settings(s: dict) -> dict:
     """The `sweep` group checked up front: a name usable as a file name, a positive finite timeout, GPU ids."""
     name = s.get("name")
-    if not isinstance(name, str) or not name.strip() or "/" in name or name in (".", ".."):
-        raise BadInput(f"sweep.name={name!r}: accepted values are non-empty names without '/'")
+    problem = name_problem(name)
+    if problem:
+        raise BadInput(f"sweep.name={shown(name)}: {problem}")
     timeout = s.get("timeout_s")
     if (
         isinstance(timeout, bool)
@@ -207,7 +233,10 @@ def _check_runnable(settings: dict) -> None:
 
 def to_job(cfg: DictConfig) -> Job:
     """Map the composed Hydra config to a RunConfig + variant (raises BadInput on a value we cannot run)."""
-    c = OmegaConf.to_container(cfg, resolve=True)
+    try:
+        c = OmegaConf.to_container(cfg, resolve=True)
+    except Exception as exc:  # an interpolation that cannot be resolved (a resolver failed, a variable unset)
+        raise BadInput(_resolution_problem(exc)) from None
     fields = set(RunConfig.field_names())
     settings: dict = {}
     for group in ("trainer", "method"):
@@ -280,11 +309,20 @@ def to_job(cfg: DictConfig) -> Job:
     )
 
 
+_REPORTED: set[tuple] = set()
+
+
 def skip_keys(path: Path, versions: dict) -> set[str]:
-    """Keys already finished (ok or oom) under the same package versions; an error row never skips a rerun."""
+    """Keys already finished (ok or oom) under the same package versions; an error row never skips a rerun.
+    Lines that are not rows are counted on one stderr line (once per process for the same count)."""
+    loaded = records.read_rows(path)
+    for line in loaded.report_lines():
+        if (str(path), line) not in _REPORTED:
+            _REPORTED.add((str(path), line))
+            print(f"grpo-vram-sweep: {line}; their configs run again", file=sys.stderr, flush=True)
     return {
         r["key"]
-        for r in records.load_rows(path)
+        for r in loaded.rows
         if isinstance(r.get("key"), str)
         and r.get("status") in ("ok", "oom")
         and records.versions_match(r.get("versions"), versions)
@@ -301,34 +339,32 @@ def check_writable(results_path: Path) -> None:
         )
 
 
-def _lock_dir() -> Path:
-    d = Path(tempfile.gettempdir()) / "grpo-vram-locks"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+def run_lock_path(results_path: Path, key: str) -> Path:
+    """The lock of (results file, key): beside the results file (git ignores *.jsonl.lock), never in a folder
+    shared by every user of the machine."""
+    target = records.resolve_target(results_path)
+    return target.with_name(f".{target.stem}.run-{key}.jsonl.lock")
 
 
 @contextlib.contextmanager
 def run_lock(results_path: Path, key: str):
-    """An exclusive, non-blocking lock on (results file, key); yields the open lock file, or None when another
-    process (a sweep, or the orphaned child of a killed one) is running the same config right now.
+    """An exclusive, non-blocking lock on (results file, key); yields the lock's file descriptor, or None when
+    another process (a sweep, or the orphaned child of a killed one) is running the same config right now.
 
     The lock file descriptor is inherited by the child, so the lock outlives a killed parent until the child ends.
-    """
-    tag = hashlib.sha256(str(results_path.resolve()).encode()).hexdigest()[:12]
-    path = _lock_dir() / f"{tag}-{key}.lock"
-    f = open(path, "a+")
-    try:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            yield None
-            return
-        try:
-            yield f
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-    finally:
-        f.close()
+    The lock file is removed on release (records.file_lock)."""
+    with records.file_lock(run_lock_path(results_path, key), blocking=False) as fd:
+        yield fd
+
+
+def runtime_dir() -> Path:
+    """This user's folder for GPU locks: $XDG_RUNTIME_DIR/grpo-vram, else <tmp>/grpo-vram-<uid> (mode 0700)."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    d = Path(base) / "grpo-vram" if base and os.path.isdir(base) else None
+    if d is None:
+        d = Path(tempfile.gettempdir()) / f"grpo-vram-{os.getuid()}"
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return d
 
 
 @contextlib.contextmanager
@@ -337,21 +373,14 @@ def claim_gpu(gpus: list[int] | None):
     if not gpus:
         yield None
         return
-    lock_dir = Path(tempfile.gettempdir())
+    lock_dir = runtime_dir()
     while True:
         for g in gpus:
-            f = open(lock_dir / f"grpo-vram-gpu-{g}.lock", "w")
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                f.close()
-                continue
-            try:
+            with records.file_lock(lock_dir / f"gpu-{g}.lock", blocking=False) as fd:
+                if fd is None:
+                    continue
                 yield g
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
-                f.close()
-            return
+                return
         time.sleep(1.0)
 
 
@@ -420,6 +449,8 @@ def run_child(
         except BaseException:  # Ctrl-C / SIGTERM of the sweep: take the child down too (rerun resumes)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(BaseException):
+                proc.wait(timeout=10)  # gone before its work dir is removed
             raise
     result_path = Path(spec["result_path"])
     if result_path.exists():
@@ -479,8 +510,29 @@ def make_row(job: Job, result: dict) -> dict:
     return row
 
 
+# What a Ctrl-C / SIGTERM reports: the job running now (set by run_job).
+CURRENT: dict = {}
+
+
+def recover(results_path: Path) -> None:
+    """Append the rows an earlier failed append kept aside (records.save_unsaved); one line when there were any."""
+    n, problems = records.recover_unsaved(results_path)
+    if n:
+        print(f"grpo-vram-sweep: appended {n} kept row(s) to {results_path}", file=sys.stderr, flush=True)
+    if problems:
+        print(
+            f"grpo-vram-sweep: {len(problems)} kept row(s) for {results_path} still not appended "
+            f"(first: {problems[0]})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def run_job(job: Job) -> dict | None:
     """Skip a finished or running key; else run it in a subprocess and append its row (None if skipped)."""
+    CURRENT.clear()
+    CURRENT.update(key=job.key, model=job.config.model, results=str(job.results_path))
+    recover(job.results_path)
     versions = records.package_versions()
     if job.key in skip_keys(job.results_path, versions):
         log.info("skip %s (key %s already in %s)", job.config.model, job.key, job.results_path)
@@ -493,11 +545,65 @@ def run_job(job: Job) -> dict | None:
                 flush=True,
             )
             return None
-        return _run_locked(job, lock.fileno())
+        return _run_locked(job, lock)
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """SIGINT and SIGTERM wait (blocked, then delivered) while a finished run's row is made and written."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def store_row(job: Job, row: dict, workdir: Path) -> bool:
+    """Append the row; when that fails (disk full, folder made read-only, the file replaced by a device), keep
+    it with records.save_unsaved and say where in one stderr line. False when it could be kept nowhere (the work
+    dir, holding the child's result.json, must then stay)."""
+    try:
+        records.append_row(job.results_path, row)
+        return True
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        kept = records.save_unsaved(job.results_path, row)
+        where = (
+            f"kept it in {kept} (the next run of this sweep appends it)"
+            if kept
+            else f"kept the child's result in {workdir}"
+        )
+        print(
+            f"grpo-vram-sweep: could not append the {row['status']} row of {job.key} ({job.config.model}) to "
+            f"{job.results_path} ({reason}); {where}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return kept is not None
 
 
 def _run_locked(job: Job, lock_fd: int) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix=f"grpo-vram-{job.key}-"))
+    CURRENT["workdir"] = str(workdir)
+    keep = job.keep_workdir
+    try:
+        return _run_in(job, lock_fd, workdir)
+    except _KeepWorkdir:
+        keep = True
+        return CURRENT.get("row", {})
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+class _KeepWorkdir(Exception):
+    """The row could be written nowhere: the work dir (result.json) is all that holds the measurement."""
+
+
+def _run_in(job: Job, lock_fd: int, workdir: Path) -> dict:
     out_dir = _output_dir() or workdir
     spec = {
         "config": job.config.to_dict(),
@@ -514,12 +620,13 @@ def _run_locked(job: Job, lock_fd: int) -> dict:
             result = run_child(spec, job.timeout_s, out_dir / "run.log", gpu, pass_fds=(lock_fd,))
     except Exception as exc:  # the row is written whatever happens
         result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]}
-    finally:
-        if not job.keep_workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
-    row = make_row(job, result)
-    row["wall_seconds"] = round(time.perf_counter() - t0, 2)
-    records.append_row(job.results_path, row)
+    with signals_deferred():  # a finished measurement is written (or kept) before a Ctrl-C acts
+        row = make_row(job, result)
+        row["wall_seconds"] = round(time.perf_counter() - t0, 2)
+        CURRENT["row"] = row
+        if not store_row(job, row, workdir):
+            raise _KeepWorkdir
+        CURRENT.pop("workdir", None)
     peak = (row.get("observed") or {}).get("peak_bytes")
     peak_txt = f"{peak / MIB:.1f} MiB" if peak else "-"
     msg = f"{row['status']} {job.key} {job.config.model} peak={peak_txt} ({row['wall_seconds']} s)"
@@ -541,31 +648,69 @@ def _multirun_job() -> str | None:
         return None
 
 
+class Terminated(BaseException):
+    """SIGTERM of the sweep (or `scancel` of its SLURM job): handled like Ctrl-C."""
+
+
+def _on_sigterm(*_) -> None:
+    raise Terminated
+
+
+def interrupted_line(what: str) -> str:
+    """The one line a Ctrl-C / SIGTERM ends with: which run was stopped, and that nothing written is lost."""
+    if not CURRENT:
+        return f"grpo-vram-sweep: {what} before any run; nothing was written"
+    done = "its row was written" if "row" in CURRENT and "workdir" not in CURRENT else "no row for it"
+    return (
+        f"grpo-vram-sweep: {what}; stopped the run of {CURRENT['key']} ({CURRENT['model']}), {done} "
+        f"(a rerun of the same command measures what is missing); rows already written stay in {CURRENT['results']}"
+    )
+
+
+def _in_submitit_job() -> bool:
+    return bool(os.environ.get("SUBMITIT_EXECUTOR") and os.environ.get("SUBMITIT_FOLDER"))
+
+
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> None:
     """One Hydra job: build the run, skip it if done, else measure it and append its row."""
-    # SIGTERM -> SystemExit so the child is killed too (signal handlers can only be set in the main thread)
+    # SIGTERM -> Terminated so the child is killed too (signal handlers can only be set in the main thread)
     with contextlib.suppress(ValueError):
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        _one_job(cfg)
+    except (KeyboardInterrupt, Terminated) as exc:
+        if not _in_submitit_job():
+            raise  # main() ends the whole sweep with one line
+        # a SLURM job cancelled mid-run: one line in its log, and a normal end, so the submitting sweep
+        # reports the other jobs instead of a traceback (the cancelled config has no row; a rerun runs it)
+        what = "cancelled (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (SIGINT)"
+        print(interrupted_line(what), file=sys.stderr, flush=True)
+
+
+def _one_job(cfg: DictConfig) -> None:
     try:
         job = to_job(cfg)
     except BadInput as exc:
         where = _multirun_job()
         if where is None:
-            print(f"grpo-vram-sweep: {exc}", file=sys.stderr)
+            print(f"grpo-vram-sweep: {printable(str(exc))}", file=sys.stderr)
             sys.exit(2)
         # one invalid combination of a multirun is reported and skipped; the other jobs still run
-        print(f"grpo-vram-sweep: {where} not run: {exc}", file=sys.stderr, flush=True)
+        print(f"grpo-vram-sweep: {printable(f'{where} not run: {exc}')}", file=sys.stderr, flush=True)
         return
     try:
         check_writable(job.results_path)
     except BadInput as exc:  # before any run: nothing measured is lost, and the whole sweep stops
-        print(f"grpo-vram-sweep: {exc}", file=sys.stderr)
+        print(f"grpo-vram-sweep: {printable(str(exc))}", file=sys.stderr)
         sys.exit(2)
     run_job(job)
 
 
 VALUE_GROUPS = ("trainer.", "sweep.", "run.")
+# Hydra's basic sweeper builds every job of a --multirun before the first runs: a bigger sweep is refused up front.
+MAX_JOBS = 10_000
+DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
 
 
 @functools.lru_cache(maxsize=1)
@@ -578,45 +723,221 @@ def default_config() -> DictConfig:
         return compose(config_name="config")
 
 
-def _override_values(override) -> list:
+def _kv(key: str, value) -> str:
+    """`key=value` for a message: as typed when short and printable, else escaped and cut (oneline.shown)."""
+    text = str(value)
+    return f"{key}={text}" if len(text) <= 80 and text.isprintable() else f"{key}={shown(value)}"
+
+
+def _first_line(exc: BaseException, value=None) -> str:
+    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if value is not None and len(str(value)) > 80:
+        line = line.replace(str(value), shown(value))
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def _resolution_problem(exc: BaseException, with_key: bool = True) -> str:
+    """One line for an interpolation OmegaConf could not resolve (a failing resolver, an unset variable)."""
+    key = getattr(exc, "full_key", None)
+    cause = exc.__cause__ or exc.__context__
+    why = _first_line(cause) if cause is not None and not str(exc).strip() else _first_line(exc)
+    if cause is not None and type(cause).__name__ not in why:
+        why = f"{type(cause).__name__}: {_first_line(cause)}"
+    where = f"{key}: " if key and with_key else ""
+    return f"{where}cannot resolve the interpolation ({why}); accepted: plain values or interpolations that resolve"
+
+
+def _has_interpolation(value) -> bool:
+    if isinstance(value, str):
+        return "${" in value
+    if isinstance(value, dict):
+        return any(_has_interpolation(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_interpolation(v) for v in value)
+    return False
+
+
+def _resolve_problem(cfg: DictConfig, key: str, value) -> tuple[bool, object, str | None]:
+    """(resolved?, value, problem) of the interpolation `value` set at `key` of `cfg`. A reference to a key this
+    config lacks (set by an +experiment, or Hydra's own `${hydra...}`) is left for Hydra: (False, None, None)."""
+    from omegaconf.errors import InterpolationKeyError
+
+    if "${hydra" in str(value):
+        return False, None, None
+    try:
+        return True, OmegaConf.select(cfg, key, throw_on_resolution_failure=True), None
+    except InterpolationKeyError:
+        return False, None, None
+    except Exception as exc:
+        return False, None, _resolution_problem(exc, with_key=False)
+
+
+def dir_problem(text: str) -> str | None:
+    """Why Hydra could not create the output folder `text` (the part before its first `${`), or None."""
+    if "\0" in text:
+        return "it contains a NUL character"
+    path = Path(os.path.abspath(text or "."))
+    long = [part for part in path.parts if len(os.fsencode(part)) > 255]
+    if long:
+        return f"the folder name {shown(long[0], 40)} is longer than 255 bytes"
+    if len(os.fsencode(str(path))) > 4000:
+        return "the path is longer than 4000 bytes"
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".grpo-vram-probe-", dir=existing))
+    except OSError as exc:
+        return f"cannot create folders in {existing} ({exc.strerror or exc})"
+    return None
+
+
+def _sweep_size(override) -> int:
+    """How many values a sweep override gives, counted without enumerating them (a glob counts as 1 here)."""
+    from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
+
+    v = override.value()
+    if isinstance(v, ChoiceSweep):
+        return len(v.list)
+    if isinstance(v, RangeSweep):
+        start, stop, step = v.start, v.stop, v.step
+        if step == 0:
+            raise BadInput(f"{_kv(override.key_or_group, override.input_line or '')}: a range() step of 0")
+        if all(isinstance(x, int) for x in (start, stop, step)):
+            return len(range(start, stop, step))
+        return max(0, math.ceil((stop - start) / step))
+    return 1
+
+
+def _values_to_check(override) -> list:
+    """The values of an override to check: every value of a choice, the two ends of a range (its values share a
+    type and lie between them), the single value of a plain override."""
+    from hydra.core.override_parser.types import RangeSweep
+
     if not override.is_sweep_override():
         return [override.value()]
+    v = override.value()
+    if isinstance(v, RangeSweep):
+        n = _sweep_size(override)
+        return list(dict.fromkeys([v.start, v.start + (n - 1) * v.step])) if n else []
     try:
         return list(override.sweep_iterator())
-    except Exception:  # an interval sweep (for a sweeper plugin): nothing to enumerate here
+    except Exception:  # a glob over a config group: Hydra enumerates its options
         return []
 
 
+# Hydra's flags that take the next argument as their value (that argument is not an override).
+_FLAGS_WITH_VALUE = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "-p", "--package")
+
+
+def _override_args(args: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a.startswith("-"):
+            skip = a in _FLAGS_WITH_VALUE
+        else:
+            out.append(a)
+    return out
+
+
 def check_overrides(args: list[str]) -> None:
-    """Every value a command line gives a `trainer.` / `sweep.` / `run.` setting (each value of a multirun
-    sweep too), checked against the schema before Hydra composes or runs anything: BadInput (one line) for a
-    wrong type, NaN, infinity or out-of-range value, instead of Hydra's multi-line error or a partial multirun."""
+    """The command line checked before Hydra composes or runs anything (BadInput, one line, for each):
+    a sweep of more than MAX_JOBS jobs (counted from its range()/choice() sizes, never enumerated), an interval()
+    sweep without a sweeper plugin, a sweep without --multirun, an interpolation that cannot resolve, a bad
+    sweep.name or output folder, and every value given to a `trainer.` / `sweep.` / `run.` setting (each value
+    of a multirun sweep too) against the schema: a wrong type, NaN, infinity or an out-of-range value."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    try:
-        overrides = OverridesParser.create().parse_overrides([a for a in args if not a.startswith("-")])
-    except Exception:  # Hydra reports its own syntax errors
-        return
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    parser = OverridesParser.create()
+    overrides = []
+    for arg in _override_args(args):
+        try:
+            overrides += parser.parse_overrides([arg])
+        except Exception as exc:  # Hydra's syntax error, as one line
+            lines = [
+                line.strip()
+                for line in str(exc).splitlines()
+                if line.strip()
+                and not line.startswith(("Error parsing override", "See https"))
+                and set(line.strip()) != {"^"}
+            ]
+            why = (lines or ["syntax error"])[0].replace(arg, shown(arg) if len(arg) > 80 else arg)
+            raise BadInput(
+                f"cannot parse the override {shown(arg)} ({why[:200]}); accepted: key=value in Hydra's override "
+                "syntax (quote a value holding special characters or a nested ${...}: key='...')"
+            ) from None
+    sweeper_plugin = any(o.key_or_group == "hydra/sweeper" for o in overrides)
+    sizes = []
+    for o in overrides:
+        if not o.is_sweep_override() or o.is_delete():
+            continue
+        key = o.key_or_group
+        if o.is_interval_sweep() and not sweeper_plugin:
+            raise BadInput(
+                f"{_kv(key, o.input_line.partition('=')[2] if o.input_line else 'interval(...)')}: "
+                "an interval() sweep needs a sweeper plugin (hydra/sweeper=optuna or nevergrad); accepted "
+                "with the basic sweeper: a,b,c, range(start,stop[,step]) or choice(...)"
+            )
+        if not multirun:
+            raise BadInput(
+                f"{_kv(key, o.input_line.partition('=')[2] if o.input_line else '')}: a sweep; accepted: add "
+                f"--multirun to run each value, or quote it ({key}='...') for one value"
+            )
+        sizes.append((key, _sweep_size(o)))
+    total = math.prod(n for _, n in sizes)
+    if total > MAX_JOBS:
+        parts = ", ".join(f"{k}: {n:,}" for k, n in sizes)
+        raise BadInput(
+            f"the sweep would run {total:,} jobs ({parts}); accepted: at most {MAX_JOBS:,} jobs in one --multirun "
+            "(split it into several)"
+        )
     base = default_config()
+    loose = None  # the default config without its schema, to resolve interpolations given to any other key
     for o in overrides:
         key = o.key_or_group
-        if not key.startswith(VALUE_GROUPS) or o.is_delete():
+        if o.is_delete():
             continue
-        for value in _override_values(o):
-            text = f"{key}={value}"
+        for value in _values_to_check(o):
+            text = _kv(key, value)
+            if key == "sweep.name":
+                problem = name_problem(value)
+                if problem:
+                    raise BadInput(f"{text}: {problem}")
+            if key in DIR_KEYS and isinstance(value, str):
+                problem = dir_problem(value.split("${")[0])
+                if problem:
+                    raise BadInput(f"{text}: Hydra cannot create this output folder ({problem})")
+            if not key.startswith(VALUE_GROUPS):
+                if _has_interpolation(value) and "/" not in key:
+                    if loose is None:
+                        loose = OmegaConf.create(OmegaConf.to_container(base, resolve=False))
+                    cfg = loose.copy()
+                    cfg["_grpo_vram_probe"] = value
+                    _, _, problem = _resolve_problem(cfg, "_grpo_vram_probe", value)
+                    if problem:
+                        raise BadInput(f"{text}: {problem}")
+                continue
             cfg = base.copy()
             try:
                 OmegaConf.update(cfg, key, value, merge=True, force_add=o.is_add())
             except Exception as exc:  # OmegaConf's type validation: keep its first line
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                raise BadInput(f"{text}: {first}") from None
+                raise BadInput(f"{text}: {_first_line(exc, value)}") from None
+            if _has_interpolation(value):
+                resolved, value, problem = _resolve_problem(cfg, key, value)
+                if problem:
+                    raise BadInput(f"{text}: {problem}")
+                if not resolved:  # checked once resolved, per job
+                    continue
             group, _, name = key.partition(".")
             if group == "trainer" and name in RunConfig.field_names():
                 from estimator.config import check_value, schema_field
 
-                v = OmegaConf.to_container(cfg, resolve=False)["trainer"][name]
-                if isinstance(v, str) and "${" in v:  # an interpolation: checked once resolved, per job
-                    continue
+                v = OmegaConf.to_container(cfg, resolve=True)["trainer"][name]
                 f = schema_field(name)
                 v = tuple(v) if f.kind == "strs" and isinstance(v, list) else v
                 problem = check_value(f, v)
@@ -626,14 +947,23 @@ def check_overrides(args: list[str]) -> None:
 
 def main() -> None:
     """Entry point of `grpo-vram-sweep`: check the command line's values, register the trainer schema, then
-    let Hydra compose and run."""
+    let Hydra compose and run. Ctrl-C or SIGTERM ends it with one line (the child stopped, no row lost)."""
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        check_overrides(sys.argv[1:])
-    except BadInput as exc:
-        print(f"grpo-vram-sweep: {exc}", file=sys.stderr)
-        sys.exit(2)
-    schema.register()
-    hydra_main()
+        try:
+            check_overrides(sys.argv[1:])
+        except BadInput as exc:
+            print(f"grpo-vram-sweep: {printable(str(exc))}", file=sys.stderr)
+            sys.exit(2)
+        schema.register()
+        hydra_main()
+    except KeyboardInterrupt:
+        print(interrupted_line("interrupted (SIGINT)"), file=sys.stderr, flush=True)
+        sys.exit(130)
+    except Terminated:
+        print(interrupted_line("terminated (SIGTERM)"), file=sys.stderr, flush=True)
+        sys.exit(143)
 
 
 if __name__ == "__main__":
