@@ -227,3 +227,16 @@ def test_concurrent_appends_keep_every_row(tmp_path):
     keys = _keys(path)
     assert sorted(keys) == sorted(f"{w}{i}" for w in "xy" for i in range(40))
     assert _leftovers(tmp_path) == []
+
+
+def test_the_legacy_runner_keeps_a_row_it_could_not_append(tmp_path, monkeypatch, capsys):
+    from sweeps.runner import legacy
+
+    monkeypatch.setattr(records, "append_row", _no_space)
+    out = tmp_path / "legacy.jsonl"
+    assert legacy.record_unrunnable(out, "0.14", "cannot build") == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "No space left on device" in line and "legacy.jsonl.unsaved" in line
+    monkeypatch.undo()
+    assert records.recover_unsaved(out) == (1, [])
+    assert [r["error"] for r in records.load_rows(out)] == ["cannot build"]

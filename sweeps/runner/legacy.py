@@ -216,8 +216,28 @@ def run_one(spec_path: str) -> int:
 # ---------------------------------------------------------------- the grid (parent)
 
 
+def _append(out: Path, row: dict) -> bool:
+    """Append the row; when that fails, keep it (records.save_unsaved) and say where in one stderr line."""
+    try:
+        records.append_row(out, row)
+        return True
+    except OSError as exc:
+        kept = records.save_unsaved(out, row)
+        print(
+            f"sweeps.runner.legacy: could not append the row of {row['key']} to {out} ({exc.strerror or exc}); "
+            + (f"kept it in {kept} (the next run appends it)" if kept else "it could be kept nowhere"),
+            file=sys.stderr,
+        )
+        return False
+
+
 def run_grid(out: Path, timeout: int) -> int:
     """Every grid point of the installed release not yet in `out`: one subprocess each, one row each."""
+    problem = records.writable_problem(out)
+    if problem:
+        print(f"sweeps.runner.legacy: --out {out}: cannot write results there ({problem})", file=sys.stderr)
+        return 2
+    records.recover_unsaved(out)
     version = installed_trl()
     done = {r["key"] for r in records.load_rows(out) if r.get("status") == "ok"} if out.exists() else set()
     for name, config in configs(version):
@@ -257,7 +277,8 @@ def run_grid(out: Path, timeout: int) -> int:
             if k in result:
                 row[k] = result[k]
         row["git_commit"] = records.git_commit()
-        records.append_row(out, row)
+        if not _append(out, row):
+            return 1
         print(
             f"legacy TRL {version} {name}: {row['status']} {row['error'] or ''} ({time.perf_counter() - t0:.0f} s)"
         )
@@ -273,8 +294,7 @@ def record_unrunnable(out: Path, version: str, reason: str) -> int:
         status="error", error=reason[:300],
     )  # fmt: skip
     row["git_commit"] = records.git_commit()
-    records.append_row(out, row)
-    return 0
+    return 0 if _append(out, row) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
