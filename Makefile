@@ -219,3 +219,13 @@ bench: install
 
 clean:
 	rm -rf .venv .pytest_cache outputs multirun
+
+# Issue 31: the SLURM path tried for real. Starts a single-node SLURM cluster on this machine (sweeps/slurm/cluster.sh:
+# munged, slurmctld and slurmd from Debian's slurm-wlm and munge packages, as root, cgroup-free), submits the smoke
+# sweep through Hydra's submitit launcher (hydra/launcher=slurm), scancels one job mid-run, checks that no row is
+# lost, cut or duplicated, then reruns it and checks that it resumes. SLURM_SMOKE_ARGS="model=tiny-2M" narrows the
+# grid; `sweeps/slurm/cluster.sh stop` stops the daemons. A record of one run: docs/slurm-run.md. Not part of
+# `make test` (tests/test_slurm.py runs a 2-config subset when GRPO_VRAM_SLURM_TEST=1).
+.PHONY: slurm-smoke
+slurm-smoke: install
+	PYTHON=$(CURDIR)/$(PY) bash sweeps/slurm/smoke.sh
