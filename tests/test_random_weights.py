@@ -38,7 +38,7 @@ def test_not_in_catalog_is_one_clear_error():
         tiny.catalog_config("my/model")
     with pytest.raises(app.BadInput, match="run.weights='hub': accepted values are pretrained, random"):
         app.to_job(_compose("run.weights=hub"))
-    with pytest.raises(app.BadInput, match="model 'nope/x'"):
+    with pytest.raises(app.BadInput, match="--model nope/x: not in the catalog"):
         app.to_job(_compose("model.name=nope/x", "run.weights=random"))
 
 

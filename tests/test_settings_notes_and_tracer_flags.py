@@ -62,7 +62,7 @@ def test_notes_only_name_settings_that_were_given():
 
 def test_empty_gpu_name_is_an_error(capsys):
     code, err = _run(capsys, "--gpu", "")
-    assert code == 2 and len(err) == 1 and "unknown --gpu ''" in err[0]
+    assert code == 2 and len(err) == 1 and "--gpu is empty" in err[0]
 
 
 def test_solve_says_when_the_generations_search_is_capped():
@@ -100,7 +100,7 @@ def no_trace(monkeypatch):
     "argv, expected",
     [
         (["--gens", "0"], "--num-generations 0: must be an integer >= 2"),
-        (["--out", "/proc/x/y.jsonl"], "--out /proc/x/y.jsonl: cannot write in /proc/x"),
+        (["--out", "/proc/x/y.jsonl"], "--out /proc/x/y.jsonl: cannot write 64 KiB in /proc/x"),
         (["--out", "{tmp}"], "is a directory; give a .jsonl file"),
         (["--grid", "smoke", "--timeout", "-1"], "--timeout -1: accepted values are seconds > 0"),
         (["--grid", "smoke", "--timeout", "nan"], "--timeout nan"),
