@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
-from estimator.flags import FlagError, add_run_flags, resolve_run
+from estimator.flags import TRL_SPELLING_HELP, FlagError, add_run_flags, resolve_run
 from estimator.solve import SOLVABLE
 
 PROG = "vram-estimate"
@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Estimate the GPU memory of one GRPO step with TRL 1.16's GRPOTrainer (every number is estimated).",
         epilog="Exit codes: 0 fits (or no --gpu), 1 does not fit on --gpu / --solve finds nothing, 2 bad input. "
+        + TRL_SPELLING_HELP
+        + ". "
         + _band_help(),
         argument_default=argparse.SUPPRESS,
     )
@@ -91,13 +93,19 @@ class Request:
     solve: str | None
     trace: bool
     notes: list[str]
+    sources: dict = dataclasses.field(default_factory=dict)  # field -> the file / key / flags that set it
 
 
 def parse(argv: list[str]) -> Request:
     """argv -> Request; UsageError (one line) for anything bad."""
     from estimator import gpus
 
+    argv, command = split_command(argv)
     ns = build_parser().parse_args(argv)
+    if command is not None:
+        if getattr(ns, "from_command", None) is not None:
+            raise UsageError("give the command once: --from-command CMD or -- CMD ...")
+        ns.from_command = command
     gpu = None
     if getattr(ns, "gpu", None) is not None:
         try:
@@ -106,7 +114,8 @@ def parse(argv: list[str]) -> Request:
             raise UsageError(str(e)) from None
     try:
         defaults = {"gpu_memory_gib": gpu.memory_gib} if gpu is not None else None
-        cfg, arch, notes = resolve_run(ns, defaults)
+        sources: dict = {}
+        cfg, arch, notes = resolve_run(ns, defaults, sources)
     except FlagError as e:
         raise UsageError(str(e)) from None
     solve = getattr(ns, "solve", None)
@@ -116,7 +125,34 @@ def parse(argv: list[str]) -> Request:
         raise UsageError("--solve vllm_gpu_memory_utilization needs --use-vllm with --vllm-mode colocate")
     if gpu is not None and cfg.device == "cpu":
         raise UsageError("--gpu checks a GPU; drop it with --device cpu")
-    return Request(cfg, arch, gpu, ns.json, ns.advice, solve, ns.trace, notes)
+    return Request(cfg, arch, gpu, ns.json, ns.advice, solve, ns.trace, notes, sources)
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """`vram-estimate [flags] -- accelerate launch ...`: the words after the first `--` are a launch command."""
+    if "--" not in argv:
+        return argv, None
+    i = argv.index("--")
+    if i + 1 >= len(argv):
+        raise UsageError(
+            "nothing after '--'; accepted: -- followed by a launch command (accelerate launch ...)"
+        )
+    return argv[:i], argv[i + 1 :]
+
+
+def render_sources(cfg: RunConfig, sources: dict) -> str | None:
+    """Which file set which setting, compactly; None when one file at most (everything else is a flag then)."""
+    by: dict[str, list[str]] = {}
+    for name, label in sources.items():
+        origin, _, key = label.partition(" ")
+        value = getattr(cfg, name, None)
+        value = ",".join(value) if isinstance(value, tuple) else value
+        by.setdefault(origin, []).append(f"{name}={value}" + (f" ({key})" if key and key != name else ""))
+    if len([o for o in by if o != "flags"]) < 2:
+        return None
+    lines = ["settings read from:"] + [f"  {origin}: {', '.join(items)}" for origin, items in by.items()]
+    lines.append("  every other setting: TRL's default (--json lists the whole config)")
+    return "\n".join(lines)
 
 
 TRACER_GROUP = "grpo_vram.tracers"  # entry points: callables (RunConfig, sweep=str) -> result row
@@ -217,10 +253,14 @@ def execute(req: Request) -> tuple[str, int]:
     if req.as_json:
         d = report.to_json(est, fits, target, advice, solution, layout, fixes)
         d["band"] = band.to_json(cfg)
+        if req.sources:
+            d["settings_from"] = req.sources
         if traced is not None:
             d["trace"] = traced
         return json.dumps(d, indent=2), code
     parts = [report.render(est, fits, target), band.describe(cfg)]
+    if (block := render_sources(cfg, req.sources)) is not None:
+        parts.append(block)
     if layout is not None:
         parts.append(report.render_layout(layout, fixes))
     if advice is not None:

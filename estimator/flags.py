@@ -3,6 +3,12 @@
 `vram-estimate` and `grpo-vram-trace` both call `add_run_flags` and `run_values`, so they accept the same
 settings under the same names. Flags default to "not given" (argparse.SUPPRESS) so a `--config` file's values
 show through; `run_values` returns only what was given.
+
+Every flag also answers to TRL's underscore spelling, derived from the schema (not a hand list): each flag and
+alias with `_` for `-`, and `--KEY` for every top-level key a TRL config file may use for the setting (`trl=`,
+the field name, `file_keys`: `--model_name_or_path`, `--torch_dtype`, `--per_device_train_batch_size`). Boolean
+ones take HfArgumentParser's forms (`--use_peft`, `--use_peft true`, `--no_use_peft`). They are hidden from
+--help (`TRL_SPELLING_HELP` says so once).
 """
 
 from __future__ import annotations
@@ -78,6 +84,42 @@ def _help(f: Field) -> str:
     return f"{f.meta.help} (default: {default})"
 
 
+TRL_SPELLING_HELP = (
+    "Every run flag also answers to TRL's underscore spelling: --per_device_train_batch_size, "
+    "--model_name_or_path (= --model), --torch_dtype, --use_peft [true|false], --no_use_peft, --lora_r ..."
+)
+
+
+class _TrlBool(argparse.Action):
+    """HfArgumentParser's boolean: `--flag` (true), `--flag false`, yes/no, t/f, y/n, 1/0 (string_to_bool)."""
+
+    def __init__(self, option_strings, dest, **kw):
+        kw.pop("type", None)
+        super().__init__(option_strings, dest, nargs="?", const=True, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values is True:
+            setattr(namespace, self.dest, True)
+            return
+        v = str(values).lower()
+        if v in ("yes", "true", "t", "y", "1"):
+            setattr(namespace, self.dest, True)
+        elif v in ("no", "false", "f", "n", "0"):
+            setattr(namespace, self.dest, False)
+        else:
+            raise argparse.ArgumentError(
+                self, f"invalid value {values!r}; accepted: true or false (yes/no, 1/0)"
+            )
+
+
+def trl_spellings(f: Field) -> tuple[str, ...]:
+    """The underscore spellings of setting `f`: its flags with `_`, and `--KEY` for its top-level file keys."""
+    names = ["--" + n[2:].replace("-", "_") for n in (f.flag, *f.meta.aliases)]
+    names += ["--" + k for k in f.file_keys if "." not in k]
+    taken = {f.flag, *f.meta.aliases}
+    return tuple(n for n in dict.fromkeys(names) if n not in taken)
+
+
 def _add(group: argparse._ArgumentGroup, f: Field) -> None:
     names = (f.flag, *f.meta.aliases)
     kw: dict = {"dest": f.name, "help": _help(f)}
@@ -99,6 +141,18 @@ def _add(group: argparse._ArgumentGroup, f: Field) -> None:
     else:
         kw.update(type={"int": _int, "float": _float, "str": str}[f.kind], metavar=f.meta.metavar)
     group.add_argument(*names, **kw)
+    trl = [n for n in trl_spellings(f) if n not in group._option_string_actions]
+    hidden = {**kw, "help": argparse.SUPPRESS}
+    if f.kind == "bool":
+        hidden["action"] = _TrlBool
+        if trl:
+            group.add_argument(*trl, **hidden)
+        keys = [k for k in (f.name, *f.file_keys) if "." not in k]
+        no = [n for n in dict.fromkeys(f"--no_{k}" for k in keys) if n not in group._option_string_actions]
+        if no:  # HfArgumentParser's complement of a boolean
+            group.add_argument(*no, dest=f.name, action="store_false", help=argparse.SUPPRESS)
+    elif trl:
+        group.add_argument(*trl, **hidden)
 
 
 def add_run_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
@@ -119,8 +173,18 @@ def add_run_flags(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -
     parser.add_argument(
         "--config",
         metavar="FILE",
+        action="append",
         default=argparse.SUPPRESS,
-        help="TRL GRPOConfig / ModelConfig YAML or JSON; flags override it",
+        help="a TRL GRPOConfig / ModelConfig / ScriptArguments YAML or JSON (or an open-r1 recipe), an accelerate "
+        "config YAML or a DeepSpeed JSON; repeat for one of each kind; flags override them",
+    )
+    parser.add_argument(
+        "--from-command",
+        "--from_command",
+        metavar="CMD",
+        default=argparse.SUPPRESS,
+        help='read the settings of a launch command, e.g. "accelerate launch --config_file zero3.yaml trl grpo '
+        '--config grpo.yaml --per_device_train_batch_size 4" (also: vram-estimate [flags] -- CMD ...)',
     )
 
 
@@ -167,8 +231,47 @@ def resolve_dtype(values: dict, arch) -> None:
     values["dtype"] = normalize_dtype(cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
 
 
-def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
-    """Parsed flags (+ --config file) -> (RunConfig, Arch, notes), validated; FlagError (one line) if bad.
+def read_sources(ns: argparse.Namespace) -> tuple[dict, list[str], dict]:
+    """The run's values from --config files, --from-command and flags -> (values, notes, {field: who set it}).
+
+    Files and the command are merged by kind (`estimator.configfile.merge`); flags override them. With neither,
+    the flags alone (sources empty, so outputs stay as they were)."""
+    from pathlib import Path
+
+    from estimator.command import CommandError, command_files
+    from estimator.configfile import ConfigFileError, merge, read_files
+
+    configs = getattr(ns, "config", None) or []
+    configs = [configs] if isinstance(configs, str) else list(configs)
+    command = getattr(ns, "from_command", None)
+    flag_values = run_values(ns)
+    if not configs and command is None:
+        return flag_values, [], {}
+    try:
+        files = read_files(configs)
+        notes: list[str] = []
+        if command is not None:
+            cmd = command_files(command, Path("."))
+            files += cmd.files
+            notes += cmd.notes
+            from estimator.configfile import check_kinds
+
+            check_kinds(files)
+        merged = merge(files, flag_values)
+    except (ConfigFileError, CommandError) as e:
+        raise FlagError(str(e)) from None
+    if merged.needs_processes and "num_gpus" not in merged.values:
+        raise FlagError(
+            f"{merged.needs_processes}: no num_processes, and accelerate launch refuses that config without "
+            "--num_processes; give --gpus N (or num_processes in the file)"
+        )
+    return merged.values, notes + merged.notes, merged.sources
+
+
+def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_out: dict | None = None):
+    """Parsed flags (+ --config files, --from-command) -> (RunConfig, Arch, notes), validated; FlagError if bad.
+
+    `sources_out`, when given, is filled with {field: the file / key / "flags" that set it}.
 
     `defaults` fill settings neither the file nor the flags give (e.g. the GPU's memory for --gpu).
     The same path serves `vram-estimate` and `grpo-vram-trace`, so both accept and refuse the same configs.
@@ -176,23 +279,15 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None):
     from estimator import catalog
     from estimator.architecture import ConfigError
     from estimator.config import RunConfig
-    from estimator.configfile import ConfigFileError, read_config_file
     from estimator.release_config import release_values
     from estimator.trl_versions import default_version, fmt
     from estimator.validate import InvalidConfig, validate
     from estimator.validate import notes as setting_notes
     from estimator.versions import default_transformers
 
-    values: dict = {}
-    notes: list[str] = []
-    if getattr(ns, "config", None):
-        try:
-            settings = read_config_file(ns.config)
-        except ConfigFileError as e:
-            raise FlagError(str(e)) from None
-        values.update(settings.values)
-        notes += settings.notes
-    values.update(run_values(ns))
+    values, notes, sources = read_sources(ns)
+    if sources_out is not None:
+        sources_out.update(sources)
     given = set(values)  # what the file and flags set (the release's defaults below are not "given")
     values.setdefault("transformers_version", default_transformers())
     try:  # the modelled TRL release's defaults and batch meaning (given settings are in its terms)
