@@ -106,10 +106,10 @@ def parse(argv: list[str]) -> Request:
         if getattr(ns, "from_command", None) is not None:
             raise UsageError("give the command once: --from-command CMD or -- CMD ...")
         ns.from_command = command
-    gpu = None
+    gpu, gpu_note = None, None
     if getattr(ns, "gpu", None) is not None:
         try:
-            gpu = gpus.lookup(ns.gpu)
+            gpu, gpu_note = gpus.resolve(ns.gpu)  # an ambiguous name: the smaller card, and a note saying so
         except gpus.UnknownGPU as e:
             raise UsageError(str(e)) from None
     try:
@@ -118,6 +118,15 @@ def parse(argv: list[str]) -> Request:
         cfg, arch, notes = resolve_run(ns, defaults, sources)
     except FlagError as e:
         raise UsageError(str(e)) from None
+    if gpu is None and getattr(ns, "gpu_memory_gib", None) is not None:  # --gpu-memory-gib N: a card of N GiB
+        try:
+            gpu = gpus.for_memory_gib(cfg.gpu_memory_gib)
+        except gpus.UnknownGPU as e:
+            raise UsageError(str(e)) from None
+    if gpu_note:
+        notes.append(gpu_note)
+    if gpu is not None and gpu.overheads_note:
+        notes.append(f"{gpu.name}: {gpu.overheads_note}")
     solve = getattr(ns, "solve", None)
     if solve and gpu is None:
         raise UsageError("--solve needs --gpu NAME (the memory to fit in)")

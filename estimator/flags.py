@@ -297,9 +297,11 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_ou
         raise FlagError(str(e)) from None
     model = values.setdefault("model", RunConfig().model)
     try:
-        arch = catalog.resolve_model(model)
+        arch, model_note = catalog.resolve_model_with_note(model)  # a size alias says which model it chose
     except (catalog.UnknownModel, ConfigError) as e:
         raise FlagError(str(e)) from None
+    if model_note and "model" in given:  # the default model is named in the report already
+        notes.append(model_note)
     resolve_dtype(values, arch)
     for key, value in (defaults or {}).items():
         values.setdefault(key, value)

@@ -23,7 +23,8 @@ def test_reader_leaving_the_pipe_is_not_a_traceback():
     proc.stdout.close()  # like `| head -1` having exited before the estimate is printed
     err = proc.stderr.read().decode()
     proc.wait(timeout=60)
-    assert err == ""
+    # the size alias's note (which model 7B means) and nothing else: no traceback
+    assert all(line.startswith("vram-estimate: note: ") for line in err.splitlines()), err
     assert proc.returncode == 1  # the Python docs' recipe for EPIPE
 
 
