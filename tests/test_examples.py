@@ -17,7 +17,7 @@ def _repo_root():
 
 def test_every_case_has_runs_and_outputs():
     cases = sorted(make_examples.EXAMPLES.glob("case*"))
-    assert len(cases) == 4
+    assert len(cases) == 5  # four field OOM reports, and a TRL user's own files
     for case in cases:
         assert make_examples.runs(case), case
 
