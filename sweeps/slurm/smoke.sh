@@ -60,16 +60,20 @@ for _ in $(seq 600); do [[ -s $RESULTS ]] && break; sleep 1; done
 [[ -s $RESULTS ]] || { echo "no row landed in 10 minutes"; cat "$OUT/sweep-1.log"; exit 1; }
 echo "first row landed: $(wc -l < "$RESULTS") row(s) so far"
 # the victim: a job started after the first row landed (so not the one that wrote it, which may still be
-# exiting), running for 5 s or more (in its run: a row takes 7 s or more here)
+# exiting) whose run has begun (its child's log, <hydra sweep dir>/<array task>/run.log, exists: a SLURM array
+# task is the Hydra job of the same number) and whose row is not written yet
 earlier=" $(squeue -h -t R -o %i | tr '\n' ' ') "
 victim=""
-for _ in $(seq 240); do
-  victim=$(squeue -h -t R -o '%i %M' | awk -v earlier="$earlier" \
-    'index(earlier, " " $1 " ") == 0 && $2 ~ /^0:[0-5][0-9]$/ {split($2, t, ":"); if (t[2] >= 5) print t[2], $1}' \
-    | sort -n | awk 'NR == 1 {print $2}')
+for _ in $(seq 600); do
+  for id in $(squeue -h -t R -o %i); do
+    [[ $earlier == *" $id "* || ! -e $OUT/hydra-1/${id#*_}/run.log ]] && continue
+    victim=$id
+    break
+  done
   [[ -n $victim ]] && break
   sleep 0.5
 done
+sleep 2  # into the run (a row takes 7 s or more here)
 [[ -n $victim ]] || { echo "no job ran long enough to cancel mid-run"; wait $SWEEP; exit 1; }
 echo "== 2. scancel $victim (running $(squeue -h -j "$victim" -o %M) s) while its run is in progress"
 before=$(wc -l < "$RESULTS")
