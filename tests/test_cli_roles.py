@@ -66,7 +66,9 @@ def test_flags_repeat_and_config_file_keys(tmp_path):
     cfg, _, notes = resolve_run(cli.build_parser().parse_args(["--config", str(f)]))
     assert cfg.vllm_max_model_length == 2500 and cfg.vllm_tensor_parallel_size == 2
     assert cfg.reference_models == ("0.5B",) and cfg.reward_models == ("0.5B", "0.5B@own")
-    assert cfg.vllm_sleeps and cfg.resolved_vllm_sleep_level == 1 and not notes
+    # no note but the size alias's (which model 0.5B means)
+    assert cfg.vllm_sleeps and cfg.resolved_vllm_sleep_level == 1
+    assert [n for n in notes if "sized as" not in n] == []
     f.write_text("model_name_or_path: 0.5B\nreward_model: 0.5B@nowhere\n")
     with pytest.raises(FlagError, match="--reward-model '0.5B@nowhere' is not a role"):
         resolve_run(cli.build_parser().parse_args(["--config", str(f)]))
