@@ -2,7 +2,8 @@
 
 With reward / reference / value models or vLLM it also lays the run out per GPU and per role (estimator/layout.py)
 and checks vLLM's start-up the way vLLM does. Exit codes: 0 fits (or no --gpu given), 1 does not fit on --gpu
-(the policy's step, a GPU of the layout or vLLM's start-up; or --solve finds nothing), 2 bad input.
+(the policy's step, a GPU of the layout or vLLM's start-up; or --solve finds nothing), 2 bad input, 3 the answer
+could not be written (stdout closed or full).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog=PROG,
         description="Estimate the GPU memory of one GRPO step with TRL 1.16's GRPOTrainer (every number is estimated).",
-        epilog="Exit codes: 0 fits (or no --gpu), 1 does not fit on --gpu / --solve finds nothing, 2 bad input. "
+        epilog="Exit codes: 0 fits (or no --gpu), 1 does not fit on --gpu / --solve finds nothing, 2 bad input, "
+        "3 the answer could not be written (stdout closed or full). "
         + TRL_SPELLING_HELP
         + ". "
         + _band_help(),
@@ -308,14 +310,34 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    return write_answer(text, code)
+
+
+NOT_WRITTEN = 3  # the answer could not be written: not a verdict, so neither 0 (fits) nor 1 (does not fit)
+
+
+def write_answer(text: str, code: int) -> int:
+    """Print the answer; `code`, or NOT_WRITTEN with one stderr line when stdout is closed or full. A reader that
+    left (`| head -1`) took what it wanted: no message then (the Python docs' recipe, library/signal.html
+    #note-on-sigpipe, pointing stdout at /dev/null so the interpreter's final flush is quiet)."""
+    out = sys.stdout
+    if out is None:  # started with stdout closed (`>&-`)
+        print(f"{PROG}: error: stdout is closed; the answer was not written", file=sys.stderr)
+        return NOT_WRITTEN
     try:
-        print(text)
-        sys.stdout.flush()
-    except (
-        BrokenPipeError
-    ):  # `| head`: the reader left; the Python docs' recipe (library/signal.html#note-on-sigpipe)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        print(text, file=out)
+        out.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        return NOT_WRITTEN
+    except (OSError, ValueError) as e:  # a full disk (ENOSPC), a closed descriptor (EBADF)
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        except (OSError, ValueError):
+            pass
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        print(f"{PROG}: error: could not write the answer to stdout ({reason})", file=sys.stderr)
+        return NOT_WRITTEN
     return code
 
 

@@ -1,6 +1,7 @@
 """Ordinary mistakes give one line, never a traceback: a closed pipe, a binary or non-UTF-8 --config."""
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ def test_reader_leaving_the_pipe_is_not_a_traceback():
     proc.wait(timeout=60)
     # the size alias's note (which model 7B means) and nothing else: no traceback
     assert all(line.startswith("vram-estimate: note: ") for line in err.splitlines()), err
-    assert proc.returncode == 1  # the Python docs' recipe for EPIPE
+    assert proc.returncode == 3  # no verdict was delivered: neither 0 (fits) nor 1 (does not fit)
 
 
 @pytest.mark.parametrize(
@@ -38,3 +39,19 @@ def test_binary_or_non_utf8_config_file(tmp_path, capsys, data):
     assert cli.main(["--config", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not UTF-8 text" in err[0] and str(path) in err[0]
+
+
+@pytest.mark.parametrize(
+    "redirect, message",
+    [(">&-", "stdout is closed"), (">/dev/full", "could not write the answer to stdout (No space left")],
+)
+def test_an_answer_that_cannot_be_written_is_one_line_and_no_verdict(redirect, message):
+    if redirect == ">/dev/full" and not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    cmd = f"{shlex.quote(sys.executable)} -m estimator.cli --model 0.5B --dtype bfloat16 {redirect}"
+    proc = subprocess.run(
+        ["bash", "-c", cmd], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    errors = [line for line in proc.stderr.splitlines() if "note:" not in line]
+    assert proc.returncode == 3, proc.stderr
+    assert len(errors) == 1 and message in errors[0], proc.stderr
