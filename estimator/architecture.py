@@ -161,6 +161,16 @@ def check_model_type(cfg: dict) -> str:
     )
 
 
+MAX_NAME_SHOWN = 120
+
+
+def printable(text: str, n: int = MAX_NAME_SHOWN) -> str:
+    """`text` as one printable line: control characters (a newline, an ANSI escape from a config.json's
+    `_name_or_path`) escaped as Python writes them, cut to `n` characters."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return out if len(out) <= n else out[: n - 3] + "..."
+
+
 def from_config(cfg: dict, name: str | None = None) -> Arch:
     """Build an Arch from a Hugging Face config.json dict (dense and MoE decoders of MODEL_TYPES)."""
     if not isinstance(cfg, dict):
@@ -245,7 +255,7 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
         ]
 
     return Arch(
-        name=name or cfg.get("_name_or_path") or model_type or "custom",
+        name=printable(str(name or cfg.get("_name_or_path") or model_type or "custom")),
         model_type=model_type,
         hidden_size=h,
         num_layers=n_layers,

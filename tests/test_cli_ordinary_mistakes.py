@@ -1,5 +1,6 @@
 """Ordinary mistakes give one line, never a traceback: a closed pipe, a binary or non-UTF-8 --config."""
 
+import json
 import os
 import shlex
 import subprocess
@@ -55,3 +56,13 @@ def test_an_answer_that_cannot_be_written_is_one_line_and_no_verdict(redirect, m
     errors = [line for line in proc.stderr.splitlines() if "note:" not in line]
     assert proc.returncode == 3, proc.stderr
     assert len(errors) == 1 and message in errors[0], proc.stderr
+
+
+def test_control_characters_in_a_config_name_are_escaped(tmp_path, capsys):
+    config = json.loads((REPO / "estimator" / "catalog" / "Qwen--Qwen2.5-0.5B-Instruct.json").read_text())
+    config["_name_or_path"] = "evil\n\x1b[31mRED\x1b[0m\rname"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert cli.main(["--model", str(tmp_path / "config.json")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out
+    assert out.splitlines()[0].startswith("evil\\n\\x1b[31mRED\\x1b[0m\\rname: 494.03 M params")
