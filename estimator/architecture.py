@@ -171,6 +171,40 @@ def printable(text: str, n: int = MAX_NAME_SHOWN) -> str:
     return out if len(out) <= n else out[: n - 3] + "..."
 
 
+# Checkpoints packed by GPTQ / AWQ (estimator/terms/quantized.py): the bit widths their kernels pack (AutoGPTQ
+# QuantLinear: 2, 3, 4, 8; AutoAWQ WQLinear_GEMM: 4) and the largest group size we accept (-1 = one group)
+PACKED_BITS = {"gptq": (2, 3, 4, 8), "awq": (4,)}
+MAX_GROUP_SIZE = 1 << 16
+
+
+def check_quantization(cfg: dict) -> None:
+    """ConfigError (one line) for a `quantization_config` no GPTQ / AWQ loader would accept: not a mapping, a
+    method that is not text, bits outside what the method packs, a group size that is not -1 or 1-65536."""
+    qc = cfg.get("quantization_config")
+    if qc is None:
+        return
+    if not isinstance(qc, dict):
+        raise ConfigError(f"quantization_config is a JSON {type(qc).__name__}, not an object")
+    method = qc.get("quant_method")
+    if not isinstance(method, str):
+        raise ConfigError(
+            f"quantization_config.quant_method {printable(repr(method), 40)}: expected text (gptq, awq)"
+        )
+    packed = PACKED_BITS.get(method.lower())
+    if packed is None:  # bitsandbytes and others quantize at load: nothing packed in the checkpoint
+        return
+    bits = qc.get("bits", qc.get("w_bit", 4))
+    if type(bits) is not int or bits not in packed:
+        raise ConfigError(
+            f"quantization_config.bits {printable(repr(bits), 40)}: {method} packs {', '.join(map(str, packed))} bits"
+        )
+    group = qc.get("group_size", qc.get("q_group_size", 128))
+    if type(group) is not int or not (group == -1 or 1 <= group <= MAX_GROUP_SIZE):
+        raise ConfigError(
+            f"quantization_config.group_size {printable(repr(group), 40)}: expected -1 or 1 to {MAX_GROUP_SIZE}"
+        )
+
+
 def from_config(cfg: dict, name: str | None = None) -> Arch:
     """Build an Arch from a Hugging Face config.json dict (dense and MoE decoders of MODEL_TYPES)."""
     if not isinstance(cfg, dict):
@@ -180,6 +214,7 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
         raise ConfigError("config text_config is not an object")
     cfg = dict(text or {}) | {k: v for k, v in cfg.items() if k != "text_config"}
     model_type = check_model_type(cfg)
+    check_quantization(cfg)
     h = _size(cfg, "hidden_size")
     n_layers = _size(cfg, "num_hidden_layers")
     n_heads = _size(cfg, "num_attention_heads")

@@ -133,3 +133,38 @@ def test_from_config_itself_refuses_without_the_cli():
         from_config({**LLAMA, "num_hidden_layers": 0})
     with pytest.raises(ConfigError, match="num_experts_per_tok = 0"):
         from_config({**LLAMA, "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 0})
+
+
+@pytest.mark.parametrize(
+    "section, needle",
+    [
+        ("gptq", "quantization_config is a JSON str"),
+        ([1, 2], "quantization_config is a JSON list"),
+        ({"quant_method": 5}, "quant_method 5: expected text"),
+        ({"quant_method": "gptq", "bits": "four"}, "bits 'four': gptq packs 2, 3, 4, 8 bits"),
+        ({"quant_method": "gptq", "bits": 10**30}, "gptq packs 2, 3, 4, 8 bits"),
+        ({"quant_method": "gptq", "bits": True}, "bits True"),
+        ({"quant_method": "awq", "bits": 8}, "awq packs 4 bits"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": 0}, "group_size 0: expected -1 or 1 to 65536"),
+        ({"quant_method": "awq", "w_bit": 4, "q_group_size": 1.5}, "group_size 1.5"),
+    ],
+)
+def test_a_quantization_config_no_loader_accepts_is_one_line(tmp_path, capsys, section, needle):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA | {"quantization_config": section}))
+    with pytest.raises(ConfigError, match=None) as e:
+        from_config(json.loads(path.read_text()))
+    assert needle in str(e.value)
+    for argv in (["--model", str(path), "--lora"], ["--model", "0.5B", "--reward-model", str(path)]):
+        code, out, err = _run(capsys, *argv)
+        assert code == 2 and out == "" and len(err) == 1 and needle in err[0], err
+
+
+def test_valid_packed_checkpoints_still_size():
+    gptq = from_config(
+        LLAMA | {"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}}
+    )
+    awq = from_config(
+        LLAMA | {"quantization_config": {"quant_method": "awq", "w_bit": 4, "q_group_size": -1}}
+    )
+    assert gptq.total_params == awq.total_params == from_config(LLAMA).total_params

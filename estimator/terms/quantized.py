@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from estimator.architecture import Arch, Linear
+from estimator.architecture import PACKED_BITS, Arch, Linear
 
-METHODS = ("gptq", "awq")
+METHODS = tuple(PACKED_BITS)
 INT32 = 4
 FP16 = 2
 
@@ -35,7 +35,8 @@ class QuantSpec:
 
 def quant_spec(config: dict) -> QuantSpec | None:
     """The GPTQ / AWQ spec in a config.json dict (`quantization_config.quant_method`, `bits` or AWQ's `w_bit`,
-    `group_size` or AWQ's `q_group_size`), or None for an unquantized or bitsandbytes checkpoint."""
+    `group_size` or AWQ's `q_group_size`), or None for an unquantized or bitsandbytes checkpoint. The values were
+    checked when the config.json was read (architecture.check_quantization)."""
     qc = config.get("quantization_config") or {}
     method = str(qc.get("quant_method", "")).lower()
     if method not in METHODS:
