@@ -339,7 +339,7 @@ def plan(
             activation,
             non_torch,
             graphs,
-            kv,
+            max(kv, 0),  # vLLM's arithmetic may leave nothing: the failure says so
             vt.kv_tokens(kv, arch, settings.tensor_parallel_size),
             length,
             one,

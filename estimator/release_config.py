@@ -81,6 +81,8 @@ def release_values(version: str, given: dict) -> dict:
         d["vllm_importance_sampling_correction"] = False
     if rel.batch_unit == "prompts":
         d["per_device_train_batch_size"] = d["per_device_train_batch_size"] * d["num_generations"]
+    if d.get("logprob_head") == "chunked" and rel.logprob_path != "chunked":
+        raise ValueError(f"logprob_head=chunked: {label} has no fused chunked log-prob head (from 1.15)")
     d.setdefault("logprob_head", rel.logprob_path)
     d["trl_version"] = fmt(parse_version(version))
     return d

@@ -10,7 +10,11 @@ from dataclasses import dataclass
 
 ROLE_KINDS = ("reward", "reference", "value")
 PLACEMENTS = ("policy", "own")
-FORMS = "MODEL, MODEL@policy, MODEL@own, MODEL@own=GROUP, MODEL@own:N, MODEL@own=GROUP:N (N >= 1)"
+MAX_ROLE_GPUS = 65536  # as --gpus (RunConfig.num_gpus)
+FORMS = (
+    "MODEL, MODEL@policy, MODEL@own, MODEL@own=GROUP, MODEL@own:N, MODEL@own=GROUP:N "
+    f"(N from 1 to {MAX_ROLE_GPUS})"
+)
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ def parse_role(kind: str, spec: str) -> Role:
     model, _, where = spec.strip().partition("@")
     place, _, n = (where or "policy").partition(":")
     place, _, group = place.partition("=")
-    bad_n = bool(n) and not (n.isdigit() and int(n) >= 1)
+    bad_n = bool(n) and not (n.isdigit() and len(n) <= 6 and 1 <= int(n) <= MAX_ROLE_GPUS)
     if not model or place not in PLACEMENTS or bad_n or (place == "policy" and (group or n)):
         raise RoleSpecError(f"{spec!r} is not a role; accepted: {FORMS}")
     return Role(kind, model, place, int(n) if n else 1, group)

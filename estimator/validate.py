@@ -68,6 +68,13 @@ def check_roles(cfg: RunConfig) -> None:
 
 def check_combination(cfg: RunConfig, arch: Arch | None) -> None:
     """Options that only make sense together (PEFT, 4-bit, GPTQ/AWQ, vLLM, sharding, LoRA targets, roles)."""
+    if (
+        cfg.use_vllm and cfg.vllm_mode == "colocate" and cfg.num_gpus % cfg.vllm_tensor_parallel_size != 0
+    ):  # trl/generation/vllm_generation.py L314-318 (TRL 1.16)
+        raise InvalidConfig(
+            f"--vllm-tensor-parallel-size {cfg.vllm_tensor_parallel_size} must divide --gpus {cfg.num_gpus} in "
+            "colocate mode (TRL raises 'tensor_parallel_size must divide world size evenly')"
+        )
     if cfg.load_in_4bit and not cfg.use_peft:
         raise InvalidConfig(
             "--load-in-4bit needs --use-peft: transformers refuses to fine-tune a purely quantized model"

@@ -63,7 +63,8 @@ def test_flags_repeat_and_config_file_keys(tmp_path):
         "model_name_or_path: 0.5B\nuse_vllm: true\nvllm_max_model_len: 2500\nsleep_level: 1\n"
         "ref_model: 0.5B\nreward_model: [0.5B, 0.5B@own]\nvllm_tensor_parallel_size: 2\n"
     )
-    cfg, _, notes = resolve_run(cli.build_parser().parse_args(["--config", str(f)]))
+    # two processes: colocated vLLM's tensor-parallel groups of 2 must split the world evenly (TRL)
+    cfg, _, notes = resolve_run(cli.build_parser().parse_args(["--config", str(f), "--gpus", "2"]))
     assert cfg.vllm_max_model_length == 2500 and cfg.vllm_tensor_parallel_size == 2
     assert cfg.reference_models == ("0.5B",) and cfg.reward_models == ("0.5B", "0.5B@own")
     # no note but the size alias's (which model 0.5B means)
