@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import bisect
 import gzip
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,8 +87,8 @@ class AllocatorSettings:
         for key, val in _conf_items(conf):
             if key == "max_split_size_mb":
                 mb = int(val)
-                if mb <= K_LARGE_BUFFER // MIB:  # parseMaxSplitSize: "must be > kLargeBuffer"
-                    raise ValueError(f"max_split_size_mb={mb}: must be > {K_LARGE_BUFFER // MIB}")
+                if mb < K_LARGE_BUFFER // MIB:  # torch 2.13 parseMaxSplitSize: "too small, must be >= 20"
+                    raise ValueError(f"max_split_size_mb={mb}: must be >= {K_LARGE_BUFFER // MIB}")
                 kw["max_split_size"] = mb * MIB
             elif key == "max_non_split_rounding_mb":
                 kw["max_non_split_rounding"] = int(val) * MIB
@@ -100,6 +101,68 @@ class AllocatorSettings:
             else:
                 raise ValueError(f"PYTORCH_CUDA_ALLOC_CONF key {key!r} is not modelled")
         return cls(device_limit=device_limit, **kw)
+
+
+def _power_of_two(text: str, zero: bool = False) -> bool:
+    return (
+        text.isdigit()
+        and len(text) <= 18
+        and ((int(text) == 0 and zero) or (int(text) & (int(text) - 1) == 0 < int(text)))
+    )
+
+
+def torch_grammar_problem(conf: str) -> str | None:
+    """Why torch's own parser refuses a `PYTORCH_CUDA_ALLOC_CONF` string at CUDA init, or None: tokens split at
+    `, : [ ]` with spaces dropped, then `key : value` items separated by single commas (torch 2.13's
+    `AcceleratorAllocatorConfig`, c10/core/AllocatorConfig.cpp, its messages as libc10.so carries them):
+    max_split_size_mb and max_non_split_rounding_mb integers of at least kLargeBuffer's 20 MiB ("too small, must
+    be >="); large_segment_size_mb above kMinLargeAlloc's 10 MiB (`parseLargeSegmentSize`);
+    roundup_power2_divisions a power of two, or `[MiB:N, ..., >:N]` with power-of-two MiB keys and N a power of
+    two or 0 (`parseRoundUpPower2Divisions`); expandable_segments exactly True or False.
+    Keys torch has that the simulator does not model are left to `AllocatorSettings.from_conf`."""
+    tokens = [t for t in re.split(r"([,:\[\]])", conf.replace(" ", "")) if t]
+    i, n = 0, len(tokens)
+    while i < n:
+        key = tokens[i]
+        if key in ",:[]":
+            return f"{key!r} where an option name belongs (torch: 'Unrecognized CachingAllocator option')"
+        if i + 1 >= n or tokens[i + 1] != ":":
+            return f"{key}: expected ':' and a value"
+        i += 2
+        if i >= n or tokens[i] in ",:]":
+            return f"{key}: expected a value after ':'"
+        value = tokens[i]
+        if key in ("max_split_size_mb", "max_non_split_rounding_mb"):
+            if not value.isdigit() or len(value) > 18 or int(value) < K_LARGE_BUFFER // MIB:
+                return f"{key}:{value[:20]}: torch takes an integer of at least {K_LARGE_BUFFER // MIB} (MiB)"
+        elif key == "large_segment_size_mb" and (not value.isdigit() or len(value) > 18 or int(value) <= 10):
+            return f"{key}:{value[:20]}: torch takes an integer above kMinLargeAlloc's 10 (MiB)"
+        elif key == "expandable_segments" and value not in ("True", "False"):
+            return f"{key}:{value[:20]}: torch takes exactly True or False"
+        elif key == "roundup_power2_divisions" and value != "[":
+            if not _power_of_two(value):
+                return f"{key}:{value[:20]}: torch takes a power of two (or [MiB:N,...,>:N])"
+        elif key == "roundup_power2_divisions":
+            i += 1
+            while i < n and tokens[i] != "]":
+                interval, colon, div = tokens[i], tokens[i + 1 : i + 2], tokens[i + 2 : i + 3]
+                if colon != [":"] or not div or not _power_of_two(div[0], zero=True):
+                    return f"{key}: each [MiB:N] needs N a power of two or 0"
+                if interval != ">" and not _power_of_two(interval):
+                    return f"{key}: interval {interval[:20]!r} is not a power of two (MiB) or '>'"
+                i += 3
+                if i < n and tokens[i] == ",":
+                    i += 1
+            if i >= n:
+                return f"{key}: '[' without its ']'"
+        i += 1
+        if i < n:
+            if tokens[i] != ",":
+                return f"{tokens[i][:20]!r} after {key}'s value: expected ','"
+            i += 1
+            if i >= n:
+                return "a trailing ','"
+    return None
 
 
 def _conf_items(conf: str) -> Iterator[tuple[str, str]]:

@@ -646,12 +646,16 @@ def alloc_conf_problem(conf: str) -> str | None:
     """Why a PYTORCH_CUDA_ALLOC_CONF string is not one the allocator simulator models (one phrase naming the bad
     part and what is accepted), or None. Parsed item by item with `AllocatorSettings.from_conf`; torch's own
     parser (c10/cuda/CUDAAllocatorConfig.cpp) wants exactly True or False for expandable_segments."""
-    from estimator.allocator import AllocatorSettings, _conf_items
+    from estimator.allocator import AllocatorSettings, _conf_items, torch_grammar_problem
 
     accepted = (
-        "comma-separated key:value with keys max_split_size_mb (> 20), max_non_split_rounding_mb, "
-        "roundup_power2_divisions (N or [MiB:N,...,>:N]), expandable_segments (True/False), large_segment_size_mb"
+        "comma-separated key:value with keys max_split_size_mb (>= 20), max_non_split_rounding_mb (>= 20), "
+        "roundup_power2_divisions (a power of 2, or [MiB:N,...,>:N]), expandable_segments (True/False), "
+        "large_segment_size_mb (> 10)"
     )
+    problem = torch_grammar_problem(conf)
+    if problem:
+        return f"{problem}; accepted: {accepted}"
     for key, val in _conf_items(conf):
         item = f"{key}:{val}" if val else key
         at = f"{item!r}: " if item != conf.replace(" ", "") else ""

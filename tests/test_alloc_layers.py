@@ -46,6 +46,11 @@ OUTSIDE = 426 * MIB + 379_584_512
         "expandable_segments:True",
         "max_split_size_mb:128",
         "expandable_segments:False,max_split_size_mb:512",
+        "max_split_size_mb:20",  # torch 2.13 takes >= 20
+        "roundup_power2_divisions:4",
+        "roundup_power2_divisions:[256:1,512:2,>:4]",
+        "roundup_power2_divisions:[64:0,>:8]",
+        "large_segment_size_mb:11",
     ],
 )
 def test_alloc_conf_accepted(conf):
@@ -55,10 +60,18 @@ def test_alloc_conf_accepted(conf):
 @pytest.mark.parametrize(
     "conf, named",
     [
-        ("max_split_size_mb:20", "must be > 20"),  # parseMaxSplitSize: must exceed kLargeBuffer (20 MiB)
+        # torch 2.13's parser (AcceleratorAllocatorConfig; its messages in libc10.so): "too small, must be >= 20"
+        ("max_split_size_mb:19", "at least 20"),
+        ("max_non_split_rounding_mb:1", "at least 20"),
+        ("roundup_power2_divisions:3", "a power of two"),
+        ("roundup_power2_divisions:[64:3]", "N a power of two or 0"),
+        ("roundup_power2_divisions:[3:4]", "interval '3' is not a power of two"),
+        ("large_segment_size_mb:0", "above kMinLargeAlloc's 10"),  # parseLargeSegmentSize: must be > 10 MB
+        (":", "where an option name belongs"),
+        ("expandable_segments:True,,", "where an option name belongs"),
         ("expandable_segments:1", "True or False"),  # torch's parser takes exactly True / False
         ("garbage_collection_threshold:0.6", "'garbage_collection_threshold'"),  # a torch key, not simulated
-        ("max_split_size_mb:128,max_split_size_mb:x", "'max_split_size_mb:x'"),  # names the bad part only
+        ("max_split_size_mb:128,max_split_size_mb:x", "max_split_size_mb:x"),  # names the bad part only
     ],
 )
 def test_alloc_conf_refused_naming_the_bad_part(conf, named, capsys):
