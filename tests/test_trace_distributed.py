@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 from test_trace import TINY as TRACE_TINY
@@ -50,10 +52,18 @@ def traced(tmp_path_factory):
         num_gpus=2,
         sharding="fsdp",
     )
-    return distributed.run(cfg, distributed.Layout(2, "FULL_SHARD"))
+    before = set(Path(tempfile.gettempdir()).glob("grpo-vram-trace-*"))
+    result = distributed.run(cfg, distributed.Layout(2, "FULL_SHARD"))
+    left = set(Path(tempfile.gettempdir()).glob("grpo-vram-trace-*")) - before
+    return result, left
+
+
+def test_no_trainer_folder_is_left_behind(traced):
+    assert traced[1] == set()
 
 
 def test_rank0_holds_fp32_shards_and_fp32_adamw_state(traced):
+    traced = traced[0]
     at_opt = traced.observed["phase_at_peak_by_label"]["optimizer"]
     shard = _rank0_shard_elements(2)
     assert at_opt["param"] == 4 * shard  # bf16 load upcast to fp32 by accelerate (mixed precision bf16)
@@ -64,6 +74,7 @@ def test_rank0_holds_fp32_shards_and_fp32_adamw_state(traced):
 
 
 def test_gathers_are_seen_and_params_counted_whole(traced):
+    traced = traced[0]
     gen = traced.observed["phase_at_peak_by_label"]["generate"]
     assert gen.get("fsdp_unsharded_param", 0) > 0  # FSDP2's in-place storage resizes reached the probe
     assert (

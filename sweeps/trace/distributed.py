@@ -36,6 +36,7 @@ its own micro-batch. NCCL's own buffers are not tensors and are not here (see `e
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -186,12 +187,15 @@ def run(cfg: RunConfig, layout: Layout, steps: int = 2, decode_k: int = 2) -> si
     conf = fake_model.hf_config(cfg.model, cfg.attn_implementation)
     t0 = time.perf_counter()
     with (
+        tempfile.TemporaryDirectory(
+            prefix="grpo-vram-trace-"
+        ) as out_dir,  # the trainer's output_dir, removed
         single.offline_env(),
         patches.patched(),
         fake_process_group(layout.world_size) as mesh,
         FakeTensorMode(shape_env=ShapeEnv()),
     ):
-        trainer, _ = single.build(cfg, conf, fake=True)
+        trainer, _ = single.build(cfg, conf, fake=True, out_dir=out_dir)
         policy = prepare_fsdp2(trainer.model, mesh, layout, "bf16" if cfg.bf16 else None)
         trainer.model = trainer.model_wrapped = policy
         trainer.optimizer = None

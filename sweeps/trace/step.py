@@ -102,10 +102,10 @@ def _trainer_settings(cfg: RunConfig, out_dir: str):
     return grpo_setup.grpo_args(traced, variant, Path(out_dir)), grpo_setup.peft_config(cfg, variant)
 
 
-def build(cfg: RunConfig, conf, fake: bool = True, out_dir: str | None = None):
+def build(cfg: RunConfig, conf, out_dir: str, fake: bool = True):
     """Policy (+ reference) model, GRPOTrainer and optimizer in the currently active tensor mode.
 
-    `out_dir` is the trainer's output_dir (nothing is saved there); the caller removes it."""
+    `out_dir` is the trainer's output_dir (nothing is saved there), a folder the caller creates and removes."""
     from accelerate.utils import set_seed
     from datasets import Dataset
     from trl import GRPOTrainer
@@ -117,7 +117,6 @@ def build(cfg: RunConfig, conf, fake: bool = True, out_dir: str | None = None):
     model = fake_model.build_model(conf, dtype)
     if cfg.load_in_4bit:
         fake_model.emulate_4bit(model, dtype, nested=cfg.use_bnb_nested_quant)
-    out_dir = out_dir or tempfile.mkdtemp(prefix="grpo-vram-trace-")
     args, lora = _trainer_settings(cfg, out_dir)
     ds = Dataset.from_dict({"prompt": ["a b"] * max(16, cfg.generation_sequences)})
     trainer = GRPOTrainer(
@@ -274,7 +273,7 @@ def _run(
     t0 = time.perf_counter()
     mode = FakeTensorMode(shape_env=ShapeEnv()) if fake else nullcontext()
     with patches.patched(), mode, patches.CudaIndexBackward():
-        trainer, opt = build(cfg, conf, fake, out_dir)
+        trainer, opt = build(cfg, conf, out_dir, fake)
         policy = trainer.model
         probe = LiveStorageMode(round_to=CUDA_BLOCK if cfg.device == "cuda" else 1, record_events=True)
         probe.register(policy)
