@@ -178,7 +178,7 @@ trace: install
 trace-multigpu: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -m sweeps.trace.multigpu
 
-# Issue 9's out-of-sample grids (seeded, resumable: rerun to continue; skips are recorded with their reason).
+# The out-of-sample grids (seeded, resumable: rerun to continue; skips are recorded with their reason).
 validate: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set validation
 
@@ -201,7 +201,7 @@ tables: install
 fit-overheads: install
 	.venv/bin/grpo-vram-fit-overheads
 
-# The worked examples (issue 12's four cases): what vram-estimate says, regenerated from their config files.
+# The worked examples: what vram-estimate says, regenerated from their config files.
 examples: install
 	$(PY) examples/make_examples.py
 
@@ -220,7 +220,7 @@ bench: install
 clean:
 	rm -rf .venv .pytest_cache outputs multirun
 
-# Issue 31: the SLURM path tried for real. Starts a single-node SLURM cluster on this machine (sweeps/slurm/cluster.sh:
+# The SLURM path, tried for real: starts a single-node SLURM cluster on this machine (sweeps/slurm/cluster.sh:
 # munged, slurmctld and slurmd from Debian's slurm-wlm and munge packages, as root, cgroup-free), submits the smoke
 # sweep through Hydra's submitit launcher (hydra/launcher=slurm), scancels one job mid-run, checks that no row is
 # lost, cut or duplicated, then reruns it and checks that it resumes. SLURM_SMOKE_ARGS="model=tiny-2M" narrows the

@@ -1,4 +1,4 @@
-"""Issue 10 in the estimator's output: the allocator settings as run settings, the layers from tensor bytes to
+"""In the estimator's output: the allocator settings as run settings, the layers from tensor bytes to
 what the card holds, the fit verdict against what torch can use, and the fragmentation settings in the advice.
 
 Expected numbers are worked by hand from the stored simulations of the traced 7B LoRA stream c12c87f2df5952d9

@@ -1,4 +1,4 @@
-"""The catalog models added for "any model id" (issue 30 part 5): each file's exact parameter count (the one
+"""The catalog models added for "any model id": each file's exact parameter count (the one
 estimator/catalog/SOURCES.md records) from the estimator and from transformers on the meta device, and the
 size aliases: case-insensitive, each naming a shipped model, with a one-line note saying which."""
 

@@ -1,4 +1,4 @@
-"""Issue 30: several --config files merged by kind; unknown keys are never silent; bad files are one line."""
+"""Several --config files merged by kind; unknown keys are never silent; bad files are one line."""
 
 from __future__ import annotations
 

@@ -265,8 +265,8 @@ def test_ambiguous_groups_are_consistent():
         assert len({c.marketed_gb for c in a.cards}) >= 2, a.name
 
 
-def test_a100_is_now_the_40gb_card():
-    # --gpu A100 used to mean the 80 GB card silently; A100-80 says so explicitly
+def test_a100_is_the_smaller_card():
+    # A100 names two cards: the 40 GB one is checked (resolve says so); A100-80 names the other
     assert lookup("A100").driver_mib == 40960
     assert lookup("A100-80").driver_mib == 81920 and lookup("A100-80").name == "A100 80GB"
     # the figures tests elsewhere rely on stay: H100 is the SXM card, 81,559 / 81,082 MiB

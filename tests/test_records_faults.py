@@ -1,4 +1,4 @@
-"""Issue 31, the results file under faults: special files, symlinks, full disks, modes, a missing last newline,
+"""The results file under faults: special files, symlinks, full disks, modes, a missing last newline,
 lock files, and a measurement whose append fails (kept, said in one line, appended by the next run)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Silent caps and ignored settings get a note; the tracer's own flags fail before any trace; traces are quiet
-and leave no temp dir (issue 14 items 7-9)."""
+and leave no temp dir."""
 
 import logging
 import os

@@ -273,7 +273,7 @@ OUT_OF_SAMPLE_FILES = {
     "heldout-h": "validation",  # seed H: held out for one round, seen since the eighth
     "heldout-i": "held-out",
 }  # results/traced/<stem>.jsonl
-UNDER_LIMIT = 0.02  # an under-prediction beyond 2 % is the failure issue 9 counts
+UNDER_LIMIT = 0.02  # an under-prediction beyond 2 % is the failure the accuracy targets count
 
 
 def out_of_sample_stems(split: str) -> list[str]:

@@ -15,11 +15,10 @@ config names the installed transformers (`transformers_version`), so it has its 
 stay to hold the estimator to (rows already modelled at the installed release are not selected; a rerun skips
 rows whose retrace is already in the file).
 
-Used after round 8's two tracer fixes for QLoRA (the emulated 4-bit layers became `bnb.nn.Linear4bit`
-subclasses, so peft wraps them as on a GPU, sweeps/trace/fake_model.py; and under the tracer's CPU autocast
-`torch.is_autocast_enabled()` answers as CUDA's would, sweeps/trace/patches.py): every committed 4-bit row was
-retraced, those without autocast with `--tag bnb-lora-wrapper --where load_in_4bit --where bf16=false`, those
-under bf16 autocast with `--tag bnb-lora-wrapper-autocast --where load_in_4bit --where bf16`.
+The tags already in the committed rows: `bnb-lora-wrapper` / `bnb-lora-wrapper-autocast` (every 4-bit row, traced
+with the emulated 4-bit layers as `bnb.nn.Linear4bit` subclasses, sweeps/trace/fake_model.py), and
+`transformers-5.24` (`--beside`, every fp32 row under bf16 autocast without a 4-bit base: the rows whose KV cache
+the release changes).
 """
 
 from __future__ import annotations
