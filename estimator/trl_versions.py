@@ -89,8 +89,7 @@ class TrlProfile:
     @property
     def label(self) -> str:
         """`0.14` or `0.20-0.21`: the releases this row covers."""
-        a, b = fmt(self.first), fmt(self.last)
-        return a if a == b else f"{a}-{b}"
+        return version_text.span(self.first, self.last)
 
     def covers(self, version: Version) -> bool:
         return self.first <= version <= self.last

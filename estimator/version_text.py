@@ -21,3 +21,9 @@ def parse_version(text: str) -> Version:
 
 def fmt(v: Version) -> str:
     return f"{v[0]}.{v[1]}"
+
+
+def span(first: Version, last: Version) -> str:
+    """`0.14` or `0.20-0.21`: the minor releases first..last."""
+    a, b = fmt(first), fmt(last)
+    return a if a == b else f"{a}-{b}"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from estimator.trl_versions import NEWEST as TRL_NEWEST
 from estimator.trl_versions import OLDEST as TRL_OLDEST
-from estimator.version_text import Version, fmt, parse_version
+from estimator.version_text import Version, fmt, parse_version, span
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,7 @@ class TransformersProfile:
 
     @property
     def label(self) -> str:
-        a, b = fmt(self.first), fmt(self.last)
-        return a if a == b else f"{a}-{b}"
+        return span(self.first, self.last)
 
 
 TRANSFORMERS: tuple[TransformersProfile, ...] = (
@@ -90,8 +89,7 @@ class Checked:
 
     @property
     def range(self) -> str:
-        a, b = fmt(self.first), fmt(self.last)
-        return a if a == b else f"{a}-{b}"
+        return span(self.first, self.last)
 
 
 CHECKED: tuple[Checked, ...] = (

@@ -1,4 +1,4 @@
-"""Issue 30: a TRL user's own files, read as accelerate / transformers / TRL read them, give the same estimate as
+"""A TRL user's own files, read as accelerate / transformers / TRL read them, give the same estimate as
 the same run given as flags. Upstream files are verbatim copies (tests/data/config_files/README.md)."""
 
 from __future__ import annotations
@@ -7,23 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from estimator import cli
+from cli_json import estimate, run
 
 DATA = Path(__file__).parent / "data" / "config_files"
 TRL = DATA / "trl"
-
-
-def run(argv, capsys):
-    code = cli.main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def estimate(argv, capsys) -> dict:
-    code, out, err = run([*argv, "--json"], capsys)
-    assert code == 0, err
-    return json.loads(out)
 
 
 def same_estimate(a: dict, b: dict) -> None:

@@ -1,12 +1,11 @@
-"""Issue 30: `vram-estimate --from-command "<launch command>"` and `vram-estimate -- <command>`."""
+"""`vram-estimate --from-command "<launch command>"` and `vram-estimate -- <command>`."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-
-from estimator import cli
+from cli_json import estimate, run
 
 Z3 = """compute_environment: LOCAL_MACHINE
 deepspeed_config:
@@ -28,18 +27,6 @@ def files(tmp_path, monkeypatch):
         "num_generations: 8\nmax_completion_length: 1024\nlearning_rate: 1.0e-6\n"
     )
     return tmp_path
-
-
-def run(argv, capsys):
-    code = cli.main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def estimate(argv, capsys) -> dict:
-    code, out, err = run([*argv, "--json"], capsys)
-    assert code == 0, err
-    return json.loads(out)
 
 
 FLAGS = [

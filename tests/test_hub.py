@@ -16,24 +16,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from test_catalog import TINY as CATALOG_TINY
+from test_catalog import TINY_PARAMS
 
 from estimator import hub
 
 pytest.importorskip("huggingface_hub")
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 96,
-    "vocab_size": 128,
-    "tie_word_embeddings": True,
-}
-TINY_PARAMS = 128 * 64 + 2 * (4096 + 4096 + 4096 + 18432 + 128) + 64
+TINY = {"architectures": ["LlamaForCausalLM"], **CATALOG_TINY}  # as a Hub config.json names its class
 BODY = json.dumps(TINY, indent=2).encode()
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 TOKEN = "hf_test_token_for_the_gated_repo"

@@ -1,4 +1,4 @@
-"""Issue 31, the sweep's command line and its faults, through the real entry point (`python -m sweeps.runner.app`):
+"""The sweep's command line and its faults, through the real entry point (`python -m sweeps.runner.app`):
 bad Hydra-level input is one stderr line and exit 2 (never a traceback or a hang), a failed append keeps the row,
 corrupt lines are counted, locks leave nothing behind, and Ctrl-C ends with one line and nothing lost."""
 
@@ -13,18 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+from test_sweep import TINY_ARGS
 
 from sweeps import records
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = [
-    "model=tiny-2M",
-    "trainer.per_device_train_batch_size=4",
-    "trainer.num_generations=4",
-    "trainer.max_prompt_length=8",
-    "trainer.max_completion_length=8",
-    "sweep.name=t",
-]
+TINY = TINY_ARGS
 UNSET = "GRPO_VRAM_SURELY_UNSET_VARIABLE"
 
 
