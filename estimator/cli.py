@@ -21,6 +21,7 @@ from estimator.flags import TRL_SPELLING_HELP, FlagError, add_run_flags, resolve
 from estimator.solve import SOLVABLE
 
 PROG = "vram-estimate"
+FORMATS = ("text", "markdown", "json")
 
 
 class UsageError(ValueError):
@@ -51,7 +52,21 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument(
         "--gpu", metavar="NAME", help="check one GPU (e.g. H100, A100-40, 4090): exit 0 fits, 1 not"
     )
-    o.add_argument("--json", action="store_true", default=False, help="the whole breakdown as JSON")
+    o.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="text (default: the answer first, within 80 columns), markdown, or json (the whole breakdown; "
+        "schema: docs/estimate.schema.json)",
+    )
+    o.add_argument("--json", action="store_true", default=False, help="short for --format json")
+    o.add_argument(
+        "--detail",
+        action="store_true",
+        default=False,
+        help="the full report: every phase, the memory layers from tensor bytes to what the card holds, every "
+        "source, the notes, the error band and the settings' files",
+    )
     o.add_argument("--advice", action="store_true", default=False, help="show what to change even if it fits")
     o.add_argument(
         "--solve",
@@ -59,7 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest value of this setting that fits on --gpu",
     )
     o.add_argument(
-        "--trace", action="store_true", default=False, help="also trace real GRPO steps (sweep extra)"
+        "--trace",
+        action="store_true",
+        default=False,
+        help="also trace a real GRPO step under fake tensors (sweep extra; 30 s or more): the estimate prints "
+        "first, progress goes to stderr, a failed trace exits 4",
     )
     o.add_argument(
         "--version",
@@ -90,24 +109,39 @@ class Request:
     cfg: RunConfig
     arch: Arch
     gpu: object | None
-    as_json: bool
+    fmt: str  # one of FORMATS
     advice: bool
     solve: str | None
     trace: bool
     notes: list[str]
     sources: dict = dataclasses.field(default_factory=dict)  # field -> the file / key / flags that set it
+    detail: bool = False
+
+    @property
+    def as_json(self) -> bool:
+        return self.fmt == "json"
 
 
 def parse(argv: list[str]) -> Request:
     """argv -> Request; UsageError (one line) for anything bad."""
-    from estimator import gpus
-
     argv, command = split_command(argv)
     ns = build_parser().parse_args(argv)
     if command is not None:
         if getattr(ns, "from_command", None) is not None:
             raise UsageError("give the command once: --from-command CMD or -- CMD ...")
         ns.from_command = command
+    fmt = ns.format or ("json" if ns.json else "text")
+    if ns.json and fmt != "json":
+        raise UsageError(
+            f"--json and --format {fmt} disagree; accepted: one of them (--json = --format json)"
+        )
+    return request_from(ns, fmt)
+
+
+def request_from(ns: argparse.Namespace, fmt: str = "text") -> Request:
+    """Parsed flags (or the Python API's settings, as a Namespace of RunConfig field names) -> Request."""
+    from estimator import gpus
+
     gpu, gpu_note = None, None
     if getattr(ns, "gpu", None) is not None:
         try:
@@ -136,7 +170,18 @@ def parse(argv: list[str]) -> Request:
         raise UsageError("--solve vllm_gpu_memory_utilization needs --use-vllm with --vllm-mode colocate")
     if gpu is not None and cfg.device == "cpu":
         raise UsageError("--gpu checks a GPU; drop it with --device cpu")
-    return Request(cfg, arch, gpu, ns.json, ns.advice, solve, ns.trace, notes, sources)
+    return Request(
+        cfg,
+        arch,
+        gpu,
+        fmt,
+        getattr(ns, "advice", False),
+        solve,
+        getattr(ns, "trace", False),
+        notes,
+        sources,
+        getattr(ns, "detail", False),
+    )
 
 
 def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -167,20 +212,45 @@ def render_sources(cfg: RunConfig, sources: dict) -> str | None:
 
 
 TRACER_GROUP = "grpo_vram.tracers"  # entry points: callables (RunConfig, sweep=str) -> result row
+TRACE_FAILED = 4  # --trace ran and failed: the estimate above it stands, the traced check does not
+REFERENCE_GPU = "RTX 4090"  # the card the short answer checks when no --gpu is given: the one most people own
 
 
-def run_trace(cfg: RunConfig) -> dict:
-    """Trace real GRPO steps under fake tensors with a tracer found by entry point (the sweep extra's)."""
+TRACE_NEEDS = "--trace needs the sweep extra (torch, transformers, trl): pip install 'grpo-vram[sweep]'"
+
+
+def check_tracer() -> None:
+    """Before any output: the tracer's entry point and its modules are installed (found, not imported: importing
+    torch is the slow part of a trace); UsageError (one line) where the sweep extra is missing."""
+    import importlib.util
     from importlib.metadata import entry_points
 
-    need = "--trace needs the sweep extra (torch, transformers, trl): pip install 'grpo-vram[sweep]'"
     found = list(entry_points(group=TRACER_GROUP))
     if not found:
-        raise UsageError(need)
+        raise UsageError(TRACE_NEEDS)
+    for module in (found[0].module, "torch", "transformers", "trl"):
+        try:
+            if importlib.util.find_spec(module) is None:
+                raise UsageError(TRACE_NEEDS)
+        except (ImportError, ValueError):
+            raise UsageError(TRACE_NEEDS) from None
+
+
+def load_tracer():
+    """The sweep extra's tracer (found by entry point); UsageError (one line) where the extra is missing."""
+    from importlib.metadata import entry_points
+
+    check_tracer()
+    found = list(entry_points(group=TRACER_GROUP))
     try:
-        make_row = found[0].load()
+        return found[0].load()
     except ImportError:
-        raise UsageError(need) from None
+        raise UsageError(TRACE_NEEDS) from None
+
+
+def run_trace(cfg: RunConfig, make_row=None) -> dict:
+    """Trace real GRPO steps under fake tensors with a tracer found by entry point (the sweep extra's)."""
+    make_row = make_row or load_tracer()
     row = make_row(cfg, sweep="vram-estimate")
     if row.get("status") != "ok":
         return {"source": "traced", "status": row.get("status"), "error": row.get("error")}
@@ -188,8 +258,9 @@ def run_trace(cfg: RunConfig) -> dict:
     return {"source": "traced", "status": "ok", **{k: obs[k] for k in ("peak_bytes", "peak_phase", "phases")}}
 
 
-def render_trace(traced: dict) -> str:
-    """Traced per-phase peaks (fake tensors through TRL's real GRPO step), labelled `traced`."""
+def render_trace(traced: dict, est=None) -> str:
+    """Traced per-phase peaks (fake tensors through TRL's real GRPO step), labelled `traced`, and how far the
+    estimated tensor peak is from the traced one."""
     from estimator.units import gib
 
     if traced.get("status") != "ok":
@@ -197,18 +268,45 @@ def render_trace(traced: dict) -> str:
     lines = ["traced (TRL GRPO step under fake tensors, tensor bytes):"]
     lines += [f"  {ph:<10}{gib(b):8.2f} GiB  traced" for ph, b in traced["phases"].items()]
     lines.append(f"  {'peak':<10}{gib(traced['peak_bytes']):8.2f} GiB  traced, in {traced['peak_phase']}")
+    if est is not None and traced["peak_bytes"]:
+        off = (est.peak_allocated_bytes - traced["peak_bytes"]) / traced["peak_bytes"] * 100
+        lines.append(
+            f"  the estimated tensor peak ({gib(est.peak_allocated_bytes):.2f} GiB) is {off:+.1f}% off it"
+        )
     return "\n".join(lines)
 
 
-def execute(req: Request) -> tuple[str, int]:
-    """Estimate, lay out every role and vLLM per GPU, check fits, advise / solve; returns (stdout text, exit code).
+@dataclass
+class Answer:
+    """Everything one request computed; `render` writes it as text or markdown, `to_json` as the JSON answer.
+
+    `reference` / `reference_advice`: without --gpu, the fit on REFERENCE_GPU and (where it does not fit and the
+    run has no other roles or vLLM) the smallest change that makes it fit: shown in the short answer only."""
+
+    req: Request
+    est: object  # estimator.estimate.Estimate
+    fits: list
+    target: object | None
+    advice: object | None
+    solution: object | None
+    layout: object | None
+    fixes: list[str]
+    starts: bool
+    code: int
+    reference: object | None = None
+    reference_advice: object | None = None
+    traced: dict | None = None
+
+
+def compute(req: Request) -> Answer:
+    """Estimate, lay out every role and vLLM per GPU, check fits, advise / solve.
 
     Models beside the policy (reward / reference / value) placed on the training GPUs are part of the estimate
     that the fit checks, advice and --solve see (`layout.with_roles`); the layout (present with roles or vLLM)
     adds the per-GPU, per-role bytes, the GPU count and vLLM's own start-up checks.
     """
     from estimator import advice as adv
-    from estimator import band, catalog, gpus, report
+    from estimator import catalog, gpus, report
     from estimator.estimate import estimate
     from estimator.layout import VllmSettings, plan, with_roles
     from estimator.role_spec import config_roles
@@ -257,34 +355,97 @@ def execute(req: Request) -> tuple[str, int]:
     if req.advice or fails:  # vLLM failing at start-up is not fixed by saving training memory: no target then
         advice = adv.advise(cfg, req.arch, est_fn, budget if starts else None)
     solution = solve(cfg, req.arch, req.solve, budget, est_fn) if req.solve else None
-    traced = run_trace(cfg) if req.trace else None
     code = 1 if req.gpu is not None and fails else 0
     if solution is not None:
         code = 0 if solution.value is not None else 1
-    if req.as_json:
-        d = report.to_json(est, fits, target, advice, solution, layout, fixes)
-        d["band"] = band.to_json(cfg)
-        if req.sources:
-            d["settings_from"] = req.sources
-        if traced is not None:
-            d["trace"] = traced
-        return json.dumps(d, indent=2), code
-    parts = [report.render(est, fits, target), band.describe(cfg)]
+    reference, reference_advice = None, None
+    if req.gpu is None and fits:
+        reference = next((f for f in fits if f.gpu.name == REFERENCE_GPU), None)
+        if reference is not None and not reference.fits and layout is None and not req.as_json:
+            reference_advice = adv.advise(cfg, req.arch, est_fn, reference.gpu.usable_bytes)
+    return Answer(
+        req, est, fits, target, advice, solution, layout, fixes, starts, code, reference, reference_advice
+    )
+
+
+def to_json(ans: Answer) -> dict:
+    """The JSON answer (docs/json-output.md; schema docs/estimate.schema.json, version SCHEMA_VERSION)."""
+    from estimator import band, report
+
+    d = {"schema_version": report.SCHEMA_VERSION}
+    d.update(report.to_json(ans.est, ans.fits, ans.target, ans.advice, ans.solution, ans.layout, ans.fixes))
+    d["band"] = band.to_json(ans.req.cfg)
+    if ans.req.sources:
+        d["settings_from"] = ans.req.sources
+    if ans.traced is not None:
+        d["trace"] = ans.traced
+    return d
+
+
+def detail_text(ans: Answer) -> str:
+    """The full report (--detail): every phase, the memory layers, every source, notes, band, layout, advice."""
+    from estimator import band, report
+
+    req, cfg = ans.req, ans.req.cfg
+    parts = [report.render(ans.est, ans.fits, ans.target), band.describe(cfg)]
     if (block := render_sources(cfg, req.sources)) is not None:
         parts.append(block)
-    if layout is not None:
-        parts.append(report.render_layout(layout, fixes))
-    if advice is not None:
-        if not starts:
+    if ans.layout is not None:
+        parts.append(report.render_layout(ans.layout, ans.fixes))
+    if ans.advice is not None:
+        if not ans.starts:
             parts.append(
                 "(vLLM fails before the first step: the changes below save memory but do not fix that)"
             )
-        parts.append(report.render_advice(advice))
-    if solution is not None:
-        parts.append(report.render_solution(solution))
-    if traced is not None:
-        parts.append(render_trace(traced))
-    return "\n".join(parts), code
+        parts.append(report.render_advice(ans.advice))
+    if ans.solution is not None:
+        parts.append(report.render_solution(ans.solution))
+    return "\n".join(parts)
+
+
+def short_text(ans: Answer, markdown: bool = False) -> str:
+    """The answer a person reads first (report.short): verdict, the change that makes it fit, where it goes."""
+    from estimator import report
+
+    files = sorted({label.partition(" ")[0] for label in ans.req.sources.values()} - {"flags"})
+    return report.short(
+        ans.est,
+        ans.fits,
+        target=ans.target,
+        reference=ans.reference,
+        advice=ans.advice,
+        reference_advice=ans.reference_advice,
+        show_all_advice=ans.req.advice,
+        starts=ans.starts,
+        solution=ans.solution,
+        layout=ans.layout,
+        fixes=ans.fixes,
+        files=files,
+        markdown=markdown,
+    )
+
+
+def render(ans: Answer) -> str:
+    """The answer in the request's format (text or markdown; --detail for the full report)."""
+    fmt, detail = ans.req.fmt, ans.req.detail
+    if fmt == "json":
+        return json.dumps(to_json(ans), indent=2)
+    if detail:
+        text = detail_text(ans)
+        return f"```\n{text}\n```" if fmt == "markdown" else text
+    return short_text(ans, markdown=fmt == "markdown")
+
+
+def execute(req: Request) -> tuple[str, int]:
+    """compute + render, with the trace (if asked) run first: (stdout text, exit code). `main` prints the
+    estimate before a trace instead."""
+    ans = compute(req)
+    if req.trace:
+        ans.traced = run_trace(req.cfg)
+    text = render(ans)
+    if ans.traced is not None and req.fmt != "json":
+        text += "\n" + render_trace(ans.traced, ans.est)
+    return text, ans.code
 
 
 def _band_help() -> str:
@@ -306,11 +467,33 @@ def main(argv: list[str] | None = None) -> int:
         req = parse(argv)
         for note in req.notes:
             print(f"{PROG}: note: {note}", file=sys.stderr)
-        text, code = execute(req)
+        if req.trace:
+            check_tracer()
+        ans = compute(req)
+        if not req.trace:
+            return write_answer(render(ans), ans.code)
+        if req.fmt != "json":  # the estimate first: the trace takes half a minute or more
+            code = write_answer(render(ans), ans.code)
+            if code == NOT_WRITTEN:
+                return code
+        from estimator.trace_progress import traced_with_progress
+
+        ans.traced = traced_with_progress(req.cfg, load_tracer, run_trace, sys.stderr)
     except UsageError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    return write_answer(text, code)
+    failed = ans.traced.get("status") != "ok"
+    text = render(ans) if req.fmt == "json" else render_trace(ans.traced, ans.est)
+    if failed and req.fmt != "json":
+        text = None
+    if text is not None:
+        code = write_answer(text, ans.code)
+        if code == NOT_WRITTEN:
+            return code
+    if failed:
+        print(f"{PROG}: error: the trace failed: {ans.traced.get('error')}", file=sys.stderr)
+        return TRACE_FAILED
+    return ans.code
 
 
 NOT_WRITTEN = 3  # the answer could not be written: not a verdict, so neither 0 (fits) nor 1 (does not fit)

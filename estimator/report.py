@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from dataclasses import asdict, dataclass
 
 from estimator.advice import Advice, Option
@@ -340,3 +342,263 @@ def to_json(
     if layout is not None:
         d["layout"] = layout_dict(layout, fixes or [])
     return d
+
+
+# ---- the short answer (the default output): the verdict first, within WIDTH columns ----
+
+SCHEMA_VERSION = "1.0"  # of the JSON answer: docs/estimate.schema.json, documented in docs/json-output.md
+WIDTH = 80
+TOP_COMPONENTS = 4  # tensor components shown by name at the peak; the rest are summed as "other tensors"
+_REFERENCE = re.compile(r"\s*\([^()]*(?:#\d|\bPR\b|\.py\b|\.jsonl?\b|\.txt\b)[^()]*\)")
+
+
+def plain(text: str) -> str:
+    """`text` without parenthesized internal references (issue / PR numbers, file names): the short answer
+    points to --detail for those."""
+    return _REFERENCE.sub("", text)
+
+
+def _wrap(text: str, indent: str = "", first: str | None = None) -> list[str]:
+    """`text` in lines of at most WIDTH columns: the first starts with `first` (default `indent`), the others
+    with `indent`."""
+    first = indent if first is None else first
+    return textwrap.wrap(
+        text, WIDTH, initial_indent=first, subsequent_indent=indent, break_on_hyphens=False
+    ) or [first]
+
+
+def _g1(n: int | float) -> str:
+    return f"{gib(n):.1f}"
+
+
+def _the(gpu: GPU) -> str:
+    return f"the {gpu.name}"
+
+
+PHASE_SHORT = {
+    "generate": "generation",
+    "score": "log-prob passes",
+    "train": "forward + backward",
+    "optimizer": "optimizer step",
+}
+
+
+def _fits_summary(fits: list[Fit]) -> str:
+    """'fits A100 40GB and larger' / 'fits A100 40GB, H100 80GB' / 'fits none of the 11 listed cards'."""
+    ordered = sorted(fits, key=lambda f: f.gpu.memory_bytes)
+    ok = [f for f in ordered if f.fits]
+    if not ok:
+        return f"fits none of the {len(ordered)} listed cards"
+    first = ordered.index(ok[0])
+    if all(f.fits for f in ordered[first:]):
+        return f"fits {ok[0].gpu.name} and up" if first < len(ordered) - 1 else f"fits only {ok[0].gpu.name}"
+    return "fits " + ", ".join(f.gpu.name for f in ok)
+
+
+def _is_short(f: Fit, article: str = "") -> str:
+    """'RTX 4090 is 12.2 GiB short' / 'A100 40GB fails at vLLM start-up'."""
+    if f.blocked:
+        return f"{article}{f.gpu.name} fails at {f.blocked}"
+    return f"{article}{f.gpu.name} is {_g1(-f.free_bytes)} GiB short"
+
+
+def verdict(est: Estimate, fits: list[Fit], target: Fit | None, reference: Fit | None) -> str:
+    """The first line(s) of the short answer: what one GPU must hold and where that fits."""
+    c = est.config
+    if c.device == "cpu":
+        return f"Needs {_g1(est.need_bytes)} GiB of host RAM (device cpu: TRL's use_cpu, no GPU)."
+    head = f"Needs {_g1(est.fit_bytes)} GiB per GPU"
+    if target is not None:
+        if target.fits:
+            return f"{head}: fits {_the(target.gpu)} with {_g1(target.free_bytes)} GiB to spare."
+        tail = f"; {_fits_summary(fits)}" if fits else ""
+        return f"{head}: {_is_short(target)}{tail}."
+    out = f"{head}: {_fits_summary(fits)}"
+    if reference is not None and not reference.fits:
+        out += f"; {_is_short(reference, 'an ')}"
+    return out + "."
+
+
+def run_line(est: Estimate) -> str:
+    """What was estimated, in a few words: model, weights, method, sequences x tokens, GPUs, vLLM."""
+    c = est.config
+    weights = (
+        "4-bit base"
+        if c.load_in_4bit
+        else {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(c.dtype, c.dtype) + " weights"
+    )
+    method = (
+        f"QLoRA r{c.lora_r}" if c.load_in_4bit else (f"LoRA r{c.lora_r}" if c.use_peft else "full fine-tune")
+    )
+    parts = [est.arch.name.rsplit("/", 1)[-1], weights, method]
+    parts.append(f"{c.per_device_train_batch_size} x {c.max_prompt_length + c.max_completion_length} tokens")
+    if c.num_generations != c.per_device_train_batch_size:
+        parts.append(f"{c.num_generations} generations")
+    if c.gradient_accumulation_steps > 1:
+        parts.append(f"grad accumulation {c.gradient_accumulation_steps}")
+    if not c.gradient_checkpointing:
+        parts.append("no grad checkpointing")
+    if c.num_gpus > 1:
+        parts.append(f"{c.num_gpus} GPUs {c.sharding}")
+    if c.use_vllm:
+        parts.append(f"vLLM {c.vllm_mode} {c.vllm_gpu_memory_utilization}")
+    return ", ".join(parts)
+
+
+def _plan_lines(advice: Advice, gpu: GPU) -> list[str]:
+    plan = advice.plan
+    if plan is None:
+        return [f"No change tried makes it fit {_the(gpu)}."]
+    if plan.fits:
+        out = _wrap(f"To fit {_the(gpu)}: {plain(plan.label)}", "  ", "")
+    else:
+        out = _wrap(f"No change tried makes it fit {_the(gpu)}; closest: {plain(plan.label)}", "  ", "")
+    cost = f"; cost: {plain(plan.tradeoff)}" if plan.tradeoff else ""
+    out += _wrap(f"-> needs {_g1(plan.need_bytes)} GiB{cost}", "     ", "  ")
+    return out
+
+
+def _advice_lines(advice: Advice, limit: int = 6) -> list[str]:
+    out = ["What to change (GiB needed after each change, estimated):"]
+    for o in advice.singles[:limit]:
+        mark = " " if o.fits is None else ("✓" if o.fits else "✗")
+        out += _wrap(plain(o.label), " " * 11, f"  {mark} {_g1(o.need_bytes):>5}  ")
+    if len(advice.singles) > limit:
+        out.append(f"  ... {len(advice.singles) - limit} more, each with its cost: --detail")
+    if not advice.singles:
+        out.append("  no single change saves memory at this configuration")
+    return out
+
+
+def breakdown(est: Estimate) -> list[tuple[str, int, str]]:
+    """(label, bytes, source) rows that add up to what the fit verdict compares with a GPU (`fit_bytes`):
+    the largest tensor components at the peak phase, the rest of the tensors, the allocator's reserve (after it
+    frees its cache and retries), the non-tensor items and the error band."""
+    comps = sorted(est.phases[est.peak_phase].items(), key=lambda kv: -kv[1])
+    comps = [(n, b) for n, b in comps if b > 0]
+    rows = [(n.replace("_", " "), b, SOURCE) for n, b in comps[:TOP_COMPONENTS]]
+    rest = sum(b for _, b in comps[TOP_COMPONENTS:])
+    if rest >= 0.005 * 2**30:  # what would print as 0.00 GiB is left out of the short table (--detail has it)
+        rows.append(("other tensors", rest, SOURCE))
+    if est.config.device == "cpu":
+        return rows
+    reserve = est.need_bytes - est.peak_allocated_bytes - est.cuda_context_bytes
+    rows.append(("allocator reserve", reserve, est.reserve_source))
+    rows.append(("CUDA context, workspaces", est.cuda_context_bytes, SOURCE))
+    if est.band_bytes:
+        rows.append(("error band (safe side)", est.band_bytes, "traced"))
+    return rows
+
+
+def _breakdown_lines(est: Estimate, markdown: bool) -> list[str]:
+    rows = breakdown(est)
+    total = est.need_bytes if est.config.device == "cpu" else est.fit_bytes
+    phase = est.peak_phase
+    where = f"at the peak ({phase}: {PHASE_SHORT.get(phase, phase)})"
+    if markdown:
+        out = [f"| {where} | GiB | source |", "|---|---:|---|"]
+        out += [f"| {label} | {_g(b)} | {src} |" for label, b, src in rows]
+        out.append(f"| **total** | **{_g(total)}** | estimated |")
+        return out
+    out = [f"{'Where it goes, ' + where:<46}{'GiB':>5}  source"]
+    out += [f"  {label:<42}{_g(b):>7}  {src}" for label, b, src in rows]
+    out.append(f"  {'= total':<42}{_g(total):>7}  estimated")
+    return out
+
+
+def _nearest_cards(fits: list[Fit]) -> str | None:
+    """The cards around the line: the largest that does not fit and the two smallest that do."""
+    ordered = sorted(fits, key=lambda f: f.gpu.memory_bytes)
+    ok = [i for i, f in enumerate(ordered) if f.fits]
+    if not ordered:
+        return None
+    lo = (ok[0] if ok else len(ordered)) - 1
+    picked = ordered[max(0, lo) : lo + 3] if lo >= 0 else ordered[:2]
+
+    def cell(f: Fit) -> str:
+        if f.blocked:
+            return f"{f.gpu.name} fails ({f.blocked})"
+        return f"{f.gpu.name} {'+' if f.free_bytes >= 0 else '-'}{_g1(abs(f.free_bytes))}"
+
+    return "Cards (+GiB spare, -short): " + ", ".join(cell(f) for f in picked)
+
+
+def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
+    out = [f"Per GPU ({layout.total_gpus} in all, estimated):"]
+    for g in layout.groups:
+        verdict_ = "fits" if g.fits else f"{_g1(g.peak_device_bytes - g.total_bytes)} GiB short"
+        roles = ", ".join(r.role for r in g.roles)
+        out += _wrap(
+            f"{g.name} x {g.count}: {_g1(g.peak_device_bytes)} of {_g1(g.total_bytes)} GiB, {verdict_} ({roles})",
+            "    ",
+            "  ",
+        )
+    v = layout.vllm
+    if v is not None:
+        out += _wrap(
+            f"vLLM {v.mode}: {'starts and runs' if v.failure is None else plain(v.failure)}", "    ", "  "
+        )
+    for f in fixes[:3]:
+        out += _wrap(f"fix: {plain(f)}", "    ", "  ")
+    return out
+
+
+def short(
+    est: Estimate,
+    fits: list[Fit],
+    *,
+    target: Fit | None = None,
+    reference: Fit | None = None,
+    advice: Advice | None = None,
+    reference_advice: Advice | None = None,
+    show_all_advice: bool = False,
+    starts: bool = True,
+    solution: Solution | None = None,
+    layout: Layout | None = None,
+    fixes: list[str] | None = None,
+    files: list[str] | None = None,
+    markdown: bool = False,
+) -> str:
+    """The default answer, within WIDTH columns and about 20 lines: the verdict (what one GPU must hold, where it
+    fits), what was estimated, the smallest change that makes it fit the named card (or REFERENCE_GPU), where the
+    memory goes at the peak, the layout with roles or vLLM, the solved value. No internal references: --detail
+    and --json keep them."""
+    first = verdict(est, fits, target, reference)
+    out = [f"**{first}**", ""] if markdown else _wrap(first, "  ", "")
+    out += _wrap(f"estimated for {run_line(est)}", "  ", "  ")
+    if files:
+        out += _wrap(f"settings from {', '.join(files)} and flags (--detail: which set what)", "  ", "  ")
+    out.append("")
+    failing = target if target is not None and not target.fits else None
+    if failing is not None and advice is not None and advice.budget_bytes is not None and not failing.blocked:
+        out += _plan_lines(advice, failing.gpu)
+    elif failing is not None and not starts:
+        out += _wrap(
+            "vLLM fails before the first step: saving training memory does not fix that (see below)."
+        )
+    elif reference is not None and reference_advice is not None:
+        out += _plan_lines(reference_advice, reference.gpu)
+    if solution is not None:
+        if solution.value is None:
+            out += _wrap(f"Solve {solution.knob}: nothing fits, even the smallest value (estimated).")
+        else:
+            note = f"; {plain(solution.note)}" if solution.note else ""
+            out += _wrap(
+                f"Largest {solution.knob} that fits: {solution.value} (needs {_g1(solution.need_bytes or 0)} of "
+                f"{_g1(solution.budget_bytes)} GiB, estimated{note})."
+            )
+    if show_all_advice and advice is not None:
+        out += ([""] if markdown else []) + _advice_lines(advice)
+    if out[-1] != "":
+        out.append("")
+    out += _breakdown_lines(est, markdown)
+    if layout is not None:
+        out += [""] + _layout_lines(layout, fixes or [])
+    if fits and target is None and not markdown:
+        near = _nearest_cards(fits)
+        if near:
+            out += _wrap(near, "  ", "")
+    notes = f", {len(est.notes)} notes" if est.notes else ""
+    more = f"More: --detail (every phase, memory layers, sources{notes}) or --json."
+    out += ([""] if markdown else []) + _wrap(more)
+    return "\n".join(out)

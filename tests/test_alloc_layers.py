@@ -133,7 +133,7 @@ def test_layers_from_allocated_to_nvidia_smi(capsys):
 
 
 def test_human_table_shows_the_layers(capsys):
-    assert cli.main(["--model", "7B", "--lora", "--transformers-version", "5.23"]) == 0
+    assert cli.main(["--model", "7B", "--lora", "--transformers-version", "5.23", "--detail"]) == 0
     out = capsys.readouterr().out.splitlines()
     order = [
         "peak allocated",
@@ -195,7 +195,7 @@ def test_verdict_uses_release_and_retry_not_the_unlimited_reserve(monkeypatch):
 
 
 def test_gpu_line_says_what_is_compared(capsys):
-    assert cli.main(["--model", "7B", "--lora", "--gpu", "H100"]) == 0
+    assert cli.main(["--model", "7B", "--lora", "--gpu", "H100", "--detail"]) == 0
     out = capsys.readouterr().out
     assert "H100 80GB (79.18 GiB torch can use of 79.65 GiB): fits" in out  # 81,082 and 81,559 MiB
     assert "smallest allocator reserve the step passes with" in out

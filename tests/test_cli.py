@@ -33,7 +33,8 @@ def run_json(argv, capsys) -> tuple[int, dict]:
 
 def test_human_report(capsys):
     # transformers 5.23: the release this config's allocation stream was traced under
-    code, out, _ = run(["--model", "7B", "--lora", "--gens", "8", "--transformers-version", "5.23"], capsys)
+    argv = ["--model", "7B", "--lora", "--gens", "8", "--transformers-version", "5.23"]
+    code, out, _ = run([*argv, "--detail"], capsys)
     assert code == 0
     assert "Qwen/Qwen2.5-7B-Instruct: 7.62 B params, 5.05 M trainable" in out
     for label in ("peak allocated", "allocator overhead", "CUDA context", '"nvidia-smi" peak', "peak phase"):
@@ -42,6 +43,13 @@ def test_human_report(capsys):
         assert ("simulated (traced stream" if label == "allocator overhead" else "estimated") in line
     assert "total (estimated)" in out
     assert "fits on" in out and "✓" in out
+    # the short answer (the default) says the same in its first line: what the card must hold, where it fits
+    code, short, _ = run(argv, capsys)
+    fit_gib = next(ln for ln in out.splitlines() if ln.startswith("= what the fit verdicts compare")).split()[
+        -3
+    ]
+    assert code == 0 and short.startswith(f"Needs {float(fit_gib):.1f} GiB per GPU: fits ")
+    assert "peak allocated" not in short and "c12c87f2df5952d9" not in short
 
 
 def test_json_breakdown(capsys):
@@ -88,15 +96,25 @@ def test_json_breakdown(capsys):
     ],
 )
 def test_gpu_exit_codes(argv, code, capsys):
-    got, out, _ = run(argv, capsys)
+    got, out, _ = run([*argv, "--detail"], capsys)
     assert got == code
     assert ("does NOT fit" in out) == (code == 1)
+    got, short, _ = run(argv, capsys)
+    assert got == code and (" GiB short" in short.splitlines()[0]) == (code == 1)
 
 
 def test_not_fitting_shows_advice(capsys):
-    code, out, _ = run(["--model", "7B", "--gpu", "A100-80"], capsys)
+    code, out, _ = run(["--model", "7B", "--gpu", "A100-80", "--detail"], capsys)
     assert code == 1
     assert "what to change" in out and "saves" in out
+    # the short answer names the smallest set of changes that fits, with what it costs
+    plan = next(ln for ln in out.splitlines() if ln.startswith("smallest set that fits: "))
+    code, short, _ = run(["--model", "7B", "--gpu", "A100-80"], capsys)
+    lines = short.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("To fit the A100 80GB: "))
+    label = plan.removeprefix("smallest set that fits: ").split(" -> ")[0]
+    assert code == 1 and label.startswith(lines[i].removeprefix("To fit the A100 80GB: "))
+    assert "cost: " in lines[i + 1]
 
 
 def test_solve(capsys):

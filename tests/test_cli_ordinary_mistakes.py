@@ -62,7 +62,10 @@ def test_control_characters_in_a_config_name_are_escaped(tmp_path, capsys):
     config = json.loads((REPO / "estimator" / "catalog" / "Qwen--Qwen2.5-0.5B-Instruct.json").read_text())
     config["_name_or_path"] = "evil\n\x1b[31mRED\x1b[0m\rname"
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert cli.main(["--model", str(tmp_path / "config.json")]) == 0
+    assert cli.main(["--model", str(tmp_path / "config.json"), "--detail"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\r" not in out
     assert out.splitlines()[0].startswith("evil\\n\\x1b[31mRED\\x1b[0m\\rname: 494.03 M params")
+    assert cli.main(["--model", str(tmp_path / "config.json")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out and "estimated for evil\\n\\x1b[31mRED" in out

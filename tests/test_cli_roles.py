@@ -105,6 +105,10 @@ def test_vllm_start_up_failure_exits_1_and_names_the_fix(capsys):
         "A100-40",
     ]
     assert cli.main(argv) == 1
+    short = capsys.readouterr().out
+    assert short.splitlines()[0].startswith("Needs ") and "A100 40GB fails at vLLM start-up" in short
+    assert "vLLM fails before the first step" in short and "raise vllm_gpu_memory_utilization" in short
+    assert cli.main([*argv, "--detail"]) == 1
     out = capsys.readouterr().out
     # 0.3 × 40 GiB = 12 GiB is less than the 14.19 GiB of bf16 weights vLLM loads: no KV cache at all
     assert "fails at vLLM start-up: no memory left for the KV cache" in out
@@ -148,9 +152,12 @@ def test_json_layout_and_solve_vllm_share(capsys):
     assert d["layout"]["vllm"]["requested"] == -(-81050 * 2**20 * 9 // 10)
     assert d["config"]["value_model"] == "1.5B" and d["config"]["vllm_max_model_length"] == 1024
     assert all("cost" in o for o in d["advice"]["singles"])
-    assert cli.main([a for a in argv if a != "--json"] + ["--solve", "vllm_gpu_memory_utilization"]) in (0, 1)
+    text_argv = [a for a in argv if a != "--json"] + ["--solve", "vllm_gpu_memory_utilization"]
+    assert cli.main([*text_argv, "--detail"]) in (0, 1)
     out = capsys.readouterr().out
     assert "solve: largest vllm_gpu_memory_utilization that fits = 0." in out
+    assert cli.main(text_argv) in (0, 1)
+    assert "Largest vllm_gpu_memory_utilization that fits: 0." in capsys.readouterr().out
 
 
 def test_roles_and_gpu_count_in_the_text_report(capsys):
@@ -164,6 +171,8 @@ def test_roles_and_gpu_count_in_the_text_report(capsys):
         "A100-80",
     ]
     assert cli.main(argv) == 0
+    assert "Per GPU (3 in all, estimated):" in capsys.readouterr().out
+    assert cli.main([*argv, "--detail"]) == 0
     out = capsys.readouterr().out
     assert "layout: 3 GPU(s)" in out and "sampler × 1" in out
     # two bf16 copies of Qwen2.5-1.5B (1,543,714,304 params) resident on the sampler GPU

@@ -36,8 +36,10 @@ def test_two_configs_of_different_kinds_both_apply(tmp_path, capsys):
         "per_device_train_batch_size": "grpo.yaml per_device_train_batch_size",
         "model": "flags",
     }
-    code, out, _ = run(["--model", "0.5B", "--config", grpo, "--config", acc], capsys)
+    code, out, _ = run(["--model", "0.5B", "--config", grpo, "--config", acc, "--detail"], capsys)
     assert "settings read from:\n  acc.yaml: num_gpus=2 (num_processes)" in out
+    code, out, _ = run(["--model", "0.5B", "--config", grpo, "--config", acc], capsys)
+    assert "settings from " in out and "acc.yaml" in out and "grpo.yaml" in out
 
 
 def test_two_configs_of_one_kind_are_refused(tmp_path, capsys):

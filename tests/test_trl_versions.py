@@ -178,7 +178,7 @@ def test_log_prob_heads_by_release():
 
 def test_cli_names_the_release_and_refuses_unknown_ones():
     run = [sys.executable, "-m", "estimator.cli", "--model", "0.5B"]
-    ok = subprocess.run([*run, "--trl-version", "0.14"], capture_output=True, text=True, cwd=REPO)
+    ok = subprocess.run([*run, "--trl-version", "0.14", "--detail"], capture_output=True, text=True, cwd=REPO)
     assert ok.returncode == 0 and "modelled TRL release: 0.14" in ok.stdout
     bad = subprocess.run([*run, "--trl-version", "0.12"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "accepted 0.14 to 1.16" in bad.stderr
