@@ -349,6 +349,7 @@ def to_json(
 SCHEMA_VERSION = "1.0"  # of the JSON answer: docs/estimate.schema.json, documented in docs/json-output.md
 WIDTH = 80
 TOP_COMPONENTS = 4  # tensor components shown by name at the peak; the rest are summed as "other tensors"
+COMPONENT_LABELS = {"vllm": "vLLM's share (colocated)", "roles": "other models (roles)"}
 _REFERENCE = re.compile(r"\s*\([^()]*(?:#\d|\bPR\b|\.py\b|\.jsonl?\b|\.txt\b)[^()]*\)")
 
 
@@ -476,7 +477,7 @@ def breakdown(est: Estimate) -> list[tuple[str, int, str]]:
     frees its cache and retries), the non-tensor items and the error band."""
     comps = sorted(est.phases[est.peak_phase].items(), key=lambda kv: -kv[1])
     comps = [(n, b) for n, b in comps if b > 0]
-    rows = [(n.replace("_", " "), b, SOURCE) for n, b in comps[:TOP_COMPONENTS]]
+    rows = [(COMPONENT_LABELS.get(n, n.replace("_", " ")), b, SOURCE) for n, b in comps[:TOP_COMPONENTS]]
     rest = sum(b for _, b in comps[TOP_COMPONENTS:])
     if rest >= 0.005 * 2**30:  # what would print as 0.00 GiB is left out of the short table (--detail has it)
         rows.append(("other tensors", rest, SOURCE))
@@ -529,14 +530,16 @@ def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
         verdict_ = "fits" if g.fits else f"{_g1(g.peak_device_bytes - g.total_bytes)} GiB short"
         roles = ", ".join(r.role for r in g.roles)
         out += _wrap(
-            f"{g.name} x {g.count}: {_g1(g.peak_device_bytes)} of {_g1(g.total_bytes)} GiB, {verdict_} ({roles})",
+            f"{g.name} x {g.count}: {_g1(g.peak_device_bytes)} of {_g1(g.total_bytes)} GiB, {verdict_}; holds {roles}",
             "    ",
             "  ",
         )
     v = layout.vllm
     if v is not None:
         out += _wrap(
-            f"vLLM {v.mode}: {'starts and runs' if v.failure is None else plain(v.failure)}", "    ", "  "
+            f"vLLM {v.mode} {'starts and runs' if v.failure is None else 'fails at ' + plain(v.failure)}",
+            "    ",
+            "  ",
         )
     for f in fixes[:3]:
         out += _wrap(f"fix: {plain(f)}", "    ", "  ")
@@ -573,9 +576,7 @@ def short(
     if failing is not None and advice is not None and advice.budget_bytes is not None and not failing.blocked:
         out += _plan_lines(advice, failing.gpu)
     elif failing is not None and not starts:
-        out += _wrap(
-            "vLLM fails before the first step: saving training memory does not fix that (see below)."
-        )
+        out += _wrap("vLLM fails at start-up: saving training memory does not fix that.")
     elif reference is not None and reference_advice is not None:
         out += _plan_lines(reference_advice, reference.gpu)
     if solution is not None:
@@ -598,6 +599,9 @@ def short(
         near = _nearest_cards(fits)
         if near:
             out += _wrap(near, "  ", "")
+    for n in est.notes:  # host RAM is a second verdict (offload): it stays in the short answer
+        if n.startswith("host RAM"):
+            out += _wrap(plain(n), "  ", "")
     notes = f", {len(est.notes)} notes" if est.notes else ""
     more = f"More: --detail (every phase, memory layers, sources{notes}) or --json."
     out += ([""] if markdown else []) + _wrap(more)
