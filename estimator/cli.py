@@ -294,8 +294,20 @@ class Answer:
     starts: bool
     code: int
     reference: object | None = None
-    reference_advice: object | None = None
     traced: dict | None = None
+    advise_for: object = None  # budget bytes -> Advice (the run's own estimate function), for reference_advice
+    _reference_advice: object = None
+
+    @property
+    def reference_advice(self):
+        """Without --gpu: the smallest change that makes the run fit REFERENCE_GPU where it does not and the run
+        has no other roles or vLLM (computed when the short answer first asks for it)."""
+        ref = self.reference
+        if ref is None or ref.fits or self.layout is not None or self.advise_for is None:
+            return None
+        if self._reference_advice is None:
+            self._reference_advice = self.advise_for(ref.gpu.usable_bytes)
+        return self._reference_advice
 
 
 def compute(req: Request) -> Answer:
@@ -358,13 +370,22 @@ def compute(req: Request) -> Answer:
     code = 1 if req.gpu is not None and fails else 0
     if solution is not None:
         code = 0 if solution.value is not None else 1
-    reference, reference_advice = None, None
+    reference = None
     if req.gpu is None and fits:
         reference = next((f for f in fits if f.gpu.name == REFERENCE_GPU), None)
-        if reference is not None and not reference.fits and layout is None and not req.as_json:
-            reference_advice = adv.advise(cfg, req.arch, est_fn, reference.gpu.usable_bytes)
     return Answer(
-        req, est, fits, target, advice, solution, layout, fixes, starts, code, reference, reference_advice
+        req,
+        est,
+        fits,
+        target,
+        advice,
+        solution,
+        layout,
+        fixes,
+        starts,
+        code,
+        reference,
+        advise_for=lambda budget: adv.advise(cfg, req.arch, est_fn, budget),
     )
 
 

@@ -93,7 +93,8 @@ def settings_line(est: Estimate) -> str:
     if c.use_vllm:
         parts.append(f"vLLM {c.vllm_mode} {c.vllm_gpu_memory_utilization}")
     if c.num_gpus > 1:
-        parts.append(f"{c.num_gpus} GPUs {c.sharding}")
+        sharding = {"none": "DDP", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}.get(c.sharding, c.sharding)
+        parts.append(f"{c.num_gpus} GPUs {sharding}")
     return "settings: " + ", ".join(parts)
 
 
@@ -440,7 +441,8 @@ def run_line(est: Estimate) -> str:
     if not c.gradient_checkpointing:
         parts.append("no grad checkpointing")
     if c.num_gpus > 1:
-        parts.append(f"{c.num_gpus} GPUs {c.sharding}")
+        sharding = {"none": "DDP", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}.get(c.sharding, c.sharding)
+        parts.append(f"{c.num_gpus} GPUs {sharding}")
     if c.use_vllm:
         parts.append(f"vLLM {c.vllm_mode} {c.vllm_gpu_memory_utilization}")
     return ", ".join(parts)
