@@ -295,7 +295,9 @@ class Answer:
     code: int
     reference: object | None = None
     traced: dict | None = None
-    advise_for: object = None  # budget bytes -> Advice (the run's own estimate function), for reference_advice
+    advise_for: object = (
+        None  # budget bytes -> Advice (the run's own estimate function), for reference_advice
+    )
     _reference_advice: object = None
 
     @property
@@ -421,7 +423,7 @@ def detail_text(ans: Answer) -> str:
         parts.append(report.render_advice(ans.advice))
     if ans.solution is not None:
         parts.append(report.render_solution(ans.solution))
-    return "\n".join(parts)
+    return report.wrap_long("\n".join(parts))
 
 
 def short_text(ans: Answer, markdown: bool = False) -> str:

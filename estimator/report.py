@@ -93,7 +93,9 @@ def settings_line(est: Estimate) -> str:
     if c.use_vllm:
         parts.append(f"vLLM {c.vllm_mode} {c.vllm_gpu_memory_utilization}")
     if c.num_gpus > 1:
-        sharding = {"none": "DDP", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}.get(c.sharding, c.sharding)
+        sharding = {"none": "DDP", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}.get(
+            c.sharding, c.sharding
+        )
         parts.append(f"{c.num_gpus} GPUs {sharding}")
     return "settings: " + ", ".join(parts)
 
@@ -101,45 +103,52 @@ def settings_line(est: Estimate) -> str:
 def summary_lines(est: Estimate) -> list[str]:
     """The layers from tensor bytes to what the card holds, each with where its number came from: peak allocated,
     the allocator's reserve beyond it and the workspaces allocated through it (= peak reserved), then the items
-    outside the allocator (= the nvidia-smi peak), then what the card must hold with release-and-retry."""
-    width = 58
+    outside the allocator (= the nvidia-smi peak), then what the card must hold with release-and-retry. A source
+    with a basis (a traced stream, an upstream file) is cited as `[n]` and listed under `sources:`, so every row
+    stays within WIDTH columns."""
+    width = 47
+    refs: list[str] = []
+
+    def cite(source: str, basis: str) -> str:
+        if not basis:
+            return source
+        refs.append(basis)
+        return f"{source} [{len(refs)}]"
 
     def row(label: str, v: int, source: str = SOURCE) -> str:
         return f"{label:<{width}}{_g(v):>8} GiB  {source}"
 
-    frag_source = est.reserve_source
-    if est.reserve_basis:
-        frag_source = est.reserve_basis
     settings = "" if est.allocator_variant == "default" else f", {est.allocator_variant}"
     out = [
-        row("peak allocated (tensor bytes, torch max_memory_allocated)", est.peak_allocated_bytes),
-        row(f"+ allocator overhead (fragmentation{settings})", est.allocator_overhead_bytes, frag_source),
+        row("peak allocated (torch max_memory_allocated)", est.peak_allocated_bytes),
+        row(
+            f"+ allocator overhead (fragmentation{settings})",
+            est.allocator_overhead_bytes,
+            cite(est.reserve_source, est.reserve_basis),
+        ),
     ]
     out += [
-        row(f"+ {i.name} (in reserved)", i.bytes, f"{SOURCE} ({i.source})")
+        row(f"+ {i.name} (in reserved)", i.bytes, cite(SOURCE, i.source))
         for i in est.non_tensor
         if i.in_reserved
     ]
     out.append(row("= peak reserved (torch max_memory_reserved)", est.peak_reserved_bytes))
     outside = [i for i in est.non_tensor if not i.in_reserved]
-    out += [row(f"+ {i.name}", i.bytes, f"{SOURCE} ({i.source})") for i in outside]
+    out += [row(f"+ {i.name}", i.bytes, cite(SOURCE, i.source)) for i in outside]
     if not est.non_tensor and est.cuda_context_bytes:
         out.append(row("+ CUDA context", est.cuda_context_bytes))
     out.append(row('= "nvidia-smi" peak', est.peak_device_bytes))
     if est.config.device == "cuda" and est.need_extra_bytes is not None:
-        out.append(
-            row("card must hold (allocator frees its cache and retries)", est.need_bytes, est.reserve_source)
-        )
+        out.append(row("card must hold (allocator frees cache, retries)", est.need_bytes, est.reserve_source))
     if est.config.device == "cuda" and est.band_bytes:
-        out.append(
-            row(
-                "+ validated error band on the tensor peak (safe side)",
-                est.band_bytes,
-                "traced (validation rows, estimator/band.py)",
-            )
-        )
+        band_source = cite("traced", "the validation rows' error band of this regime (estimator/band.py)")
+        out.append(row("+ validated error band (safe side)", est.band_bytes, band_source))
         out.append(row("= what the fit verdicts compare with each GPU", est.fit_bytes))
     out.append(f"peak phase: {est.peak_phase} ({PHASE_HELP[est.peak_phase]}), estimated")
+    if refs:
+        out.append("sources:")
+        for n, basis in enumerate(refs, 1):
+            out += _wrap(f"[{n}] {basis}", "      ", "  ")
     return out
 
 
@@ -153,7 +162,13 @@ def fits_line(fits: list[Fit]) -> str:
         return f"✗ {f.gpu.name} ({', '.join(why)})"
 
     cells = [cell(f) for f in sorted(fits, key=lambda f: f.gpu.memory_bytes)]
-    return "fits on (GiB free/missing of what torch can use per GPU, estimated): " + "  ".join(cells)
+    lines = ["fits on (GiB free/missing of what torch can use per GPU, estimated):"]
+    for c in cells:  # wrapped between cards, never inside one
+        if len(lines) > 1 and len(lines[-1]) + 2 + len(c) <= WIDTH:
+            lines[-1] += "  " + c
+        else:
+            lines.append("    " + c)
+    return "\n".join(lines)
 
 
 def render(est: Estimate, fits: list[Fit], target: Fit | None = None) -> str:
@@ -220,7 +235,7 @@ def render_layout(layout: Layout, fixes: list[str]) -> str:
             f"  {g.name} × {g.count}: peak {_g(g.peak_device_bytes)} of {_g(g.total_bytes)} GiB ({verdict})"
         )
         for r in g.roles:
-            out.append(f"    {r.role:<44} resident {_g(r.resident):>7}  + working {_g(r.working):>7}")
+            out.append(f"    {r.role:<36} resident {_g(r.resident):>7}  + working {_g(r.working):>7}")
     v = layout.vllm
     if v is not None:
         out.append(f"vLLM {v.mode} as {VLLM_VERSION} counts itself (per GPU, GiB, estimated):")
@@ -369,6 +384,18 @@ def _wrap(text: str, indent: str = "", first: str | None = None) -> list[str]:
     ) or [first]
 
 
+def wrap_long(text: str) -> str:
+    """Every line of `text` longer than WIDTH wrapped at WIDTH, continuation lines indented under it."""
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= WIDTH:
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(line.lstrip())]
+        out += textwrap.wrap(line, WIDTH, subsequent_indent=lead + "    ", break_on_hyphens=False)
+    return "\n".join(out)
+
+
 def _g1(n: int | float) -> str:
     return f"{gib(n):.1f}"
 
@@ -441,7 +468,9 @@ def run_line(est: Estimate) -> str:
     if not c.gradient_checkpointing:
         parts.append("no grad checkpointing")
     if c.num_gpus > 1:
-        sharding = {"none": "DDP", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}.get(c.sharding, c.sharding)
+        sharding = {"none": "DDP", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}.get(
+            c.sharding, c.sharding
+        )
         parts.append(f"{c.num_gpus} GPUs {sharding}")
     if c.use_vllm:
         parts.append(f"vLLM {c.vllm_mode} {c.vllm_gpu_memory_utilization}")

@@ -40,7 +40,8 @@ def test_human_report(capsys):
     for label in ("peak allocated", "allocator overhead", "CUDA context", '"nvidia-smi" peak', "peak phase"):
         line = next(ln for ln in out.splitlines() if ln.lstrip("+= ").startswith(label))
         # this config's allocation stream was traced: its reserve is the simulator's replay of it
-        assert ("simulated (traced stream" if label == "allocator overhead" else "estimated") in line
+        assert ("simulated [" if label == "allocator overhead" else "estimated") in line
+    assert "simulated (traced stream" in out  # the reserve's basis, listed under "sources:"
     assert "total (estimated)" in out
     assert "fits on" in out and "✓" in out
     # the short answer (the default) says the same in its first line: what the card must hold, where it fits
