@@ -150,8 +150,10 @@ def test_human_table_shows_the_layers(capsys):
     assert rows == sorted(rows)
     # the reserve row cites its basis ([n], listed under "sources:"): this config's own traced stream
     ref = out[rows[1]].split("simulated ")[1].strip()
-    assert next(ln for ln in out if ln.strip().startswith(ref + " ")).strip().startswith(
-        f"{ref} simulated (traced stream c12c87f2df5952d9"
+    assert (
+        next(ln for ln in out if ln.strip().startswith(ref + " "))
+        .strip()
+        .startswith(f"{ref} simulated (traced stream c12c87f2df5952d9")
     )
     assert all(out[r].rstrip().endswith(")") or "estimated" in out[r] or "simulated" in out[r] for r in rows)
 
