@@ -250,8 +250,11 @@ def load_tracer():
 
 def run_trace(cfg: RunConfig, make_row=None) -> dict:
     """Trace real GRPO steps under fake tensors with a tracer found by entry point (the sweep extra's)."""
+    from estimator.catalog import catalog_id
+
     make_row = make_row or load_tracer()
-    row = make_row(cfg, sweep="vram-estimate")
+    named = catalog_id(cfg.model)  # every size --model accepts, as the catalog id the tracer reads
+    row = make_row(cfg.with_(model=named) if named else cfg, sweep="vram-estimate")
     if row.get("status") != "ok":
         return {"source": "traced", "status": row.get("status"), "error": row.get("error")}
     obs = row["observed"]
@@ -488,10 +491,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         req = parse(argv)
+        if req.trace:  # bad input before any output
+            check_tracer()
         for note in req.notes:
             print(f"{PROG}: note: {note}", file=sys.stderr)
-        if req.trace:
-            check_tracer()
         ans = compute(req)
         if not req.trace:
             return write_answer(render(ans), ans.code)

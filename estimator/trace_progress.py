@@ -134,9 +134,9 @@ def traced_with_progress(cfg, load: Callable[[], Callable], run: Callable[..., d
     result: dict
     try:
         with libraries_to(log_path, stream) as user, Progress(user) as p:
-            p.stage("loading torch, transformers and TRL")
+            p.stage("loading the tracer")
             make_row = load()
-            p.stage(f"tracing one GRPO step of {cfg.model} under fake tensors (no GPU used)")
+            p.stage(f"tracing one GRPO step of {cfg.model} under fake tensors (loads torch and TRL first)")
             try:
                 result = run(cfg, make_row)
             except Exception as e:  # noqa: BLE001 (any library failure is the trace failing: one line)
