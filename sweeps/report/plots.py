@@ -42,6 +42,11 @@ def save(fig: Figure, path: str | os.PathLike) -> None:
         fig.savefig(path, dpi=DPI, metadata={"Software": None})
 
 
+def _capacity(gpu: Card) -> str:
+    """A card's line on a GiB axis, in GiB: what torch can use on it (the card's name keeps its marketed GB)."""
+    return f"{gpu.bytes / GIB:.1f} GiB: what torch can use on the {gpu.name}"
+
+
 def _figure(w: float, h: float, nrows: int = 1, ncols: int = 1, **kw):
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=(w, h))
@@ -51,7 +56,7 @@ def _figure(w: float, h: float, nrows: int = 1, ncols: int = 1, **kw):
 # ---------------------------------------------------------------- breakdown
 
 
-def breakdown_figure(breakdown: pd.DataFrame, gpu: Card | None = None) -> Figure:
+def breakdown_figure(breakdown: pd.DataFrame, gpu: Card | None = None, setting: str = "") -> Figure:
     """Stacked bars: estimated bytes per component in the peak phase, one panel per model, one bar per method."""
     with matplotlib.rc_context(RC):
         models = list(dict.fromkeys(breakdown["model"]))
@@ -76,7 +81,7 @@ def breakdown_figure(breakdown: pd.DataFrame, gpu: Card | None = None) -> Figure
             for i, total in enumerate(bottom):
                 ax.text(i, total, f"{total:.1f}", ha="center", va="bottom", fontsize=7)
             if gpu is not None and bottom.max() > gpu.bytes / GIB * 0.6:
-                ax.axhline(gpu.bytes / GIB, color="black", ls="--", lw=0.8, label=f"{gpu.label} capacity")
+                ax.axhline(gpu.bytes / GIB, color="black", ls="--", lw=0.8, label=_capacity(gpu))
             ax.set_title(f"Qwen2.5-{model}")
             ax.set_xticks(range(len(methods)))
             ax.set_xticklabels(methods, rotation=40, ha="right")
@@ -92,12 +97,13 @@ def breakdown_figure(breakdown: pd.DataFrame, gpu: Card | None = None) -> Figure
             labels,
             loc="lower center",
             ncol=min(len(labels), 8),
-            fontsize=8,
+            fontsize=9,
             title="component",
             frameon=False,
         )
         phases = ", ".join(sorted(set(breakdown["phase"])))
-        fig.suptitle(f"Estimated memory by component at the peak phase ({phases}) — source: estimated")
+        sub = f"\none GPU, {setting}" if setting else ""
+        fig.suptitle(f"Estimated memory by component at the peak phase ({phases}) — source: estimated{sub}")
         fig.tight_layout(rect=(0, 0.14, 1, 0.95))
     return fig
 
@@ -262,18 +268,19 @@ def curve_figure(curves: pd.DataFrame, gpus: Iterable[Card], setting: str = "") 
             ax.set_title(method)
             ax.set_xlabel(xlabel)
             ax.grid(True, lw=0.3, alpha=0.5)
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=7, frameon=False)
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8, frameon=False)
             ax.set_ylim(lo_y, top * 1.5)
             gpu_axis = ax.twinx()
             gpu_axis.set_yscale("log")
             gpu_axis.set_ylim(ax.get_ylim())
             gpu_axis.set_yticks([g.bytes / GIB for g in shown])
-            gpu_axis.set_yticklabels([f"{g.gb} GB" for g in shown], fontsize=7)
+            gpu_axis.set_yticklabels([f"{g.bytes / GIB:.1f} GiB ({g.name})" for g in shown], fontsize=7)
             gpu_axis.minorticks_off()
         axes[0][0].set_ylabel("peak allocated memory (GiB, log scale)")
         fig.suptitle(
             f"Peak allocated memory vs {param} — lines estimated, hollow markers traced/measured\n"
-            f"{setting}; dotted lines: GPU memory (a card also holds CUDA context + allocator reserve)",
+            f"one GPU, {setting}; dotted lines: what torch can use on each card, in GiB (a card also holds "
+            "CUDA context + allocator reserve)",
             fontsize=9,
         )
         fig.tight_layout()

@@ -197,7 +197,7 @@ def build(
     acc = accuracy.with_prediction(accuracy.accuracy_frame(rows, accuracy.estimate_predictor(predict)))
     env = rd.environment_frame(frame)
 
-    plots.save(plots.breakdown_figure(breakdown, gpu80), out / FIGURES["breakdown"])
+    plots.save(plots.breakdown_figure(breakdown, gpu80, short_setting(base)), out / FIGURES["breakdown"])
     plots.save(plots.accuracy_figure(acc), out / FIGURES["accuracy"])
     for p, c in curves.items():
         plots.save(plots.curve_figure(c, gpus, short_setting(base, p)), out / FIGURES[p])
