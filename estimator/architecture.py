@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from estimator.model.families import MODEL_TYPES, Family, UnknownFamily
+from estimator.model.families import family as family_record
+
 
 class ConfigError(ValueError):
     """A config.json that does not describe a decoder this estimator can size."""
@@ -90,22 +93,12 @@ class Arch:
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
+    @property
+    def family(self) -> Family:
+        """The family record of this model_type (estimator/model/families.py)."""
+        return family_record(self.model_type)
 
-# Decoder-only model types whose module layout this file builds, each checked against transformers on the meta
-# device (tests/test_architecture.py). Anything else (encoders such as BERT, encoder-decoders such as T5,
-# multimodal wrappers whose vision tower is not counted) is refused rather than sized wrongly.
-MODEL_TYPES = (
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "qwen2_moe",
-    "qwen3",
-    "qwen3_moe",
-    "phi3",
-    "gemma2",
-    "gemma3_text",
-)
+
 # Sane upper bounds for the sizes that enter a formula (generous: the largest open models are far below them).
 LIMITS = {
     "hidden_size": 2**18,
@@ -153,8 +146,10 @@ def _flag(cfg: dict, key: str, default: bool) -> bool:
 def check_model_type(cfg: dict) -> str:
     """The config's model_type when this estimator models it, else a ConfigError naming the ones it does."""
     model_type = cfg.get("model_type")
-    if model_type in MODEL_TYPES:
-        return model_type
+    try:
+        return family_record(model_type).model_type
+    except UnknownFamily:
+        pass
     what = f"model_type {model_type!r}" if model_type else "a config without model_type"
     raise ConfigError(
         f"{what} is not a decoder-only architecture this estimator models; supported: {', '.join(MODEL_TYPES)}"
@@ -233,18 +228,15 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
     if cfg.get("max_position_embeddings") is not None:
         _size(cfg, "max_position_embeddings")
     tie = _flag(cfg, "tie_word_embeddings", True)
-    if model_type in ("qwen2", "qwen2_moe"):  # q/k/v biases hard-wired (qwen2) or from qkv_bias (qwen2_moe)
-        attn_bias = _flag(cfg, "qkv_bias", True)
-    else:
-        attn_bias = _flag(cfg, "attention_bias", False)
-    # o_proj follows attention_bias except where the modeling code hard-wires bias=False
-    o_bias = attn_bias and model_type not in ("qwen2", "qwen2_moe", "phi3", "mistral")
+    fam = family_record(model_type)
+    attn_bias = _flag(cfg, fam.attention_bias_key, fam.attention_bias_default)
+    o_bias = attn_bias and fam.o_proj_bias_follows
     mlp_bias = _flag(cfg, "mlp_bias", False)
     q_dim, kv_dim = n_heads * head_dim, n_kv * head_dim
 
     linears: list[Linear] = []
-    norms = 2 * h  # input_layernorm + post_attention_layernorm
-    if model_type in ("phi3",):
+    norms = fam.layer_norms * h  # input + post-attention layernorms (+ Gemma's pre/post feed-forward ones)
+    if fam.fused_qkv:
         linears.append(Linear("qkv_proj", h, q_dim + 2 * kv_dim, attn_bias))
     else:
         linears += [
@@ -253,10 +245,8 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
             Linear("v_proj", h, kv_dim, attn_bias),
         ]
     linears.append(Linear("o_proj", q_dim, h, o_bias))
-    if model_type in ("qwen3", "qwen3_moe", "gemma3_text"):
+    if fam.qk_norm:
         norms += 2 * head_dim  # q_norm, k_norm over head_dim
-    if model_type in ("gemma2", "gemma3_text"):
-        norms += 2 * h  # pre/post feed-forward layernorms
 
     n_experts = _size(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0, minimum=0)
     top_k = _size(cfg, "num_experts_per_tok", default=0, minimum=0)
@@ -280,7 +270,7 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
                 Linear("shared_expert.down_proj", shared, h, False),
                 Linear("shared_expert_gate", h, 1, False),
             ]
-    elif model_type in ("phi3",):
+    elif fam.fused_gate_up:
         linears += [Linear("gate_up_proj", h, 2 * inter, mlp_bias), Linear("down_proj", inter, h, mlp_bias)]
     else:
         linears += [
@@ -308,3 +298,37 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
         moe_intermediate_size=moe_inter if n_experts else 0,
         extra={"config": cfg},
     )
+
+
+def layer_windows(arch: Arch) -> list[int | None]:
+    """Per decoder layer, the sliding window its cache keeps (None = full attention), as transformers 5.23 decides.
+
+    `cache_utils.get_layer_types_and_kwargs`: `config.layer_types` when set, else "sliding_attention" wherever
+    `sliding_window` is not None (Phi-3). Config classes fill `layer_types` in `__post_init__`: Gemma2 alternates
+    (`(i + 1) % 2`, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma2/configuration_gemma2.py#L95-L98), Gemma3 is sliding except every `sliding_window_pattern`-th
+    (default 6, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/configuration_gemma3.py#L106-L112); Qwen2/Qwen3 use sliding windows only with `use_sliding_window`.
+    """
+    conf = (arch.extra or {}).get("config") or {}
+    window = conf.get("sliding_window")
+    n = arch.num_layers
+    types = conf.get("layer_types")
+    if not types:
+        if window is None or conf.get("use_sliding_window") is False:
+            types = ["full_attention"] * n
+        elif arch.family.sliding_layers == "alternate":
+            types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+        elif arch.family.sliding_layers == "pattern":
+            pattern = int(conf.get("sliding_window_pattern") or 6)
+            types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+        else:
+            types = ["sliding_attention"] * n
+    if window is None:
+        return [None] * n
+    return [int(window) if t == "sliding_attention" else None for t in list(types)[:n]] + [None] * (
+        n - len(types)
+    )
+
+
+def layer_kinds(arch: Arch) -> int:
+    """How many attention kinds the decoder layers use (full, sliding): 1 or 2 (`layer_windows`)."""
+    return len({w is None for w in layer_windows(arch)})

@@ -3,8 +3,7 @@
 * PEFT's default LoRA targets: with `target_modules=None`, peft 0.21 `LoraModel._prepare_adapter_config`
   looks the model type up in `TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`
   (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/utils/constants.py#L67-L107) and raises "Please specify `target_modules` in `peft_config`" when it is
-  missing. `PEFT_DEFAULT_TARGETS` below copies that table's entries for the model types the catalog and the
-  estimator size (data, not code; `estimator.terms.weights.PEFT_DEFAULT_TARGETS` reads it).
+  missing. Each family's entry is `Family.peft_default_targets` (estimator/model/families.py).
 * Attention implementations: transformers 5.23 `PreTrainedModel._sdpa_can_dispatch`
   (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/modeling_utils.py#L1654-L1670) raises when a model class sets `_supports_sdpa = False` and sdpa is asked for
   explicitly (Gemma2: `Gemma2PreTrainedModel._supports_sdpa = False`, "sdpa does not support softcapping");
@@ -22,31 +21,13 @@ from __future__ import annotations
 
 from estimator.architecture import Arch
 from estimator.config import RunConfig
+from estimator.model.families import FAMILIES, PEFT_VERSION, TRANSFORMERS_VERSION
 from estimator.validate import InvalidConfig
 
-# peft 0.21.2 peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING (the decoder-LM entries)
+# peft's default LoRA targets and transformers' refused attention, per family (estimator/model/families.py)
 PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
-    "llama": ("q_proj", "v_proj"),
-    "llama4": ("q_proj", "v_proj"),
-    "mistral": ("q_proj", "v_proj"),
-    "mixtral": ("q_proj", "v_proj"),
-    "gemma": ("q_proj", "v_proj"),
-    "gemma2": ("q_proj", "v_proj"),
-    "gemma3_text": ("q_proj", "v_proj"),
-    "qwen2": ("q_proj", "v_proj"),
-    "qwen3": ("q_proj", "v_proj"),
-    "opt": ("q_proj", "v_proj"),
-    "gptj": ("q_proj", "v_proj"),
-    "gpt_neo": ("q_proj", "v_proj"),
-    "stablelm": ("q_proj", "v_proj"),
-    "phi": ("q_proj", "v_proj", "fc1", "fc2"),
-    "nemotron_h": ("q_proj", "k_proj", "v_proj", "o_proj"),
+    t: f.peft_default_targets for t, f in FAMILIES.items() if f.peft_default_targets is not None
 }
-PEFT_VERSION = "0.21.2"
-
-# transformers 5.23: model types whose PreTrainedModel sets _supports_sdpa = False
-NO_SDPA: dict[str, str] = {"gemma2": "sdpa does not support Gemma2's attention logit softcapping"}
-TRANSFORMERS_VERSION = "5.23.0"
 
 
 def _attention_names(arch: Arch) -> str:
@@ -59,7 +40,8 @@ def check_library_support(cfg: RunConfig, arch: Arch | None) -> None:
     """Raise InvalidConfig (one line, naming what to pass) where PEFT or transformers would refuse `cfg`."""
     if arch is None:
         return
-    if cfg.use_peft and cfg.lora_target_modules is None and arch.model_type not in PEFT_DEFAULT_TARGETS:
+    fam = arch.family
+    if cfg.use_peft and cfg.lora_target_modules is None and fam.peft_default_targets is None:
         raise InvalidConfig(
             f"PEFT {PEFT_VERSION} has no default LoRA target modules for model type {arch.model_type!r}: "
             f"pass --lora-target-modules all-linear, or a list such as {_attention_names(arch)}"
@@ -74,8 +56,8 @@ def check_library_support(cfg: RunConfig, arch: Arch | None) -> None:
             "TRL 1.16 fails on --cast-lm-head-to-fp32 with PEFT when the embeddings are tied "
             f"({arch.model_type}: GRPOTrainer reads model.embed_tokens on the PeftModel): drop --cast-lm-head-to-fp32"
         )
-    if cfg.attn_implementation == "sdpa" and arch.model_type in NO_SDPA:
+    if cfg.attn_implementation == "sdpa" and fam.sdpa_refused:
         raise InvalidConfig(
             f"transformers {TRANSFORMERS_VERSION} refuses attn_implementation 'sdpa' for {arch.model_type} "
-            f"({NO_SDPA[arch.model_type]}): pass --attn-implementation eager (or flash_attention_2)"
+            f"({fam.sdpa_refused}): pass --attn-implementation eager (or flash_attention_2)"
         )

@@ -9,7 +9,7 @@ Large Transformer Models", Table 2), re-derived for RMSNorm, rotary, SwiGLU, GQA
 
 from __future__ import annotations
 
-from estimator.architecture import Arch
+from estimator.architecture import Arch, layer_kinds, layer_windows
 from estimator.config import RunConfig
 from estimator.terms import moe_lora
 from estimator.terms.quantized import arch_quant_spec
@@ -63,8 +63,6 @@ def masked_layers(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
     `sdpa_mask` returns None when the mask is all-causal)."""
     if cfg.attn_implementation != "sdpa":
         return 0
-    from estimator.terms.generation import layer_windows
-
     return sum(1 for w in layer_windows(arch) if w is not None and w < seq_len)
 
 
@@ -81,7 +79,7 @@ def rmsnorm_saved_per_token(cfg: RunConfig, arch: Arch, consumers: int = 1) -> i
     r, a, h = residual_bytes(cfg), compute_bytes(cfg), arch.hidden_size
     if cfg.use_peft:
         return 4 * h + 4
-    normalized = 4 if arch.model_type in GEMMA_NORM_MODEL_TYPES else r
+    normalized = 4 if arch.family.gemma_norm else r
     out = r if r == a else consumers * a
     return (4 + normalized + out) * h + 4
 
@@ -106,10 +104,6 @@ def _o_proj_saves_input(cfg: RunConfig, arch: Arch) -> bool:
     return any(lin.name.split(".")[-1] == "o_proj" for lin in lora_targets(cfg, arch))
 
 
-QK_NORM_MODEL_TYPES = ("qwen3", "qwen3_moe", "gemma3_text", "gemma3", "olmo2")
-GEMMA_NORM_MODEL_TYPES = ("gemma2", "gemma3_text", "gemma3")
-
-
 def qk_norm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     """q_norm / k_norm over head_dim (Qwen3, Gemma3): the fp32 input copy, 4·(q_dim + kv_dim) bytes per token.
 
@@ -119,11 +113,11 @@ def qk_norm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     a-byte cast (Gemma3's `(1 + weight.float())` form saves the fp32 normalized value instead: 4 bytes). Rotary
     saves only cos/sin, so q and k themselves are counted once, by the attention kernel.
     """
-    if arch.model_type not in QK_NORM_MODEL_TYPES:
+    if not arch.family.qk_norm:
         return 0
     per = 4
     if not cfg.use_peft:
-        per += 4 if arch.model_type in GEMMA_NORM_MODEL_TYPES else linear_output_bytes(cfg)
+        per += 4 if arch.family.gemma_norm else linear_output_bytes(cfg)
     rsqrt = 4 * (arch.num_heads + arch.num_kv_heads)  # [T, heads, 1] fp32 per norm
     return per * (arch.q_dim + arch.kv_dim) + rsqrt
 
@@ -143,7 +137,7 @@ def gemma_post_norm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     `output * (1.0 + self.weight.float())` saves the fp32 normalized value when the weight trains (4·H more).
     0 for other families.
     """
-    if arch.model_type not in GEMMA_NORM_MODEL_TYPES:
+    if not arch.family.gemma_norm:
         return 0
     return (4 + (0 if cfg.use_peft else 4)) * arch.hidden_size + 4
 
@@ -301,8 +295,6 @@ def attention_mask_bytes(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -
         return batch * seq_len * seq_len  # bool
     if cfg.attn_implementation != "eager":
         return 0
-    from estimator.terms.generation import layer_kinds
-
     return layer_kinds(arch) * batch * seq_len * seq_len * residual_bytes(cfg)
 
 
@@ -457,7 +449,7 @@ def first_layer_unsaved_per_token(cfg: RunConfig, arch: Arch) -> int:
             continue
         wrapped.add(lin.name.split(".")[-1])
         out += lora_dropout_mask_bytes(cfg, _lora_source_dtype(cfg, "attn_norm")) * lin.in_features
-    if arch.model_type in QK_NORM_MODEL_TYPES:
+    if arch.family.qk_norm:
         if not wrapped & {"q_proj", "qkv_proj"}:
             out += 4 * arch.q_dim + 4 * arch.num_heads
         if not wrapped & {"k_proj", "qkv_proj"}:
@@ -843,7 +835,7 @@ def recompute_waiting_gradients(cfg: RunConfig, arch: Arch, tokens: int) -> int:
     if not cfg.gradient_checkpointing or arch.is_moe:
         return 0
     d_dtype = linear_output_dtype(cfg)
-    if arch.model_type in GEMMA_NORM_MODEL_TYPES:  # the residual add's cast is consumed by type_as's backward
+    if arch.family.gemma_norm:  # the residual add's cast is consumed by type_as's backward
         return 0 if d_dtype == "float32" else tokens * 4 * arch.hidden_size
     per_token = nbytes(d_dtype) if nbytes(d_dtype) != residual_bytes(cfg) else 0
     if cfg.use_peft and any(lin.name.split(".")[-1] == "down_proj" for lin in lora_targets(cfg, arch)):
@@ -1078,7 +1070,7 @@ def pre_rotary_bytes(cfg: RunConfig, arch: Arch) -> int:
     r-byte weight times the projection's a-byte output promotes (bf16·fp32 -> fp32, fp16·bf16 -> fp32), the
     rotary output's dtype (`query_bytes`). Gemma3's norm returns `output.type_as(x)`: the projection's dtype.
     """
-    if arch.model_type in QK_NORM_MODEL_TYPES and arch.model_type not in GEMMA_NORM_MODEL_TYPES:
+    if arch.family.qk_norm and not arch.family.gemma_norm:
         return query_bytes(cfg)
     return linear_output_bytes(cfg)
 

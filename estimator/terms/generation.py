@@ -5,40 +5,11 @@ Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: e
 
 from __future__ import annotations
 
-from estimator.architecture import Arch
+from estimator.architecture import Arch, layer_kinds, layer_windows
 from estimator.config import RunConfig
 from estimator.terms import activations as act
 from estimator.terms.activations import residual_bytes
 from estimator.units import nbytes
-
-
-def layer_windows(arch: Arch) -> list[int | None]:
-    """Per decoder layer, the sliding window its cache keeps (None = full attention), as transformers 5.23 decides.
-
-    `cache_utils.get_layer_types_and_kwargs`: `config.layer_types` when set, else "sliding_attention" wherever
-    `sliding_window` is not None (Phi-3). Config classes fill `layer_types` in `__post_init__`: Gemma2 alternates
-    (`(i + 1) % 2`, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma2/configuration_gemma2.py#L95-L98), Gemma3 is sliding except every `sliding_window_pattern`-th
-    (default 6, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/configuration_gemma3.py#L106-L112); Qwen2/Qwen3 use sliding windows only with `use_sliding_window`.
-    """
-    conf = (arch.extra or {}).get("config") or {}
-    window = conf.get("sliding_window")
-    n = arch.num_layers
-    types = conf.get("layer_types")
-    if not types:
-        if window is None or conf.get("use_sliding_window") is False:
-            types = ["full_attention"] * n
-        elif arch.model_type == "gemma2":
-            types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
-        elif arch.model_type in ("gemma3_text", "gemma3"):
-            pattern = int(conf.get("sliding_window_pattern") or 6)
-            types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
-        else:
-            types = ["sliding_attention"] * n
-    if window is None:
-        return [None] * n
-    return [int(window) if t == "sliding_attention" else None for t in list(types)[:n]] + [None] * (
-        n - len(types)
-    )
 
 
 def key_cache_dtype(cfg: RunConfig) -> str:
@@ -169,11 +140,6 @@ def rollout_buffers(cfg: RunConfig) -> int:
     return g * cfg.sequence_length * (8 + 8) + g * cfg.max_completion_length * 4 * 3
 
 
-def layer_kinds(arch: Arch) -> int:
-    """How many attention kinds the decoder layers use (full, sliding): 1 or 2 (`layer_windows`)."""
-    return len({w is None for w in layer_windows(arch)})
-
-
 def rotary_tables(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     """The rotary cos/sin of a prefill, held through the model's whole forward: [B, L, head_dim] each in the
     residual dtype, because `generate` passes batch-shaped position_ids (from the left-padded attention mask).
@@ -183,5 +149,5 @@ def rotary_tables(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     Gemma3 builds one pair per layer type (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L548-L550). Training and scoring pass
     no position_ids, so there the tables are [1, L, head_dim]: negligible.
     """
-    pairs = layer_kinds(arch) if arch.model_type in ("gemma3_text", "gemma3") else 1
+    pairs = layer_kinds(arch) if arch.family.rotary_per_layer_kind else 1
     return pairs * 2 * batch * seq_len * arch.head_dim * residual_bytes(cfg)
