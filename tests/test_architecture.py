@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from estimator.architecture import from_config
-from estimator.catalog import catalog
+from estimator.model.architecture import from_config
+from estimator.model.catalog import catalog
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

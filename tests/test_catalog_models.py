@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from estimator.architecture import from_config
-from estimator.catalog import UnknownModel, catalog, resolve_model, resolve_model_with_note, sizes
+from estimator.model.architecture import from_config
+from estimator.model.catalog import UnknownModel, catalog, resolve_model, resolve_model_with_note, sizes
 
 ADDED = {  # HF id -> (computed total, model_type); SOURCES.md gives the source and grade of each
     "meta-llama/Llama-3.1-8B": (8_030_261_248, "llama"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator import cli
+from estimator.interface import cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 def test_reader_leaving_the_pipe_is_not_a_traceback():
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "estimator.cli", "--model", "7B", "--json"],
+        [sys.executable, "-m", "estimator.interface.cli", "--model", "7B", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
@@ -49,7 +49,7 @@ def test_binary_or_non_utf8_config_file(tmp_path, capsys, data):
 def test_an_answer_that_cannot_be_written_is_one_line_and_no_verdict(redirect, message):
     if redirect == ">/dev/full" and not Path("/dev/full").exists():
         pytest.skip("no /dev/full on this system")
-    cmd = f"{shlex.quote(sys.executable)} -m estimator.cli --model 0.5B --dtype bfloat16 {redirect}"
+    cmd = f"{shlex.quote(sys.executable)} -m estimator.interface.cli --model 0.5B --dtype bfloat16 {redirect}"
     proc = subprocess.run(
         ["bash", "-c", cmd], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
     )

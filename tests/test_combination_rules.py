@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from estimator import cli
+from estimator.interface import cli
 
 
 def _run(capsys, *argv):

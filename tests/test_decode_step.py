@@ -15,10 +15,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from estimator.architecture import from_config
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.settings.config import RunConfig
 from estimator.terms import generation
-from estimator.versions import default_transformers
+from estimator.settings.versions import default_transformers
 
 INSTALLED = default_transformers()  # the release the estimate models: the one these real steps run
 

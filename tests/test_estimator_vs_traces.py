@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator.config import RunConfig
-from estimator.estimate import estimate
+from estimator.settings.config import RunConfig
+from estimator.step.estimate import estimate
 from sweeps.report.accuracy import OUT_OF_SAMPLE_FILES
 
 TRACED = Path(__file__).resolve().parent.parent / "results" / "traced"

@@ -17,8 +17,8 @@ import torch
 from live_bytes import BackwardBorn
 from tiny_models import TINY_TWO_LAYER, H, tiny_causal_lm
 
-from estimator.architecture import from_config
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 
 B, L = 2, 48

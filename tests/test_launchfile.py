@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from estimator.launchfile import LaunchFileError, read_launch_file
+from estimator.interface.launchfile import LaunchFileError, read_launch_file
 
 ACCEL_DS = """compute_environment: LOCAL_MACHINE
 distributed_type: DEEPSPEED
@@ -128,7 +128,7 @@ def test_missing_file_is_one_line(tmp_path):
 
 def test_vram_estimate_reads_an_accelerate_config(tmp_path, capsys):
     """`vram-estimate --config accelerate.yaml` takes the spread from the file (the schema's --config path)."""
-    from estimator.cli import main
+    from estimator.interface.cli import main
 
     path = _write(
         tmp_path, "fsdp.yaml", ACCEL_FSDP.replace("fsdp_offload_params: true", "fsdp_offload_params: false")
@@ -139,7 +139,7 @@ def test_vram_estimate_reads_an_accelerate_config(tmp_path, capsys):
 
 
 def test_vram_estimate_config_error_is_one_line(tmp_path):
-    from estimator.configfile import ConfigFileError, read_config_file
+    from estimator.interface.configfile import ConfigFileError, read_config_file
 
     path = _write(tmp_path, "bad.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 7\n")
     with pytest.raises(ConfigFileError) as exc:

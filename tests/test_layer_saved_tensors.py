@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from estimator.architecture import from_config
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.settings.config import RunConfig
 from estimator.terms import activations
 
 B, L = 3, 8  # no weight has a dimension of 3 or 24; windows of 4 < L mask the sliding layers

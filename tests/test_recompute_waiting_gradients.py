@@ -16,8 +16,8 @@ import torch
 from live_bytes import LivePeak
 from tiny_models import TINY_TWO_LAYER, H, attn_implementation, tiny_causal_lm
 
-from estimator.architecture import from_config
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 
 B, L = 2, 48

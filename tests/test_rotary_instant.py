@@ -14,9 +14,9 @@ import pytest
 import torch
 from live_bytes import LivePeak
 
-from estimator.architecture import from_config
-from estimator.catalog import resolve_model
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.model.catalog import resolve_model
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 
 B, L = 2, 64

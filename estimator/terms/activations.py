@@ -9,8 +9,8 @@ Large Transformer Models", Table 2), re-derived for RMSNorm, rotary, SwiGLU, GQA
 
 from __future__ import annotations
 
-from estimator.architecture import Arch, layer_kinds, layer_windows
-from estimator.config import RunConfig
+from estimator.model.architecture import Arch, layer_kinds, layer_windows
+from estimator.settings.config import RunConfig
 from estimator.terms import moe_lora
 from estimator.terms.quantized import arch_quant_spec
 from estimator.terms.weights import adapter_dtype, lora_targets

@@ -5,8 +5,8 @@ Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: e
 
 from __future__ import annotations
 
-from estimator.architecture import Arch, layer_kinds, layer_windows
-from estimator.config import RunConfig
+from estimator.model.architecture import Arch, layer_kinds, layer_windows
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 from estimator.terms.activations import residual_bytes
 from estimator.units import nbytes

@@ -21,8 +21,8 @@ The transformers-4 names peft maps, per family: `Family.moe_expert_names` (estim
 
 from __future__ import annotations
 
-from estimator.architecture import Arch
-from estimator.config import RunConfig
+from estimator.model.architecture import Arch
+from estimator.settings.config import RunConfig
 from estimator.units import nbytes
 
 

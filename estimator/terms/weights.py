@@ -5,8 +5,8 @@ Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: e
 
 from __future__ import annotations
 
-from estimator.architecture import Arch, Linear
-from estimator.config import RunConfig
+from estimator.model.architecture import Arch, Linear
+from estimator.settings.config import RunConfig
 from estimator.terms.moe_lora import expert_lora_params
 from estimator.terms.quantized import arch_quant_spec, packed_base_weights
 from estimator.units import nbytes
