@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from estimator.plan.advice import advise
 from estimator.model.architecture import from_config
+from estimator.plan.advice import advise
+from estimator.plan.solve import solve, with_generations
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import Estimate
-from estimator.plan.solve import solve, with_generations
 
 P = 1_000_000  # toy parameter count
 ARCH = from_config(

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from estimator.terms import allocator_reserve as allocator_term
 from estimator.hardware.allocator import load_stream, simulate
 from estimator.settings.config import RunConfig
+from estimator.terms import allocator_reserve as allocator_term
 
 STREAMS = Path(__file__).resolve().parents[1] / "results" / "streams"
 INDEX = (

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from estimator.hardware.gpus import GPUS, UnknownGPU, lookup
 from estimator.model.architecture import ConfigError
 from estimator.model.catalog import UnknownModel, closest_names, resolve_model
-from estimator.hardware.gpus import GPUS, UnknownGPU, lookup
 
 TINY = {
     "model_type": "llama",

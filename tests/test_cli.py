@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from estimator.step import band
+from estimator.hardware.gpus import GPUS
 from estimator.interface.cli import main
 from estimator.settings.config import RunConfig
-from estimator.hardware.gpus import GPUS
+from estimator.step import band
 
 # Qwen2.5-7B: hand count in test_architecture.py. LoRA r=16 on PEFT's qwen2 default (q_proj, v_proj):
 # per layer 16×(3584 + 3584) + 16×(3584 + 512) = 180,224; × 28 layers.
@@ -201,7 +201,9 @@ def test_trace_without_helper_is_one_line(capsys, monkeypatch):
     "argv, code", [(["--help"], 0), (["--model", "0.5B", "--gpu", "B200"], 0), (["--gens", "3"], 2)]
 )
 def test_subprocess_exit_codes(argv, code):
-    r = subprocess.run([sys.executable, "-m", "estimator.interface.cli", *argv], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "estimator.interface.cli", *argv], capture_output=True, text=True
+    )
     assert r.returncode == code
     if code == 2:
         assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from estimator.interface import cli
-from estimator.settings.config import RunConfig
 from estimator.interface.flags import FlagError, resolve_run
+from estimator.settings.config import RunConfig
 from estimator.settings.role_spec import Role, RoleSpecError, config_roles, parse_role
 
 GPTQ = "examples/case1_gptq_qlora_vllm_colocate/Qwen2.5-7B-Instruct-GPTQ-Int4.config.json"
@@ -173,8 +173,8 @@ def test_roles_and_gpu_count_in_the_text_report(capsys):
 
 def test_with_roles_adds_resident_roles_to_every_phase():
     from estimator.model.catalog import resolve_model
-    from estimator.step.estimate import estimate
     from estimator.plan.layout import with_roles
+    from estimator.step.estimate import estimate
 
     cfg = RunConfig(model="1.5B", dtype="bfloat16", per_device_train_batch_size=2, num_generations=2)
     plain = estimate(cfg)

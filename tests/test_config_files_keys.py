@@ -164,8 +164,8 @@ def test_trl_spelling_of_every_flag(capsys):
 
 
 def test_trl_spellings_come_from_the_schema():
-    from estimator.settings.config import schema
     from estimator.interface.flags import trl_spellings
+    from estimator.settings.config import schema
 
     parser = cli.build_parser()
     for f in schema():

@@ -17,8 +17,8 @@ import torch
 
 from estimator.model.architecture import from_config
 from estimator.settings.config import RunConfig
-from estimator.terms import generation
 from estimator.settings.versions import default_transformers
+from estimator.terms import generation
 
 INSTALLED = default_transformers()  # the release the estimate models: the one these real steps run
 

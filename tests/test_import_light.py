@@ -33,7 +33,18 @@ def test_main_paths_do_not_import_torch():
 
 def test_console_script_module_does_not_import_torch():
     r = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "estimator.interface.cli", "--model", "7B", "--lora", "--gens", "8"],
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "estimator.interface.cli",
+            "--model",
+            "7B",
+            "--lora",
+            "--gens",
+            "8",
+        ],
         capture_output=True,
         text=True,
     )

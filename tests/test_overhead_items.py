@@ -5,8 +5,8 @@ Expected bytes are the published figures written out by hand (notes/gpu-overhead
 
 from __future__ import annotations
 
-from estimator.settings.config import RunConfig
 from estimator.hardware.gpus import GPUS, lookup
+from estimator.settings.config import RunConfig
 from estimator.terms import overhead
 
 MIB = 2**20

@@ -1,9 +1,9 @@
 """Reward, reference and value models and their placement (terms/roles.py, layout.py), hand-computed."""
 
 from estimator.model.catalog import resolve_model
+from estimator.plan.layout import Role, VllmSettings, plan
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
-from estimator.plan.layout import Role, VllmSettings, plan
 from estimator.terms import roles as rt
 from estimator.units import GIB
 

@@ -9,9 +9,8 @@ import warnings
 import pytest
 
 from estimator.interface import cli
-
-from estimator.plan import solve
 from estimator.model.catalog import resolve_model
+from estimator.plan import solve
 from estimator.settings.config import RunConfig
 from estimator.settings.validate import notes
 from sweeps.trace import cli as trace_cli

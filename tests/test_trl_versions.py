@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from estimator.settings.config import NEWEST_TRL, RunConfig
-from estimator.step.estimate import estimate
 from estimator.settings.release_config import for_release
 from estimator.settings.trl_versions import NEWEST, OLDEST, TABLE, fmt, parse_version, profile
+from estimator.step.estimate import estimate
 
 REPO = Path(__file__).resolve().parent.parent
 MINORS = [(0, m) for m in range(14, 30)] + [(1, m) for m in range(0, 17)]

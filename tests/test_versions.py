@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator.settings import trl_versions
-
-from estimator.settings import versions
 from estimator.model.catalog import resolve_model
+from estimator.settings import trl_versions, versions
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
 from estimator.terms import generation as gen

@@ -17,7 +17,7 @@ from estimator.model.architecture import Arch
 from estimator.settings.config import RunConfig
 from estimator.settings.role_spec import PLACEMENTS, ROLE_KINDS, Role, config_roles  # noqa: F401 (re-exported)
 from estimator.step.estimate import Estimate, allocator_layers
-from estimator.step.phases import resident
+from estimator.step.single import resident
 from estimator.terms import overhead
 from estimator.terms import roles as rt
 from estimator.terms import vllm as vt

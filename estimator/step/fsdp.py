@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from estimator.model.architecture import Arch
 from estimator.settings.config import RunConfig
+from estimator.step import single
+from estimator.step.single import StepParts
 from estimator.terms import generation as gen
 from estimator.terms import optimizer as opt
 from estimator.terms import sharding as sh
@@ -77,8 +79,9 @@ def forward_gathers(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     return {"start": 2 * emb, "steady": emb + 2 * tail}
 
 
-def build(cfg: RunConfig, arch: Arch, single) -> dict[str, dict[str, int]]:
-    """Per-phase components on rank 0; `single` is `estimator.step.phases` (its single-GPU terms, on a bf16 model)."""
+def rank0_parts(cfg: RunConfig, arch: Arch) -> StepParts:
+    """Rank 0's resident shards, each phase's own components and the train peak's name, from the single-GPU
+    terms on the bf16 compute model."""
     c = compute_config(cfg)
     held = resident(cfg, arch)
     tail, layer = sh.fsdp_tail_unsharded(cfg, arch), sh.fsdp_layer_unsharded(cfg, arch)
@@ -182,11 +185,4 @@ def build(cfg: RunConfig, arch: Arch, single) -> dict[str, dict[str, int]]:
         ),
         "rollout_buffers": gen.rollout_buffers(cfg),
     }
-    phases = {}
-    for phase, comps in out.items():
-        merged = dict(held)
-        for k, v in comps.items():
-            merged[k] = merged.get(k, 0) + v
-        phases[phase] = {k: v for k, v in merged.items() if v}
-    phases["_train_instant"] = {name: 0}
-    return phases
+    return StepParts(held, out, name)

@@ -1,232 +1,30 @@
-"""Assemble the terms into the phases of one steady-state GRPO step and take the peak.
-
-A TRL 1.16 step (notes §4): `generate` (no grad, grads None, optimizer state resident from step 2) →
-`score` (no-grad reference / old-policy passes, only when they run) → `train` (forward + backward of one
-micro-batch; its peak is the largest of a few instants) → `optimizer` (step with gradients resident).
-"""
+"""The phases of one steady-state GRPO step: each phase's own components (single GPU or FSDP rank 0) merged once
+with what is resident through the step, then CPU offload applied; the notes that say what was modelled."""
 
 from __future__ import annotations
-
-import sys
 
 from estimator.model.architecture import Arch
 from estimator.settings import versions
 from estimator.settings.config import RunConfig
-from estimator.step import fsdp as phases_fsdp
+from estimator.step import fsdp, single
 from estimator.step import offload as offload_phases
-from estimator.terms import activations as act
-from estimator.terms import generation as gen
-from estimator.terms import logprob_head as head
-from estimator.terms import moe_lora, release, vllm, weights
-from estimator.terms import optimizer as opt
-from estimator.terms.phase_names import GENERATE, OPTIMIZER, SCORE, TRAIN
-from estimator.terms.sharding import deepspeed_dtype_config, gathered_weights, is_fsdp, shard
-from estimator.units import nbytes
+from estimator.terms.sharding import deepspeed_dtype_config, is_fsdp
+
+Phases = dict[str, dict[str, int]]  # phase -> component -> bytes (zero components dropped)
 
 
-def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
-    """Memory held through the whole step: weights, reference copy, adapters, optimizer state, vLLM's reservation."""
-    held = {
-        "weights": weights.policy_weights(cfg, arch),
-        "reference_weights": weights.reference_weights(cfg, arch),
-        "lora_adapters": weights.lora_adapters(cfg, arch),
-        "optimizer_state": opt.optimizer_state(cfg, arch),
-        "master_weights": opt.master_weights(cfg, arch),
-    }
-    held = {k: shard(cfg, k, v) for k, v in held.items()}
-    # vLLM colocate: its whole budget, or what stays while it sleeps (terms/vllm.py)
-    held["vllm"] = vllm.colocate_sleeping(cfg) if cfg.vllm_sleeps else vllm.colocate_footprint(cfg)
-    return held
+def merge(resident: dict[str, int], own: Phases) -> Phases:
+    """Each phase's own components added to what is resident through the step; zero components dropped."""
+    phases: Phases = {}
+    for phase, comps in own.items():
+        merged = dict(resident)
+        for k, v in comps.items():
+            merged[k] = merged.get(k, 0) + v
+        phases[phase] = {k: v for k, v in merged.items() if v}
+    return phases
 
 
-def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
-    """KV cache at full length + the larger of the prefill transient and the decode-step transient."""
-    if cfg.use_vllm:
-        woken = vllm.colocate_footprint(cfg) - vllm.colocate_sleeping(cfg) if cfg.vllm_sleeps else 0
-        largest = max(arch.embedding_params, arch.lm_head_params) * nbytes(cfg.dtype)
-        sync = vllm.weight_sync_gather(cfg, weights.policy_weights(cfg, arch), largest)
-        return {"vllm": woken, "gathered_weights": sync}
-    # The prefill's layers run before the head is first cast: autocast's cache then holds the layers' casts
-    # only (it is cleared when each forward's autocast region exits, torch.autocast.__exit__)
-    g, p = cfg.generation_sequences, cfg.max_prompt_length
-    tables = gen.rotary_tables(cfg, arch, g, p)
-    prefill = {
-        "kv_cache": gen.kv_cache(cfg, arch, p, prefill=True),
-        "activations": act.nograd_forward_peak(cfg, arch, g, p, rotary=False) + tables,
-        "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
-    }
-    # the last layer's rotary runs before its K/V enter the cache (act.nograd_rotary_per_token)
-    prefill_rotary = {
-        "kv_cache": gen.kv_cache(cfg, arch, p, prefill=True, layers=arch.num_layers - 1),
-        "activations": act.nograd_rotary_peak(cfg, arch, g, p) + tables,
-        "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
-    }
-    # the last step's layers: the full cache, one tensor doubled by the cache's `cat` or the attention's copies
-    # (the larger; the `cat` finishes before attention runs), the layers' casts
-    decode_layers = {
-        "kv_cache": gen.kv_cache(cfg, arch)
-        + max(gen.kv_concat_transient(cfg, arch), gen.decode_attention_copies(cfg, arch)),
-        "activations": moe_lora.merged_weights(cfg, arch) + moe_lora.factor_copies(cfg, arch),
-        "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
-    }
-    # the last step's head, after the layers: the full cache, the head's casts, the step's logits
-    decode_head = {
-        "kv_cache": gen.kv_cache(cfg, arch),
-        "generation_logits": gen.generation_logits(cfg, arch),
-        "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=True)
-        + act.fp32_head_cast_in_generation(cfg, arch),
-    }
-    out = dict(max(prefill, prefill_rotary, decode_layers, decode_head, key=lambda d: sum(d.values())))
-    out["gradients"] = shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch))
-    gathered = gathered_weights(cfg, weights.policy_weights(cfg, arch))
-    if gathered:
-        out["gathered_weights"] = gathered
-    return out
-
-
-def score_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
-    """One no-grad chunk of per_device_train_batch_size sequences through the backbone and the head (buffers only if no pass runs)."""
-    if not (cfg.runs_reference_pass or cfg.runs_old_logprob_pass):
-        return {"rollout_buffers": gen.rollout_buffers(cfg)}  # rewards and advantages only: nothing sizeable
-    b, seq = cfg.per_device_train_batch_size, cfg.sequence_length
-    common = {
-        "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
-        "rollout_buffers": gen.rollout_buffers(cfg),
-        "gradients": shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch)),
-    }
-    # the backbone's largest layer and the head run one after the other: the phase peak is the larger instant
-    layers = {"activations": act.nograd_forward_peak(cfg, arch, b, seq)}
-    at_head = {
-        "activations": act.hidden_states(cfg, arch, b * seq),  # last_hidden_state
-        "logprob_head": head.nograd_head(cfg, arch, b),
-    }
-    larger = max(layers, at_head, key=lambda d: sum(d.values()))
-    return common | larger
-
-
-def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
-    """Candidate peak instants of forward + backward; the phase peak is the largest."""
-    b, seq = cfg.per_device_train_batch_size, cfg.sequence_length
-    tokens = b * seq
-    grads = shard(cfg, "gradients", opt.gradients(cfg, arch))
-    # without input gradients (PEFT, no GC) the first layer keeps less
-    saved = act.saved_activations(cfg, arch, b, seq) - tokens * act.first_layer_unsaved_per_token(cfg, arch)
-    norm_saved = tokens * act.rmsnorm_saved_per_token(cfg, arch)
-    buffers = gen.rollout_buffers(cfg)
-    fwd_head, saved_head, bwd_head = head.train_head(cfg, arch, b)
-    cast_cache = act.autocast_weight_cache(cfg, arch, include_lm_head=False)
-    after_head = shard(cfg, "gradients", opt.gradients_after_head(cfg, arch))
-    instants = {
-        "head_forward": {
-            "activations": saved + norm_saved,
-            "autocast_weight_cache": cast_cache,
-            "logprob_head": fwd_head,
-        },
-        "head_backward": {"activations": saved + norm_saved, "logprob_head": saved_head + bwd_head},
-        # the final norm's backward at its pow, before any layer's backward
-        "final_norm_backward": {
-            "activations": saved + tokens * act.final_norm_backward_per_token(cfg, arch),
-            "gradients": after_head,
-        },
-    }
-    if not cfg.gradient_checkpointing:  # autograd keeps the casts it saved until each layer's backward
-        cast_cache = act.autocast_weight_cache(cfg, arch, include_lm_head=False, saved_for_backward=True)
-        instants["head_forward"]["autocast_weight_cache"] = cast_cache
-        instants["head_backward"]["autocast_weight_cache"] = cast_cache
-        instants["final_norm_backward"]["autocast_weight_cache"] = cast_cache
-    grad_flow = act.residual_gradients(cfg, arch, tokens)
-    # A layer's backward runs its MLP first, then attention: the MLP / LoRA / wrapped-expert transients live
-    # beside the one incoming residual gradient; eager attention's, net of what the MLP block released (its saved
-    # tensors, and the merged expert stacks and factor copies a wrapped MoE block kept), beside it and the partial sum
-    # Gemma's post-feedforward norm runs its backward before the MLP's: the MLP's instant no longer holds what
-    # that norm saved, and the norm's own fp32 backward is an instant of its own (at its pow, the normalized value
-    # a trainable weight saved is already released)
-    mlp_bwd = (
-        tokens * act.layer_backward_transient_per_token(cfg, arch)
-        + act.hidden_states(cfg, arch, tokens)
-        + moe_lora.backward_transient(cfg, arch)
-        - tokens * act.gemma_post_norm_saved_per_token(cfg, arch)
-    )
-    norm_bwd = 0
-    if act.gemma_post_norm_saved_per_token(cfg, arch):
-        norm_bwd = tokens * act.gemma_post_norm_backward_per_token(cfg, arch) + act.hidden_states(
-            cfg, arch, tokens
-        )
-    eager_bwd = max(
-        0,
-        tokens * act.eager_backward_transient_per_token(cfg, arch, seq) - moe_lora.saved_per_layer(cfg, arch),
-    )
-    # a bnb 4-bit layer's dequantized weights are live at instants of their own; a GPTQ/AWQ one's beside any
-    layer_bwd = max(
-        mlp_bwd, eager_bwd + grad_flow, norm_bwd, act.bnb_4bit_backward_instant(cfg, arch, tokens)
-    )
-    if not cfg.load_in_4bit:
-        layer_bwd += act.dequantized_weight_transient(cfg, arch)
-    layer_fwd = max(
-        tokens * act.layer_forward_transient_per_token(cfg, arch),
-        act.bnb_4bit_forward_transient(cfg, arch, tokens),
-    )
-    if cfg.gradient_checkpointing:
-        recompute = act.recompute_layer(cfg, arch, b, seq)
-        instants["last_layer_backward"] = {
-            "activations": saved + recompute + layer_bwd,
-            "gradients": after_head,
-        }
-        # the top layer's recomputed forward at its largest instant (act.layer_forward_transient_per_token), with
-        # the incoming gradient live
-        instants["last_layer_recompute"] = {
-            "activations": saved
-            + recompute
-            + layer_fwd
-            + act.hidden_states(cfg, arch, tokens)
-            + act.bnb_4bit_recompute_gradient(cfg, arch, tokens)
-            + act.recompute_waiting_gradients(cfg, arch, tokens),
-            "gradients": after_head,
-        }
-        instants["first_layer_backward"] = {
-            "activations": act.hidden_states(cfg, arch, tokens) + recompute + layer_bwd,
-            "gradients": shard(cfg, "gradients", opt.gradients_before_first_layer(cfg, arch)),
-        }
-    else:
-        # the final norm's backward ran before the top layer's: what it saved is already released
-        instants["last_layer_backward"] = {
-            "activations": saved + layer_bwd,
-            "gradients": after_head,
-            "autocast_weight_cache": cast_cache,
-        }
-        # the top layer's forward at its largest instant, every layer's saved tensors held
-        instants["last_layer_forward"] = {
-            "activations": saved + layer_fwd,
-            "autocast_weight_cache": cast_cache,
-        }
-    # the tied buffer and the embedding's own [V, H] gradient meet before they are summed into .grad
-    tied = 2 * opt.tied_gradient_buffer(cfg, arch)
-    instants["backward_end"] = {"activations": grad_flow, "gradients": grads + shard(cfg, "gradients", tied)}
-    for name, comps in instants.items():
-        comps["rollout_buffers"] = buffers
-        later = opt.micro_step_gradients(cfg, arch, name)  # GA > 1: every .grad resident from micro-step 2
-        if later is not None:
-            comps["gradients"] = shard(cfg, "gradients", later)
-    return release.train_instants(cfg, arch, instants, saved + norm_saved)
-
-
-def train_phase(cfg: RunConfig, arch: Arch) -> tuple[dict[str, int], str]:
-    """The largest training instant and its name."""
-    instants = train_instants(cfg, arch)
-    name = max(instants, key=lambda k: sum(instants[k].values()))
-    return instants[name], name
-
-
-def optimizer_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
-    """Full gradients + the optimizer's step temporaries."""
-    return {
-        "gradients": shard(cfg, "gradients", opt.gradients(cfg, arch)),
-        "optimizer_temporaries": shard(cfg, "optimizer_temporaries", opt.optimizer_temporaries(cfg, arch)),
-        "rollout_buffers": gen.rollout_buffers(cfg),
-    }
-
-
-def build_phases(cfg: RunConfig, arch: Arch) -> tuple[dict[str, dict[str, int]], list[str], RunConfig]:
+def build_phases(cfg: RunConfig, arch: Arch) -> tuple[Phases, list[str], RunConfig]:
     """Per-phase component bytes (resident + phase-specific), notes, and the config the terms saw.
 
     The config the terms see differs from the one given under ZeRO (DeepSpeed's bf16 cast); `estimate()` builds
@@ -234,29 +32,18 @@ def build_phases(cfg: RunConfig, arch: Arch) -> tuple[dict[str, dict[str, int]],
     """
     given = cfg
     cfg = deepspeed_dtype_config(cfg)
-    phases: dict[str, dict[str, int]] = {}
     notes: list[str] = []
-    if is_fsdp(given):  # rank 0 of N FSDP2 ranks: assembled in estimator/step/fsdp.py from these terms
-        phases = phases_fsdp.build(given, arch, sys.modules[__name__])
-        instant = next(iter(phases.pop("_train_instant")))
-        specific = {}
+    if is_fsdp(given):  # rank 0 of N FSDP2 ranks: estimator/step/fsdp.py, from the single-GPU terms
+        part = fsdp.rank0_parts(given, arch)
         notes.append(
             f"rank 0 of {given.num_gpus} FSDP2 ranks ({given.fsdp_sharding_strategy}): accelerate upcasts trainable "
             "parameters to fp32 under mixed precision, so shards, gradients and AdamW state are fp32; "
             "held to traced rank-0 steps (results/traced/multigpu.jsonl)"
         )
     else:
-        held = resident(cfg, arch)
-        specific = {GENERATE: generate_phase(cfg, arch), SCORE: score_phase(cfg, arch)}
-        train, instant = train_phase(cfg, arch)
-        specific[TRAIN] = train
-        specific[OPTIMIZER] = optimizer_phase(cfg, arch)
-        specific = release.phases(cfg, arch, specific)
-    for phase, comps in specific.items():
-        merged = dict(held)
-        for k, v in comps.items():
-            merged[k] = merged.get(k, 0) + v
-        phases[phase] = {k: v for k, v in merged.items() if v}
+        part = single.parts(cfg, arch)
+    phases = merge(part.resident, part.phases)
+    instant = part.train_instant
     notes.append(f"train peak instant: {instant}")
     notes.append(
         f"modelled TRL release: {cfg.trl_version} (semantics of TRL {cfg.release.label}); with "

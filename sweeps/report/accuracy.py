@@ -16,10 +16,10 @@ from pathlib import Path
 import pandas as pd
 
 from estimator.settings.config import NEWEST_TRL, RunConfig
-from estimator.step.estimate import Estimate, estimate
 from estimator.settings.trl_versions import profile
-from estimator.units import MIB
 from estimator.settings.versions import MODELLED_TRANSFORMERS, NEWEST_TRANSFORMERS, RECORDS_TRANSFORMERS
+from estimator.step.estimate import Estimate, estimate
+from estimator.units import MIB
 from sweeps import records
 from sweeps.oneline import OneLineParser
 from sweeps.report.frames import method_of, model_label, summarize_config

@@ -32,8 +32,8 @@ def _source(paths: tuple[Path, ...]) -> str:
 def compute(paths: tuple[Path, ...] = SEEN) -> dict:
     """Per regime (estimator.step.band.regime) and over all rows: low / high relative error of the current estimator
     over the traced ok rows of `paths`, every transformers release's (a user may run any modelled one)."""
-    from estimator.step.band import REGIMES, regime
     from estimator.settings.config import RunConfig
+    from estimator.step.band import REGIMES, regime
 
     rows = [row for path in paths for row in records.load_rows(path)]
     df = accuracy_frame(rows, release=None)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from estimator.step.estimate import estimate
 from estimator.settings.release_config import for_release
+from estimator.step.estimate import estimate
 from estimator.units import GIB
 
 VERSION = "0.14"

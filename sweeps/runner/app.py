@@ -22,9 +22,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from estimator.settings import validate
 from estimator.model.architecture import ConfigError
 from estimator.model.catalog import UnknownModel, resolve_model
+from estimator.settings import validate
 from estimator.settings.config import DEVICES, DTYPES, OPTIMIZERS, RunConfig
 from estimator.units import MIB
 from sweeps import records

@@ -24,8 +24,8 @@ import warnings
 from pathlib import Path
 
 from estimator.settings.config import RunConfig
-from estimator.units import GIB
 from estimator.settings.versions import default_transformers
+from estimator.units import GIB
 from sweeps import records
 from sweeps.trace.grid import GRIDS, grid_configs
 

@@ -83,7 +83,9 @@ class TraceResult:
     params: int
     trainable_params: int
     variant: dict = field(default_factory=dict)
-    events: list = field(default_factory=list)  # ordered alloc/free/phase events (estimator.hardware.allocator format)
+    events: list = field(
+        default_factory=list
+    )  # ordered alloc/free/phase events (estimator.hardware.allocator format)
 
 
 def _reward(completions, **kwargs):

@@ -14,7 +14,6 @@ import json
 import sys
 from pathlib import Path
 
-from estimator.terms import allocator_reserve as allocator_term
 from estimator.hardware.allocator import (
     AllocatorSettings,
     dump_stream,
@@ -24,6 +23,7 @@ from estimator.hardware.allocator import (
     with_empty_cache_steps,
 )
 from estimator.settings.config import RunConfig
+from estimator.terms import allocator_reserve as allocator_term
 from sweeps.oneline import OneLineParser
 
 REPO = Path(__file__).resolve().parents[2]
