@@ -62,6 +62,7 @@ ESTIMATOR_LAYERS = {
     "step": 4,
     "plan": 5,
     "interface": 6,
+    "__main__": 7,
 }
 
 
