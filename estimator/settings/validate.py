@@ -83,6 +83,15 @@ def check_combination(cfg: RunConfig, arch: Arch | None) -> None:
                 f"{arch.name} is a {spec.method.upper()} {spec.bits}-bit checkpoint: its packed weights cannot be "
                 "trained; pass --use-peft (LoRA adapters on the quantized base)"
             )
+    n = cfg.vllm_max_model_length
+    # vLLM v1 InputProcessor._validate_model_input: a prompt of max_model_len tokens or more, asked for one more
+    # token, raises "The decoder prompt ... is longer than the maximum model length"
+    if cfg.use_vllm and n is not None and cfg.max_prompt_length >= n:
+        raise InvalidConfig(
+            f"--vllm-max-model-length {n} leaves no room after a {cfg.max_prompt_length}-token prompt: vLLM refuses "
+            f"a prompt of max_model_len tokens or more; give at least {cfg.sequence_length} "
+            "(prompt + completion)"
+        )
     if cfg.vllm_enable_sleep_mode and cfg.vllm_sleep_level == 0:
         raise InvalidConfig(
             "--vllm-enable-sleep-mode with --vllm-sleep-level 0 (never sleeps): drop one, or give level 1 or 2"
@@ -162,6 +171,12 @@ def notes(cfg: RunConfig, arch: Arch | None, given: Iterable[str] = ()) -> list[
     ctx = (
         ((arch.extra or {}).get("config") or {}).get("max_position_embeddings") if arch is not None else None
     )
+    n = cfg.vllm_max_model_length
+    if cfg.use_vllm and n is not None and cfg.sequence_length > n:
+        out.append(
+            f"prompt + completion = {cfg.sequence_length} tokens is past --vllm-max-model-length {n}: vLLM stops "
+            f"each completion at {n} tokens in all; the estimate sizes all {cfg.sequence_length} (errs high)"
+        )
     if isinstance(ctx, int) and cfg.sequence_length > ctx:
         out.append(
             f"prompt + completion = {cfg.sequence_length} tokens is past {arch.name}'s context "
