@@ -66,3 +66,36 @@ def test_control_characters_in_a_config_name_are_escaped(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\r" not in out
     assert out.splitlines()[0].startswith("evil\\n\\x1b[31mRED\\x1b[0m\\rname: 494.03 M params")
+
+
+def _alias_bomb(key: str) -> str:
+    """A YAML file of ten lines whose `key` holds 10**9 values through nested aliases."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    return "\n".join(lines + [f"{key}: *a8"]) + "\n"
+
+
+@pytest.mark.parametrize("key", ["max_completion_length", "deepspeed"])
+def test_a_yaml_alias_bomb_is_named_without_being_expanded(tmp_path, key):
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_alias_bomb(key))
+    run = subprocess.run(  # the timeout only guards the suite: expanding the value first never ends
+        [sys.executable, "-m", "estimator", "--config", str(bomb)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"bomb.yaml: {key}" in lines[0] and "[[[" in lines[0] and len(lines[0]) < 300
+
+
+def test_a_shown_value_is_cut_and_escaped():
+    from estimator.text import shown
+
+    full = ascii("é\n" * 100)  # 'é' and the newline escaped as Python writes them
+    assert shown("é\n" * 100, 20) == full[:17] + "..."
+    deep = [[[[[1] * 5] * 5] * 5] * 5] * 5
+    text = shown(deep, 10_000)
+    assert text.startswith("[[[[...]") and "1" not in text  # three levels, never the leaves

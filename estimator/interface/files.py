@@ -10,6 +10,8 @@ import json
 import stat
 from pathlib import Path
 
+from estimator.text import shown
+
 MAX_FILE_BYTES = 1 << 20  # a config file is a few KiB; a bigger one is not a config
 
 
@@ -18,9 +20,8 @@ class ConfigFileError(ValueError):
 
 
 def clip(value, limit: int = 60) -> str:
-    """A value as it goes into an error line: escaped (ascii repr) and cut to `limit` characters."""
-    text = ascii(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    """A value as it goes into an error line: escaped and cut to `limit` characters, in bounded time."""
+    return shown(value, limit)
 
 
 def levenshtein(a: str, b: str, cap: int = 3) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from estimator.text import printable
+from estimator.text import shown
 
 
 class QuantizationError(ValueError):
@@ -32,7 +32,7 @@ def check_quantization(cfg: dict) -> None:
     method = qc.get("quant_method")
     if not isinstance(method, str):
         raise QuantizationError(
-            f"quantization_config.quant_method {printable(repr(method), 40)}: expected text (gptq, awq)"
+            f"quantization_config.quant_method {shown(method, 40)}: expected text (gptq, awq)"
         )
     packed = PACKED_BITS.get(method.lower())
     if packed is None:  # bitsandbytes and others quantize at load: nothing packed in the checkpoint
@@ -40,12 +40,12 @@ def check_quantization(cfg: dict) -> None:
     bits = qc.get("bits", qc.get("w_bit", 4))
     if type(bits) is not int or bits not in packed:
         raise QuantizationError(
-            f"quantization_config.bits {printable(repr(bits), 40)}: {method} packs {', '.join(map(str, packed))} bits"
+            f"quantization_config.bits {shown(bits, 40)}: {method} packs {', '.join(map(str, packed))} bits"
         )
     group = qc.get("group_size", qc.get("q_group_size", 128))
     if type(group) is not int or not (group == -1 or 1 <= group <= MAX_GROUP_SIZE):
         raise QuantizationError(
-            f"quantization_config.group_size {printable(repr(group), 40)}: expected -1 or 1 to {MAX_GROUP_SIZE}"
+            f"quantization_config.group_size {shown(group, 40)}: expected -1 or 1 to {MAX_GROUP_SIZE}"
         )
 
 
