@@ -53,7 +53,8 @@ class FileSettings:
     """RunConfig field values read from one file (or a command's arguments), and what was ignored or translated.
 
     `sources`: field -> the key that set it; `known` / `unknown`: keys not used (known to TRL or accelerate / not);
-    `must_match`, `mixed_precision`, `needs_processes`, `deepspeed_file`: as in launchfile.LaunchSettings."""
+    `must_match`, `mixed_precision`, `needs_processes`, `deepspeed_file`, `train_batch_size`: as in
+    launchfile.LaunchSettings."""
 
     values: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -67,6 +68,7 @@ class FileSettings:
     mixed_precision: str | None = None
     needs_processes: bool = False
     deepspeed_file: str | None = None
+    train_batch_size: tuple[int, str] | None = None
     flavour: str = ""
 
 
@@ -243,6 +245,7 @@ def _from_launch(launch, kind: str, where: str, path: str) -> FileSettings:
         mixed_precision=launch.mixed_precision,
         needs_processes=launch.needs_processes,
         deepspeed_file=launch.deepspeed_file,
+        train_batch_size=launch.train_batch_size,
     )
     if launch.ignored:
         out.notes.append(f"{where}: keys this tool does not read: {', '.join(map(str, launch.ignored))}")
@@ -325,6 +328,22 @@ class Merged:
     notes: list[str] = field(default_factory=list)
     sources: dict = field(default_factory=dict)
     needs_processes: str | None = None
+    train_batch_sizes: list[tuple[int, str]] = field(
+        default_factory=list
+    )  # DeepSpeed's, to check when all is known
+
+
+def check_train_batch_size(total: int, where: str, gpus: int, micro: int, accumulation: int) -> None:
+    """ConfigFileError when a DeepSpeed train_batch_size is not GPUs x micro-batch x accumulation: the HF Trainer
+    fills it as world_size x per_device_train_batch_size x gradient_accumulation_steps and refuses another value
+    (transformers integrations/deepspeed.py `trainer_config_process`, "train_batch_size (calculated)")."""
+    product = gpus * micro * accumulation
+    if total != product:
+        raise ConfigFileError(
+            f"{where}: train_batch_size {total} is not {gpus} GPU(s) x per_device_train_batch_size {micro} x "
+            f"gradient_accumulation_steps {accumulation} = {product}, and the HF Trainer refuses the mismatch; "
+            f'set it to "auto" or {product}'
+        )
 
 
 def merge(files: list[FileSettings], flag_values: dict) -> Merged:
@@ -345,6 +364,7 @@ def merge(files: list[FileSettings], flag_values: dict) -> Merged:
       library has); a flag settles it.
     """
     out = Merged()
+    out.train_batch_sizes = [f.train_batch_size for f in files if f.train_batch_size is not None]
     launch = [f for f in files if f.kind in ("accelerate", "deepspeed", "launcher")]
     trl = [f for f in files if f.kind in ("trl", "trl-args")]
     mixed = None

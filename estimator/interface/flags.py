@@ -17,7 +17,14 @@ import argparse
 import math
 
 from estimator.interface.command import CommandError, command_files
-from estimator.interface.configfile import ConfigFileError, check_kinds, merge, normalize_dtype, read_files
+from estimator.interface.configfile import (
+    ConfigFileError,
+    check_kinds,
+    check_train_batch_size,
+    merge,
+    normalize_dtype,
+    read_files,
+)
 from estimator.model import catalog
 from estimator.model.architecture import ConfigError
 from estimator.settings.config import Field, RunConfig, flag, schema
@@ -234,8 +241,9 @@ def resolve_dtype(values: dict, arch) -> None:
     values["dtype"] = normalize_dtype(cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
 
 
-def read_sources(ns: argparse.Namespace) -> tuple[dict, list[str], dict]:
-    """The run's values from --config files, --from-command and flags -> (values, notes, {field: who set it}).
+def read_sources(ns: argparse.Namespace) -> tuple[dict, list[str], dict, list[tuple[int, str]]]:
+    """The run's values from --config files, --from-command and flags -> (values, notes, {field: who set it},
+    DeepSpeed train_batch_size values to check once the run's batch is known).
 
     Files and the command are merged by kind (`estimator.interface.configfile.merge`); flags override them. With neither,
     the flags alone (sources empty, so outputs stay as they were)."""
@@ -246,7 +254,7 @@ def read_sources(ns: argparse.Namespace) -> tuple[dict, list[str], dict]:
     command = getattr(ns, "from_command", None)
     flag_values = run_values(ns)
     if not configs and command is None:
-        return flag_values, [], {}
+        return flag_values, [], {}, []
     try:
         files = read_files(configs)
         notes: list[str] = []
@@ -264,7 +272,7 @@ def read_sources(ns: argparse.Namespace) -> tuple[dict, list[str], dict]:
             f"{merged.needs_processes}: no num_processes, and accelerate launch refuses that config without "
             "--num_processes; give --gpus N (or num_processes in the file)"
         )
-    return merged.values, notes + merged.notes, merged.sources
+    return merged.values, notes + merged.notes, merged.sources, merged.train_batch_sizes
 
 
 def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_out: dict | None = None):
@@ -275,7 +283,7 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_ou
     `defaults` fill settings neither the file nor the flags give (e.g. the GPU's memory for --gpu).
     The same path serves `vram-estimate` and `grpo-vram-trace`, so both accept and refuse the same configs.
     """
-    values, notes, sources = read_sources(ns)
+    values, notes, sources, train_batch_sizes = read_sources(ns)
     if sources_out is not None:
         sources_out.update(sources)
     given = set(values)  # what the file and flags set (the release's defaults below are not "given")
@@ -299,6 +307,12 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_ou
     try:
         cfg = RunConfig.from_dict(values)
         validate(cfg, arch)
+        for total, where in train_batch_sizes:
+            check_train_batch_size(
+                total, where, cfg.num_gpus, cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps
+            )
+    except ConfigFileError as e:
+        raise FlagError(str(e)) from None
     except InvalidConfig as e:
         raise FlagError(str(e)) from None
     except TypeError as e:

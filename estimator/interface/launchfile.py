@@ -168,6 +168,9 @@ class LaunchSettings:
     needs_processes: bool = False
     deepspeed_file: str | None = None
     ignored: list = field(default_factory=list)
+    train_batch_size: tuple[int, str] | None = (
+        None  # a DeepSpeed train_batch_size that is not "auto", and where
+    )
 
 
 def is_accelerate_config(data: dict) -> bool:
@@ -307,6 +310,10 @@ def translate_deepspeed(data: dict, where: str) -> LaunchSettings:
         if key in data and data[key] != "auto":
             _set(out, name, _int(where, key, data[key]), key)
             out.must_match.add(name)
+    if (
+        data.get("train_batch_size", "auto") != "auto"
+    ):  # checked against GPUs x micro-batch x GA once all are known
+        out.train_batch_size = (_int(where, "train_batch_size", data["train_batch_size"]), where)
     return out
 
 
@@ -379,11 +386,15 @@ def translate_accelerate(data: dict, where: str, base: Path | None = None) -> La
             path, note = _find_ds_file(str(ds["deepspeed_config_file"]), base, where)
             if note:
                 out.notes.append(note)
-            inner = read_launch_file(str(path))
+            try:
+                inner = read_launch_file(str(path))
+            except LaunchFileError as e:  # named as the file that points at it, then the inner file's own words
+                raise LaunchFileError(f"{where}: deepspeed_config_file {e}") from None
             out.deepspeed_file = str(path)
             for name, value in inner.values.items():
                 _set(out, name, value, f"{path.name} {inner.sources.get(name, '')}".strip())
             out.must_match |= inner.must_match
+            out.train_batch_size = inner.train_batch_size or out.train_batch_size
             out.notes += inner.notes
             out.ignored += [f"{path.name}: {k}" for k in inner.ignored]
         else:
