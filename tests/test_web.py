@@ -1,0 +1,277 @@
+"""The web page (web/, built by `make web` into build/web/) in a real browser: headless Chromium drives it.
+
+For each case the page is given a URL hash (its form state) and the CLI is run in-process on the command line
+that state stands for, written out here by hand (so the page's form -> argv mapping is checked too). The page's
+answer must be the CLI's JSON exactly, the JSON it displays too, its verdict line the one the CLI's text report
+prints, its fits table the CLI's bytes in GiB as the CLI prints them; a refused input shows the CLI's one-line
+error. Every request must stay on 127.0.0.1 (the page vendors Pyodide; the driver aborts and records any other).
+
+In the browser no upstream package is installed, so the CLI models the newest releases it knows; the in-process
+CLI is run the same way (package metadata hidden), else an installed transformers 5.23 would change the numbers.
+
+Skips, with the reason, where Chromium, node, the driver (web/node_modules) or the built site is missing.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import http.server
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from cli_json import run
+
+REPO = Path(__file__).resolve().parents[1]
+SITE = REPO / "build" / "web"
+DRIVER = REPO / "web" / "drive.mjs"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+TIMING_OUT = REPO / "build" / "web-first-answer.json"  # the measured times (git-ignored); see benchmarks/
+GIB = 2**30
+
+
+def b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+GRPO_YAML = (REPO / "examples" / "case5_trl_user_files" / "grpo.yaml").read_text()
+ZERO3_JSON = (REPO / "examples" / "case5_trl_user_files" / "zero3.json").read_text()
+BAD_YAML = "per_device_train_batch_size: [4\n"  # an unclosed list
+GEMMA_CONFIG = (REPO / "estimator" / "catalog" / "google--gemma-3-1b-it.json").read_text()
+
+# (URL hash the page is given, the vram-estimate flags that state stands for, files in the CLI's folder)
+# The page adds --advice unless advice=0 (its checkbox is on by default).
+LORA = "--use-peft --no-load-in-4bit"
+CASES = [
+    ("model=7B&method=lora&gpu=A10G", f"--model 7B {LORA} --gpu A10G", {}),
+    (
+        "model=Qwen%2FQwen3-8B&method=qlora&gens=16&bs=16&completion=1024&gpu=4090",
+        "--model Qwen/Qwen3-8B --qlora --num-generations 16 --max-completion-length 1024 "
+        "--per-device-train-batch-size 16 --gpu 4090",
+        {},
+    ),
+    (
+        "model=meta-llama%2FLlama-3.1-8B-Instruct&method=full&dtype=bfloat16&ckpt=off&optim=adamw_bnb_8bit"
+        "&bs=4&ga=2&gpu=H100",
+        "--model meta-llama/Llama-3.1-8B-Instruct --no-use-peft --no-load-in-4bit --dtype bfloat16 "
+        "--no-gradient-checkpointing --optim adamw_bnb_8bit --per-device-train-batch-size 4 "
+        "--gradient-accumulation-steps 2 --gpu H100",
+        {},
+    ),
+    (
+        "model=1.5B&method=lora&lora_r=64&targets=all-linear&beta=0.04&prompt=512&completion=2048&gpu=L4",
+        f"--model 1.5B {LORA} --lora-r 64 --lora-target-modules all-linear --beta 0.04 "
+        "--max-prompt-length 512 --max-completion-length 2048 --gpu L4",
+        {},
+    ),
+    (
+        "model=7B&method=lora&vllm=colocate&vutil=0.4&gpu=H100",
+        f"--model 7B {LORA} --use-vllm --vllm-mode colocate --vllm-gpu-memory-utilization 0.4 --gpu H100",
+        {},
+    ),
+    (
+        "model=7B&method=lora&vllm=server&vsgpus=1&vsutil=0.8&gpus=2&gpu=H100",
+        f"--model 7B {LORA} --use-vllm --vllm-mode server --vllm-server-gpus 1 --vllm-server-utilization 0.8 "
+        "--gpus 2 --gpu H100",
+        {},
+    ),
+    (
+        "model=32B&method=full&dtype=bfloat16&gpus=4&sharding=zero3&gpu=A100-80",
+        "--model 32B --no-use-peft --no-load-in-4bit --dtype bfloat16 --gpus 4 --sharding zero3 --gpu A100-80",
+        {},
+    ),
+    (
+        "model=3B&method=lora&gpu=A100-40&solve=num_generations",
+        f"--model 3B {LORA} --gpu A100-40 --solve num_generations",
+        {},
+    ),
+    (
+        f"gpus=4&gpu=H100&file%3Agrpo.yaml={b64(GRPO_YAML)}&file%3Azero3.json={b64(ZERO3_JSON)}",
+        "--gpus 4 --gpu H100 --config grpo.yaml --config zero3.json",
+        {"grpo.yaml": GRPO_YAML, "zero3.json": ZERO3_JSON},
+    ),
+    (
+        f"modelcfg={b64(GEMMA_CONFIG)}&method=lora&gpu=T4",
+        f"--model model/config.json {LORA} --gpu T4",
+        {"model/config.json": GEMMA_CONFIG},
+    ),
+    (
+        "model=0.5B&gpu=A10G&extra=--reward-model+0.5B+--trl-version+0.19",
+        "--model 0.5B --gpu A10G --reward-model 0.5B --trl-version 0.19",
+        {},
+    ),
+    ("model=14B&method=lora&advice=0", f"--model 14B {LORA}", {}),
+]
+# refused inputs: the page shows the CLI's one error line
+FAILING = [
+    ("model=llama-9b", "--model llama-9b", {}),
+    ("model=7B&gens=1", "--model 7B --num-generations 1", {}),
+    (f"file%3Abad.yaml={b64(BAD_YAML)}", "--config bad.yaml", {"bad.yaml": BAD_YAML}),
+]
+FIRST = ("", "", {})  # the page as first opened: every field empty, the CLI's defaults
+
+
+def _skip_reason() -> str | None:
+    if not (SITE / "index.html").is_file() or not (SITE / "estimator.zip").is_file():
+        return f"{SITE.relative_to(REPO)}/ not built: run `make web`"
+    if not (Path(CHROMIUM).is_file() and os.access(CHROMIUM, os.X_OK)):
+        return f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CHROMIUM=/path/to/chromium)"
+    if shutil.which("node") is None:
+        return "node not found (the browser driver runs on node)"
+    if not (REPO / "web" / "node_modules" / "playwright-core").is_dir():
+        return "web/node_modules/playwright-core missing: run `make web` (npm ci in web/)"
+    return None
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    extensions_map = {
+        **http.server.SimpleHTTPRequestHandler.extensions_map,
+        ".mjs": "text/javascript",
+        ".wasm": "application/wasm",
+    }
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def driven(tmp_path_factory):
+    """Serve build/web on 127.0.0.1, drive every case through one page load; the driver's JSON report."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(SITE)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    job = tmp_path_factory.mktemp("web") / "job.json"
+    job.write_text(
+        json.dumps(
+            {
+                "url": base + "index.html",
+                "first_hash": FIRST[0],
+                "cases": [c[0] for c in CASES + FAILING],
+                "chromium": CHROMIUM,
+                "timeout_ms": 60000,
+            }
+        )
+    )
+    try:
+        proc = subprocess.run(
+            ["node", str(DRIVER), str(job)], capture_output=True, text=True, timeout=240, cwd=REPO
+        )
+    finally:
+        server.shutdown()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert "error" not in report, report["error"]
+    report["base"] = base
+    return report
+
+
+def _no_upstream_installed(name):
+    raise importlib.metadata.PackageNotFoundError(name)
+
+
+def cli(argv, files, capsys, monkeypatch, tmp_path):
+    """The CLI in-process as the page runs it: in a folder holding the case's files, no upstream packages."""
+    folder = tmp_path / "run"
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    folder.mkdir(exist_ok=True)
+    with monkeypatch.context() as m:
+        m.chdir(folder)
+        m.setattr(importlib.metadata, "version", _no_upstream_installed)
+        m.setenv("HF_HUB_OFFLINE", "1")
+        return run(argv, capsys)
+
+
+def gib2(n: int) -> str:
+    return f"{n / GIB:.2f}"
+
+
+def verdict_line(text: str, gpu: str) -> str:
+    """The CLI's own verdict line: `GPU (X GiB torch can use of Y GiB): fits, ...`."""
+    lines = [ln for ln in text.splitlines() if ln.startswith(f"{gpu} (") and " GiB torch can use of " in ln]
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def _case(driven, i):
+    return driven["cases"][i]
+
+
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[c[0][:60] for c in CASES])
+def test_page_answers_with_the_cli_numbers(driven, i, capsys, monkeypatch, tmp_path):
+    hash_, flags, files = CASES[i]
+    flags = flags.split()
+    page = _case(driven, i)
+    advice = [] if "advice=0" in hash_ else ["--advice"]
+    code, out, err = cli([*flags, *advice, "--json"], files, capsys, monkeypatch, tmp_path)
+    assert code in (0, 1), err
+    want = json.loads(out)
+    assert page["code"] == code, page["stderr"]
+    assert page["data"] == want  # the JSON the page computed: the CLI's, exactly
+    assert json.loads(page["dom"]["json"]) == want  # and the JSON it displays
+    assert page["stderr"] == err  # the notes
+    # the fits table: the CLI's bytes in GiB, as the CLI prints them
+    rows = {r[0]: r for r in page["dom"]["fits"]}
+    assert set(rows) == {f["gpu"] for f in want["fits"]}
+    for f in want["fits"]:
+        shown = rows[f["gpu"]]
+        amount = (
+            f"+{gib2(f['free_bytes'])} GiB free" if f["free_bytes"] >= 0 else f"-{gib2(-f['free_bytes'])}"
+        )
+        assert shown[1] == f"{gib2(f['usable_bytes'])} GiB" and shown[2].startswith(amount)
+        assert shown[3].startswith("✓" if f["fits"] else "✗")
+    # the verdict line first: the one the CLI's text report prints for --gpu
+    if "target" in want:
+        tcode, text, _ = cli([*flags, *advice], files, capsys, monkeypatch, tmp_path)
+        assert tcode == code
+        assert page["dom"]["verdict"] == verdict_line(text, want["target"]["gpu"])
+    else:
+        assert gib2(want["fit_bytes"]) in page["dom"]["verdict"]
+    if "advice" in want:
+        assert len(page["shown"]["advice"]["items"]) == len(want["advice"]["singles"])
+
+
+@pytest.mark.parametrize("i", range(len(FAILING)), ids=[c[0][:40] for c in FAILING])
+def test_refused_input_shows_the_cli_error_line(driven, i, capsys, monkeypatch, tmp_path):
+    _, flags, files = FAILING[i]
+    flags = flags.split()
+    page = _case(driven, len(CASES) + i)
+    code, out, err = cli([*flags, "--advice", "--json"], files, capsys, monkeypatch, tmp_path)
+    assert code == 2 and out == ""
+    line = [ln for ln in err.splitlines() if ln.startswith("vram-estimate: error: ")]
+    assert len(line) == 1, err
+    assert page["code"] == 2
+    assert page["dom"]["error"] == line[0]
+    assert page["dom"]["verdict"] is None
+
+
+def test_first_answer_is_the_cli_default(driven, capsys, monkeypatch, tmp_path):
+    code, out, err = cli(["--advice", "--json"], {}, capsys, monkeypatch, tmp_path)
+    first = driven["first"]
+    assert first["data"] == json.loads(out)
+    t = first["timing"]
+    TIMING_OUT.write_text(json.dumps({k: round(v) for k, v in t.items()} | {"browser": "headless Chromium"}))
+    print(
+        f"\nweb page, measured here: Python ready {t['pyodide_ms'] / 1000:.2f} s, first answer "
+        f"{t['first_answer_ms'] / 1000:.2f} s after navigation; later answers "
+        + ", ".join(f"{c['ms']:.0f}" for c in driven["cases"] if "ms" in c)
+        + " ms"
+    )
+    assert t["first_answer_ms"] < 60000
+
+
+def test_no_request_leaves_localhost(driven):
+    assert driven["left"] == []
+    assert driven["requests"], "the driver saw no request at all"
+    assert all(u.startswith(driven["base"]) or u.startswith(("data:", "blob:")) for u in driven["requests"])
+    assert not [c for c in driven["console"] if c.startswith("pageerror")], driven["console"]
