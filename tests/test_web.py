@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import threading
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -51,9 +52,9 @@ LORA = "--use-peft --no-load-in-4bit"
 CASES = [
     ("model=7B&method=lora&gpu=A10G", f"--model 7B {LORA} --gpu A10G", {}),
     (
-        "model=Qwen%2FQwen3-8B&method=qlora&gens=16&bs=16&completion=1024&gpu=4090",
+        "model=Qwen%2FQwen3-8B&method=qlora&gens=16&bs=16&completion=1024&gpu=A100-40",
         "--model Qwen/Qwen3-8B --qlora --num-generations 16 --max-completion-length 1024 "
-        "--per-device-train-batch-size 16 --gpu 4090",
+        "--per-device-train-batch-size 16 --gpu A100-40",
         {},
     ),
     (
@@ -102,8 +103,8 @@ CASES = [
         {"model/config.json": GEMMA_CONFIG},
     ),
     (
-        "model=0.5B&gpu=A10G&extra=--reward-model+0.5B+--trl-version+0.19",
-        "--model 0.5B --gpu A10G --reward-model 0.5B --trl-version 0.19",
+        "model=0.5B&gpu=A100-40&advice=0&extra=--reward-model+0.5B+--trl-version+0.19",
+        "--model 0.5B --gpu A100-40 --reward-model 0.5B --trl-version 0.19",
         {},
     ),
     ("model=14B&method=lora&advice=0", f"--model 14B {LORA}", {}),
@@ -114,6 +115,33 @@ FAILING = [
     ("model=7B&gens=1", "--model 7B --num-generations 1", {}),
     (f"file%3Abad.yaml={b64(BAD_YAML)}", "--config bad.yaml", {"bad.yaml": BAD_YAML}),
 ]
+# a user at the form: from a link's state, fields typed / chosen in order; the URL hash must follow the form
+TYPED = {
+    "start": "model=1.5B",
+    "fill": [
+        ["method", "lora"],
+        ["gens", "16"],
+        ["bs", "16"],
+        ["vllm", "colocate"],
+        ["vutil", "0.5"],
+        ["gpu", "L4"],
+        ["advice", "0"],
+    ],
+}
+TYPED_FLAGS = (
+    f"--model 1.5B {LORA} --use-vllm --vllm-mode colocate --vllm-gpu-memory-utilization 0.5 "
+    "--num-generations 16 --per-device-train-batch-size 16 --gpu L4"
+)
+TYPED_STATE = {
+    "model": "1.5B",
+    "method": "lora",
+    "gens": "16",
+    "bs": "16",
+    "vllm": "colocate",
+    "vutil": "0.5",
+    "gpu": "L4",
+    "advice": "0",
+}
 FIRST = ("", "", {})  # the page as first opened: every field empty, the CLI's defaults
 
 
@@ -155,7 +183,7 @@ def driven(tmp_path_factory):
             {
                 "url": base + "index.html",
                 "first_hash": FIRST[0],
-                "cases": [c[0] for c in CASES + FAILING],
+                "cases": [c[0] for c in CASES + FAILING] + [TYPED],
                 "chromium": CHROMIUM,
                 "timeout_ms": 60000,
             }
@@ -203,16 +231,9 @@ def verdict_line(text: str, gpu: str) -> str:
     return lines[0]
 
 
-def _case(driven, i):
-    return driven["cases"][i]
-
-
-@pytest.mark.parametrize("i", range(len(CASES)), ids=[c[0][:60] for c in CASES])
-def test_page_answers_with_the_cli_numbers(driven, i, capsys, monkeypatch, tmp_path):
-    hash_, flags, files = CASES[i]
-    flags = flags.split()
-    page = _case(driven, i)
-    advice = [] if "advice=0" in hash_ else ["--advice"]
+def check_answer(page, flags, files, advice, capsys, monkeypatch, tmp_path):
+    """The page's answer against the CLI's, run in-process on `flags` (+ --advice when the page's box is on)."""
+    advice = ["--advice"] if advice else []
     code, out, err = cli([*flags, *advice, "--json"], files, capsys, monkeypatch, tmp_path)
     assert code in (0, 1), err
     want = json.loads(out)
@@ -225,10 +246,9 @@ def test_page_answers_with_the_cli_numbers(driven, i, capsys, monkeypatch, tmp_p
     assert set(rows) == {f["gpu"] for f in want["fits"]}
     for f in want["fits"]:
         shown = rows[f["gpu"]]
-        amount = (
-            f"+{gib2(f['free_bytes'])} GiB free" if f["free_bytes"] >= 0 else f"-{gib2(-f['free_bytes'])}"
-        )
-        assert shown[1] == f"{gib2(f['usable_bytes'])} GiB" and shown[2].startswith(amount)
+        free = f["free_bytes"]
+        amount = f"+{gib2(free)} GiB free" if free >= 0 else f"-{gib2(-free)} GiB missing"
+        assert shown[1] == f"{gib2(f['usable_bytes'])} GiB" and shown[2] == amount
         assert shown[3].startswith("✓" if f["fits"] else "✗")
     # the verdict line first: the one the CLI's text report prints for --gpu
     if "target" in want:
@@ -239,13 +259,30 @@ def test_page_answers_with_the_cli_numbers(driven, i, capsys, monkeypatch, tmp_p
         assert gib2(want["fit_bytes"]) in page["dom"]["verdict"]
     if "advice" in want:
         assert len(page["shown"]["advice"]["items"]) == len(want["advice"]["singles"])
+    else:
+        assert page["shown"]["advice"] is None
+
+
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[c[0][:60] for c in CASES])
+def test_page_answers_with_the_cli_numbers(driven, i, capsys, monkeypatch, tmp_path):
+    hash_, flags, files = CASES[i]
+    check_answer(
+        driven["cases"][i], flags.split(), files, "advice=0" not in hash_, capsys, monkeypatch, tmp_path
+    )
+
+
+def test_form_typed_answers_and_goes_into_the_link(driven, capsys, monkeypatch, tmp_path):
+    page = driven["cases"][len(CASES) + len(FAILING)]
+    state = {k: v[0] for k, v in urllib.parse.parse_qs(page["hash"].lstrip("#")).items()}
+    assert state == TYPED_STATE
+    check_answer(page, TYPED_FLAGS.split(), {}, False, capsys, monkeypatch, tmp_path)
 
 
 @pytest.mark.parametrize("i", range(len(FAILING)), ids=[c[0][:40] for c in FAILING])
 def test_refused_input_shows_the_cli_error_line(driven, i, capsys, monkeypatch, tmp_path):
     _, flags, files = FAILING[i]
     flags = flags.split()
-    page = _case(driven, len(CASES) + i)
+    page = driven["cases"][len(CASES) + i]
     code, out, err = cli([*flags, "--advice", "--json"], files, capsys, monkeypatch, tmp_path)
     assert code == 2 and out == ""
     line = [ln for ln in err.splitlines() if ln.startswith("vram-estimate: error: ")]

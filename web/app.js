@@ -1,8 +1,7 @@
 // The page: a form -> a vram-estimate command line -> the CLI's own `main` (web/bridge.py in Pyodide) -> its
 // --json answer, drawn. No number is computed here; the page only formats the CLI's bytes as GiB (2 decimals, as
 // the CLI prints them) and sums nothing it does not label. State lives in the URL's hash, so a link reproduces an
-// answer.
-import { loadPyodide } from "./pyodide/pyodide.mjs";
+// answer. Python (Pyodide + the estimator) runs in web/worker.js, off this thread.
 
 const T0 = performance.now(); // the module started; performance.now() itself counts from navigation start
 const $ = (id) => document.getElementById(id);
@@ -138,68 +137,112 @@ function filesOf(st) {
 
 const shq = (w) => (/^[\w@%+=:,./-]+$/.test(w) ? w : "'" + w.replace(/'/g, "'\\''") + "'");
 
-// ---------- Python ----------
-let bridge = null;
+// ---------- Python, in the worker ----------
 const timing = { module_ms: T0 };
+const worker = new Worker(new URL("worker.js", import.meta.url), { type: "module" });
+let ready = false;
+let nextId = 0;
+const waiting = new Map(); // request id -> resolve
 
-async function boot() {
-  const zip = fetch("estimator.zip").then((r) => {
-    if (!r.ok) throw new Error(`estimator.zip: HTTP ${r.status}`);
-    return r.arrayBuffer();
+worker.onmessage = (e) => {
+  const m = e.data;
+  if (m.stage === "python") timing.pyodide_ms = performance.now();
+  else if (m.ready) {
+    timing.import_ms = performance.now();
+    ready = true;
+    window.vramPage.ready = true;
+    answer();
+  } else if (m.bootError) bootFailed(m.bootError);
+  else if (waiting.has(m.id)) {
+    waiting.get(m.id)(m.result);
+    waiting.delete(m.id);
+  }
+};
+worker.onerror = (e) => bootFailed(e.message || "the worker could not start");
+
+function bootFailed(msg) {
+  $("status").hidden = false;
+  $("status").textContent = `Could not start Python in this browser: ${msg}`;
+  $("status").className = "status error";
+  window.vramPage.bootError = msg;
+  window.dispatchEvent(new CustomEvent("vram-answer", { detail: { bootError: msg } }));
+}
+
+function cli(argv, st) {
+  const id = ++nextId;
+  return new Promise((resolve) => {
+    waiting.set(id, resolve);
+    worker.postMessage({ id, argv, extra: st.extra, files: filesOf(st) });
   });
-  const choices = fetch("choices.json").then((r) => (r.ok ? r.json() : { models: [], gpus: [] })).catch(() => ({ models: [], gpus: [] }));
-  choices.then(fillLists);
-  const py = await loadPyodide({ indexURL: new URL("pyodide/", location.href).href, env: { HOME: "/home/pyodide", HF_HUB_OFFLINE: "1" } });
-  timing.pyodide_ms = performance.now();
-  py.unpackArchive(await zip, "zip", { extractDir: "/home/pyodide/site" });
-  py.runPython("import sys; sys.path.insert(0, '/home/pyodide/site')");
-  bridge = py.pyimport("bridge");
-  timing.import_ms = performance.now();
 }
 
-function fillLists(c) {
-  $("models").replaceChildren(...c.models.map((m) => new Option(m)));
-  $("gpus").replaceChildren(...c.gpus.map((g) => new Option(g)));
-}
+fetch("choices.json")
+  .then((r) => (r.ok ? r.json() : null))
+  .then((c) => {
+    if (!c) return;
+    $("models").replaceChildren(...c.models.map((m) => new Option(m)));
+    $("gpus").replaceChildren(...c.gpus.map((g) => new Option(g)));
+  })
+  .catch(() => {});
 
-function cli(argv, st, extra) {
-  return JSON.parse(bridge.run(JSON.stringify({ argv, extra, files: filesOf(st) })));
-}
-
-// ---------- answering ----------
+// ---------- answering: one CLI run at a time, always for the form's latest state ----------
 let seq = 0;
-let firstDone = false;
+let running = false;
+let again = false;
 
-function answer() {
-  const st = readForm();
-  const argv = argvOf(st);
-  const t = performance.now();
-  const r = cli([...argv, "--json"], st, st.extra);
-  let data = null;
-  if (r.stdout.trim()) {
-    try { data = JSON.parse(r.stdout); } catch { data = null; }
+async function answer() {
+  if (!ready) return;
+  if (running) {
+    again = true; // answered once the current run ends
+    return;
   }
-  const ms = performance.now() - t;
-  const shown = render(st, r, data);
-  if (!firstDone) {
-    firstDone = true;
-    timing.first_answer_ms = performance.now();
+  running = true;
+  try {
+    const st = readForm();
+    const argv = argvOf(st);
+    const hash = location.hash;
+    const key = requestKey(st);
+    const t = performance.now();
+    const r = await cli([...argv, "--json"], st);
+    const ms = performance.now() - t;
+    if (again || requestKey(readForm()) !== key) {
+      again = true; // the form changed meanwhile: this answer is stale, answer the new state instead
+      return;
+    }
+    let data = null;
+    if (r.stdout.trim()) {
+      try { data = JSON.parse(r.stdout); } catch { data = null; }
+    }
+    const shown = render(st, r, data);
+    $("answer").classList.remove("busy");
+    if (timing.first_answer_ms === undefined) timing.first_answer_ms = performance.now();
+    timing.last_answer_ms = ms;
+    showTiming();
+    lastRun = { argv, st };
+    if ($("text-box").open) showText();
+    const detail = { seq: ++seq, hash, argv: r.argv, code: r.code, stderr: r.stderr, data, shown, ms };
+    window.vramPage.last = detail;
+    window.dispatchEvent(new CustomEvent("vram-answer", { detail }));
+  } finally {
+    running = false;
+    if (again) {
+      again = false;
+      answer();
+    }
   }
-  timing.last_answer_ms = ms;
-  showTiming();
-  lastRun = { argv, st };
-  if ($("text-box").open) showText();
-  const detail = { seq: ++seq, hash: location.hash, argv: r.argv, code: r.code, stderr: r.stderr, data, shown, ms };
-  window.vramPage.last = detail;
-  window.dispatchEvent(new CustomEvent("vram-answer", { detail }));
+}
+
+function requestKey(st) {
+  return JSON.stringify([argvOf(st), st.extra, filesOf(st)]);
 }
 
 // The CLI's text report for the same command line: run when its panel is open (it costs a second run).
 let lastRun = null;
-function showText() {
-  if (!lastRun || !bridge) return;
-  const r = cli(lastRun.argv, lastRun.st, lastRun.st.extra);
-  $("text").textContent = r.stdout + (r.stderr ? "\n" + r.stderr : "");
+async function showText() {
+  if (!lastRun || !ready) return;
+  const run = lastRun;
+  const r = await cli(run.argv, run.st);
+  if (run === lastRun) $("text").textContent = r.stdout + (r.stderr ? "\n" + r.stderr : "");
 }
 $("text-box").addEventListener("toggle", () => { if ($("text-box").open) showText(); });
 
@@ -545,28 +588,17 @@ function changed() {
   const h = toHash(readForm());
   history.replaceState(null, "", h ? "#" + h : location.pathname + location.search);
   clearTimeout(timer);
-  if (bridge) timer = setTimeout(answer, 120);
+  $("answer").classList.add("busy");
+  timer = setTimeout(answer, 80);
 }
 form.addEventListener("input", changed);
 form.addEventListener("change", changed);
 window.addEventListener("hashchange", () => {
   writeForm(fromHash(location.hash));
   drawFiles();
-  if (bridge) answer();
+  answer();
 });
 
-window.vramPage = { timing, last: null, answer: () => answer() };
-const startState = fromHash(location.hash);
-writeForm(startState);
+window.vramPage = { timing, last: null, ready: false, answer: () => answer() };
+writeForm(fromHash(location.hash));
 drawFiles();
-boot()
-  .then(() => {
-    window.vramPage.ready = true;
-    answer();
-  })
-  .catch((e) => {
-    $("status").textContent = `Could not start Python in this browser: ${e.message || e}`;
-    $("status").className = "status error";
-    window.vramPage.bootError = String(e.message || e);
-    window.dispatchEvent(new CustomEvent("vram-answer", { detail: { bootError: window.vramPage.bootError } }));
-  });

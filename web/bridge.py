@@ -93,7 +93,7 @@ PYODIDE_FILES = (
     "pyodide-lock.json",
     "package.json",
 )
-PAGE_FILES = ("index.html", "app.js", "style.css")
+PAGE_FILES = ("index.html", "app.js", "worker.js", "style.css")
 
 
 def build(out: Path) -> None:

@@ -42,13 +42,31 @@ try {
     setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
   }), timeout);
   if (job.screenshot) await page.screenshot({ path: job.screenshot, fullPage: true });
-  for (const hash of job.cases) {
-    const detail = await page.evaluate(([h, ms]) => new Promise((resolve, reject) => {
-      window.addEventListener("vram-answer", (e) => resolve(e.detail), { once: true });
-      if (location.hash === "#" + h) window.vramPage.answer(); // the same hash twice: no hashchange
-      else location.hash = h;
-      setTimeout(() => reject(new Error(`no answer for #${h} within ${ms} ms`)), ms);
-    }), [hash, timeout]);
+  const viaHash = (h) => page.evaluate(([h, ms]) => new Promise((resolve, reject) => {
+    window.addEventListener("vram-answer", (e) => resolve(e.detail), { once: true });
+    if (location.hash === "#" + h || (h === "" && location.hash === "")) window.vramPage.answer(); // no hashchange
+    else location.hash = h;
+    setTimeout(() => reject(new Error(`no answer for #${h} within ${ms} ms`)), ms);
+  }), [h, timeout]);
+  for (const c of job.cases) {
+    let detail;
+    if (typeof c === "string") {
+      detail = await viaHash(c); // a link: set the URL hash, as opening a shared link would
+    } else {
+      // a user at the form: from the state of link c.start, {fill: [[field name, value], ...]} typed / chosen
+      // in order, then the answer for the state the form ends in (the URL hash follows the form)
+      await viaHash(c.start);
+      for (const [name, value] of c.fill) {
+        const sel = `[name="${name}"]`;
+        const kind = await page.$eval(sel, (e) => e.tagName + ":" + e.type);
+        if (kind.startsWith("SELECT")) await page.selectOption(sel, value);
+        else if (kind.endsWith("checkbox")) await page.setChecked(sel, value === "1");
+        else await page.fill(sel, value);
+      }
+      await page.waitForFunction(() => window.vramPage.last && window.vramPage.last.hash === location.hash &&
+        !document.getElementById("answer").classList.contains("busy"), null, { timeout });
+      detail = await page.evaluate(() => window.vramPage.last);
+    }
     // what the page shows, read back from the DOM
     detail.dom = await page.evaluate(() => ({
       verdict: document.getElementById("verdict").hidden ? null : document.getElementById("verdict").textContent,
