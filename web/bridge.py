@@ -124,6 +124,12 @@ def build(out: Path) -> None:
                 z.write(f.locate(), f"yaml/{f.name}")
         z.write(Path(__file__).resolve(), "bridge.py")
     (out / "choices.json").write_text(json.dumps(choices()))
+    (out / "THIRD_PARTY.txt").write_text(
+        f"pyodide/: Pyodide {_pyodide_version(runtime)} (npm package pyodide), MPL-2.0, "
+        "https://github.com/pyodide/pyodide (pyodide/package.json)\n"
+        f"estimator.zip yaml/: PyYAML {yaml.__version__}'s pure-Python modules, MIT (yaml/LICENSE)\n"
+        "estimator.zip estimator/, bridge.py: grpo-vram, Apache-2.0\n"
+    )
     print(f"{out}/: the page, Pyodide {_pyodide_version(runtime)}, estimator.zip (PyYAML {yaml.__version__})")
 
 
