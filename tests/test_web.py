@@ -42,6 +42,7 @@ def b64(text: str) -> str:
 
 
 GRPO_YAML = (REPO / "examples" / "case5_trl_user_files" / "grpo.yaml").read_text()
+ACCELERATE_YAML = (REPO / "examples" / "case5_trl_user_files" / "accelerate_zero3.yaml").read_text()
 ZERO3_JSON = (REPO / "examples" / "case5_trl_user_files" / "zero3.json").read_text()
 BAD_YAML = "per_device_train_batch_size: [4\n"  # an unclosed list
 GEMMA_CONFIG = (REPO / "estimator" / "catalog" / "google--gemma-3-1b-it.json").read_text()
@@ -92,10 +93,15 @@ CASES = [
         f"--model 3B {LORA} --gpu A100-40 --solve num_generations",
         {},
     ),
-    (
-        f"gpus=4&gpu=H100&file%3Agrpo.yaml={b64(GRPO_YAML)}&file%3Azero3.json={b64(ZERO3_JSON)}",
-        "--gpus 4 --gpu H100 --config grpo.yaml --config zero3.json",
-        {"grpo.yaml": GRPO_YAML, "zero3.json": ZERO3_JSON},
+    (  # the accelerate YAML names its DeepSpeed JSON by a relative path: the page puts the file there
+        f"gpu=H100&file%3Agrpo.yaml={b64(GRPO_YAML)}&file%3Aaccelerate_zero3.yaml={b64(ACCELERATE_YAML)}"
+        f"&near%3Azero3.json={b64(ZERO3_JSON)}",
+        "--gpu H100 --config grpo.yaml --config accelerate_zero3.yaml",
+        {
+            "grpo.yaml": GRPO_YAML,
+            "accelerate_zero3.yaml": ACCELERATE_YAML,
+            "examples/case5_trl_user_files/zero3.json": ZERO3_JSON,
+        },
     ),
     (
         f"modelcfg={b64(GEMMA_CONFIG)}&method=lora&gpu=T4",

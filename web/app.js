@@ -9,6 +9,7 @@ const form = $("form");
 const GIB = 2 ** 30;
 const DEFAULTS = { advice: "1" }; // every other field: empty = the CLI's default (or what a config file sets)
 const FILE_KEY = "file:"; // hash keys of config files: file:NAME=base64url(text)
+const NEAR_KEY = "near:"; // files only placed in the folder, read by another file (near:NAME=base64url(text))
 
 // ---------- formatting: Python's f"{x:.2f}" (round half to even on exact ties, as CPython does) ----------
 function fixed2(x) {
@@ -24,7 +25,8 @@ function fixed2(x) {
 const gib = (bytes) => fixed2(bytes / GIB);
 
 // ---------- state: form <-> object <-> URL hash ----------
-const files = new Map(); // name -> text (config files given to --config)
+const files = new Map(); // name -> {text, config}: config files are given as --config NAME, the others are only
+// in the folder, for a file that names them (an accelerate YAML's deepspeed_config_file)
 let linkNote = null; // a part of the link that could not be read
 
 function readForm() {
@@ -64,7 +66,7 @@ function toHash(st) {
     if (v === "" || v === (DEFAULTS[k] ?? "")) continue;
     p.set(k, k === "modelcfg" ? b64e(v) : v);
   }
-  for (const [name, text] of files) p.set(FILE_KEY + name, b64e(text));
+  for (const [name, f] of files) p.set((f.config ? FILE_KEY : NEAR_KEY) + name, b64e(f.text));
   return p.toString();
 }
 
@@ -75,7 +77,8 @@ function fromHash(hash) {
   linkNote = null;
   for (const [k, v] of p) {
     try {
-      if (k.startsWith(FILE_KEY)) files.set(k.slice(FILE_KEY.length), b64d(v));
+      if (k.startsWith(FILE_KEY)) files.set(k.slice(FILE_KEY.length), { text: b64d(v), config: true });
+      else if (k.startsWith(NEAR_KEY)) files.set(k.slice(NEAR_KEY.length), { text: b64d(v), config: false });
       else st[k] = k === "modelcfg" ? b64d(v) : v;
     } catch {
       linkNote = `this link's ${k} could not be decoded (not base64url text); it was left out`;
@@ -125,12 +128,12 @@ function argvOf(st) {
   if (st.gpu) a.push("--gpu", st.gpu);
   if (st.solve) a.push("--solve", st.solve);
   if (st.advice === "1") a.push("--advice");
-  for (const name of files.keys()) a.push("--config", name);
+  for (const [name, f] of files) if (f.config) a.push("--config", name);
   return a;
 }
 
 function filesOf(st) {
-  const out = Object.fromEntries(files);
+  const out = Object.fromEntries([...files].map(([name, f]) => [f.config ? name : placeOf(name), f.text]));
   if (st.modelcfg) out["model/config.json"] = st.modelcfg;
   return out;
 }
@@ -536,22 +539,49 @@ function drawSolve(d) {
 }
 
 // ---------- files: drop, pick, paste ----------
+// A file another file names (an accelerate YAML's deepspeed_config_file: zero3.json) is only put beside it, as
+// the CLI reads it through that file; every other file is given as --config. Each file's box switches it.
+function namedByAnother(name) {
+  return [...files].some(([other, f]) => other !== name && nameRe(name).test(f.text));
+}
+
+function nameRe(name) {
+  const esc = name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  return new RegExp(`(?:^|[\\s'"=:])((?:[\\w.\\-]+/)*)${esc}(?=['"\\s,]|$)`, "m");
+}
+
+// where a file only read through another one goes: the relative path that file names it by (accelerate opens
+// deepspeed_config_file from the working directory), else beside it
+function placeOf(name) {
+  for (const [other, f] of files) {
+    const m = other !== name && nameRe(name).exec(f.text);
+    if (m && m[1] && !m[1].startsWith("/") && !m[1].split("/").includes("..")) return m[1] + name;
+  }
+  return name;
+}
+
 function addFile(name, text) {
   name = name.split(/[\\/]/).pop() || "config.yaml";
-  files.set(name, text);
+  files.set(name, { text, config: true });
+  for (const [n, f] of files) f.config = !namedByAnother(n);
   drawFiles();
   changed();
 }
 
 function drawFiles() {
   $("file-list").replaceChildren(
-    ...[...files.keys()].map((name) => {
+    ...[...files].map(([name, f]) => {
       const item = li("");
-      const code = Object.assign(document.createElement("code"), { textContent: `--config ${name}` });
-      const lines = files.get(name).split("\n").length;
+      const box = Object.assign(document.createElement("input"), { type: "checkbox", checked: f.config, title: "give it as --config" });
+      box.onchange = () => { f.config = box.checked; drawFiles(); changed(); };
+      const what = f.config ? `--config ${name}` : `${placeOf(name)} (read through the file that names it)`;
+      const code = Object.assign(document.createElement("code"), { textContent: what });
       const rm = Object.assign(document.createElement("button"), { type: "button", textContent: "remove" });
       rm.onclick = () => { files.delete(name); drawFiles(); changed(); };
-      item.append(code, ` (${lines} lines) `, rm);
+      const label = document.createElement("label");
+      label.className = "check inline";
+      label.append(box, code);
+      item.append(label, ` (${f.text.split("\n").length} lines) `, rm);
       return item;
     }),
   );
