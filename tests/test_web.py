@@ -158,6 +158,9 @@ def _skip_reason() -> str | None:
         return f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CHROMIUM=/path/to/chromium)"
     if shutil.which("node") is None:
         return "node not found (the browser driver runs on node)"
+    node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+    if int(node.lstrip("v").split(".")[0] or 0) < 20:
+        return f"node {node}: the driver (playwright-core) needs node 20 or newer"
     if not (REPO / "web" / "node_modules" / "playwright-core").is_dir():
         return "web/node_modules/playwright-core missing: run `make web` (npm ci in web/)"
     return None
