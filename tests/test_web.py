@@ -45,7 +45,10 @@ GRPO_YAML = (REPO / "examples" / "case5_trl_user_files" / "grpo.yaml").read_text
 ACCELERATE_YAML = (REPO / "examples" / "case5_trl_user_files" / "accelerate_zero3.yaml").read_text()
 ZERO3_JSON = (REPO / "examples" / "case5_trl_user_files" / "zero3.json").read_text()
 BAD_YAML = "per_device_train_batch_size: [4\n"  # an unclosed list
-GEMMA_CONFIG = (REPO / "estimator" / "catalog" / "google--gemma-3-1b-it.json").read_text()
+# a GPTQ checkpoint's config.json, pasted into the page's model box
+GPTQ_CONFIG = (
+    REPO / "examples" / "case1_gptq_qlora_vllm_colocate" / "Qwen2.5-7B-Instruct-GPTQ-Int4.config.json"
+).read_text()
 
 # (URL hash the page is given, the vram-estimate flags that state stands for, files in the CLI's folder)
 # The page adds --advice unless advice=0 (its checkbox is on by default).
@@ -104,9 +107,9 @@ CASES = [
         },
     ),
     (
-        f"modelcfg={b64(GEMMA_CONFIG)}&method=lora&gpu=T4",
-        f"--model model/config.json {LORA} --gpu T4",
-        {"model/config.json": GEMMA_CONFIG},
+        f"modelcfg={b64(GPTQ_CONFIG)}&method=lora&gpu=L4",
+        f"--model model/config.json {LORA} --gpu L4",
+        {"model/config.json": GPTQ_CONFIG},
     ),
     (
         "model=0.5B&gpu=A100-40&advice=0&extra=--reward-model+0.5B+--trl-version+0.19",

@@ -267,7 +267,8 @@ function render(st, r, d) {
   const shown = {};
   if (!d) {
     err.hidden = false;
-    err.textContent = errorLine(r.stderr);
+    // the CLI's one error line; --help / --version print to stdout instead, shown as they are
+    err.textContent = r.stderr.trim() ? errorLine(r.stderr) : r.stdout.trim() || `exit code ${r.code}, no output`;
     shown.error = err.textContent;
     $("verdict").hidden = true;
     $("result").hidden = true;
@@ -514,7 +515,7 @@ function drawLayout(d) {
   if (!L) return;
   const out = [`${L.total_gpus} GPU(s); ${L.fits ? "fits" : "does NOT fit"} (estimated)`];
   for (const g of L.groups) {
-    const verdict = g.peak_device_bytes <= g.total_bytes ? "fits" : `does NOT fit, ${gib(g.peak_device_bytes - g.total_bytes)} GiB missing`;
+    const verdict = g.peak_device_bytes <= g.total_bytes ? "fits" /* layout.py's group fits: peak <= total */ : `does NOT fit, ${gib(g.peak_device_bytes - g.total_bytes)} GiB missing`;
     out.push(`${g.name} × ${g.count}: peak ${gib(g.peak_device_bytes)} of ${gib(g.total_bytes)} GiB (${verdict})`);
     for (const r of g.roles) out.push(`   ${r.role}: resident ${gib(r.resident)} + working ${gib(r.working)} GiB`);
   }
