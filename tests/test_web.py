@@ -15,9 +15,11 @@ Skips, with the reason, where Chromium, node, the driver (web/node_modules) or t
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import http.server
 import importlib.metadata
+import io
 import json
 import os
 import shutil
@@ -26,8 +28,8 @@ import threading
 import urllib.parse
 from pathlib import Path
 
+import cli_json  # the in-process CLI (its `cli` module) the other tests use too
 import pytest
-from cli_json import run
 
 REPO = Path(__file__).resolve().parents[1]
 SITE = REPO / "build" / "web"
@@ -121,6 +123,7 @@ CASES = [
 # refused inputs: the page shows the CLI's one error line
 FAILING = [
     ("model=llama-9b", "--model llama-9b", {}),
+    ("model=some-org%2Fsome-model", "--model some-org/some-model", {}),  # a Hub id: no fetch from the page
     ("model=7B&gens=1", "--model 7B --num-generations 1", {}),
     (f"file%3Abad.yaml={b64(BAD_YAML)}", "--config bad.yaml", {"bad.yaml": BAD_YAML}),
 ]
@@ -128,13 +131,13 @@ FAILING = [
 TYPED = {
     "start": "model=1.5B",
     "fill": [
+        ["advice", "0"],
         ["method", "lora"],
         ["gens", "16"],
         ["bs", "16"],
         ["vllm", "colocate"],
         ["vutil", "0.5"],
         ["gpu", "L4"],
-        ["advice", "0"],
     ],
 }
 TYPED_FLAGS = (
@@ -182,14 +185,17 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def driven(tmp_path_factory):
-    """Serve build/web on 127.0.0.1, drive every case through one page load; the driver's JSON report."""
+    """Serve build/web on 127.0.0.1 and drive every case through one page load; meanwhile run the CLI in-process
+    on every case's command line (the browser and the CLI each take one core). The driver's JSON report, with
+    `cli(argv, files)` -> (code, stdout, stderr) added."""
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(SITE)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}/"
-    job = tmp_path_factory.mktemp("web") / "job.json"
+    tmp = tmp_path_factory.mktemp("web")
+    job = tmp / "job.json"
     job.write_text(
         json.dumps(
             {
@@ -201,35 +207,73 @@ def driven(tmp_path_factory):
             }
         )
     )
+    cli = _InProcessCli(tmp)
     try:
-        proc = subprocess.run(
-            ["node", str(DRIVER), str(job)], capture_output=True, text=True, timeout=240, cwd=REPO
+        proc = subprocess.Popen(
+            ["node", str(DRIVER), str(job)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
         )
+        try:
+            for _, flags, files in CASES:
+                code, out, _ = cli([*flags.split(), "--advice", "--json"], files)
+                cli([*flags.split(), "--json"], files)
+                if code in (0, 1) and "target" in json.loads(out):
+                    cli([*flags.split(), "--advice"], files)
+                    cli(flags.split(), files)
+            for _, flags, files in FAILING:
+                cli([*flags.split(), "--advice", "--json"], files)
+            cli(TYPED_FLAGS.split() + ["--json"], {})
+            cli(TYPED_FLAGS.split(), {})
+            cli(["--advice", "--json"], {})
+            stdout, stderr = proc.communicate(timeout=240)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     finally:
         server.shutdown()
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, stderr[-3000:]
+    report = json.loads(stdout)
     assert "error" not in report, report["error"]
+    assert "bootError" not in report["first"], report["first"]["bootError"]
     report["base"] = base
+    report["cli"] = cli
     return report
+
+
+class _InProcessCli:
+    """The CLI in-process as the page runs it: in a fresh folder holding the case's files, with no upstream
+    package installed (package metadata hidden); answers are kept, so each command line runs once."""
+
+    def __init__(self, tmp: Path):
+        self.tmp, self.done = tmp, {}
+
+    def __call__(self, argv: list[str], files: dict) -> tuple[int, str, str]:
+        key = (tuple(argv), tuple(sorted(files.items())))
+        if key not in self.done:
+            folder = self.tmp / f"run{len(self.done)}"
+            folder.mkdir()
+            for name, text in files.items():
+                (folder / name).parent.mkdir(parents=True, exist_ok=True)
+                (folder / name).write_text(text)
+            out, err = io.StringIO(), io.StringIO()
+            with (
+                pytest.MonkeyPatch.context() as m,
+                contextlib.redirect_stdout(out),
+                contextlib.redirect_stderr(err),
+            ):
+                m.chdir(folder)
+                m.setattr(importlib.metadata, "version", _no_upstream_installed)
+                m.setenv("HF_HUB_OFFLINE", "1")
+                code = cli_json.cli.main(argv)
+            self.done[key] = (code, out.getvalue(), err.getvalue())
+        return self.done[key]
 
 
 def _no_upstream_installed(name):
     raise importlib.metadata.PackageNotFoundError(name)
-
-
-def cli(argv, files, capsys, monkeypatch, tmp_path):
-    """The CLI in-process as the page runs it: in a folder holding the case's files, no upstream packages."""
-    folder = tmp_path / "run"
-    for name, text in files.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(text)
-    folder.mkdir(exist_ok=True)
-    with monkeypatch.context() as m:
-        m.chdir(folder)
-        m.setattr(importlib.metadata, "version", _no_upstream_installed)
-        m.setenv("HF_HUB_OFFLINE", "1")
-        return run(argv, capsys)
 
 
 def gib2(n: int) -> str:
@@ -243,10 +287,10 @@ def verdict_line(text: str, gpu: str) -> str:
     return lines[0]
 
 
-def check_answer(page, flags, files, advice, capsys, monkeypatch, tmp_path):
+def check_answer(page, cli, flags, files, advice):
     """The page's answer against the CLI's, run in-process on `flags` (+ --advice when the page's box is on)."""
     advice = ["--advice"] if advice else []
-    code, out, err = cli([*flags, *advice, "--json"], files, capsys, monkeypatch, tmp_path)
+    code, out, err = cli([*flags, *advice, "--json"], files)
     assert code in (0, 1), err
     want = json.loads(out)
     assert page["code"] == code, page["stderr"]
@@ -264,7 +308,7 @@ def check_answer(page, flags, files, advice, capsys, monkeypatch, tmp_path):
         assert shown[3].startswith("✓" if f["fits"] else "✗")
     # the verdict line first: the one the CLI's text report prints for --gpu
     if "target" in want:
-        tcode, text, _ = cli([*flags, *advice], files, capsys, monkeypatch, tmp_path)
+        tcode, text, _ = cli([*flags, *advice], files)
         assert tcode == code
         assert page["dom"]["verdict"] == verdict_line(text, want["target"]["gpu"])
     else:
@@ -276,26 +320,24 @@ def check_answer(page, flags, files, advice, capsys, monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=[c[0][:60] for c in CASES])
-def test_page_answers_with_the_cli_numbers(driven, i, capsys, monkeypatch, tmp_path):
+def test_page_answers_with_the_cli_numbers(driven, i):
     hash_, flags, files = CASES[i]
-    check_answer(
-        driven["cases"][i], flags.split(), files, "advice=0" not in hash_, capsys, monkeypatch, tmp_path
-    )
+    check_answer(driven["cases"][i], driven["cli"], flags.split(), files, "advice=0" not in hash_)
 
 
-def test_form_typed_answers_and_goes_into_the_link(driven, capsys, monkeypatch, tmp_path):
+def test_form_typed_answers_and_goes_into_the_link(driven):
     page = driven["cases"][len(CASES) + len(FAILING)]
     state = {k: v[0] for k, v in urllib.parse.parse_qs(page["hash"].lstrip("#")).items()}
     assert state == TYPED_STATE
-    check_answer(page, TYPED_FLAGS.split(), {}, False, capsys, monkeypatch, tmp_path)
+    check_answer(page, driven["cli"], TYPED_FLAGS.split(), {}, False)
 
 
 @pytest.mark.parametrize("i", range(len(FAILING)), ids=[c[0][:40] for c in FAILING])
-def test_refused_input_shows_the_cli_error_line(driven, i, capsys, monkeypatch, tmp_path):
+def test_refused_input_shows_the_cli_error_line(driven, i):
     _, flags, files = FAILING[i]
     flags = flags.split()
     page = driven["cases"][len(CASES) + i]
-    code, out, err = cli([*flags, "--advice", "--json"], files, capsys, monkeypatch, tmp_path)
+    code, out, err = driven["cli"]([*flags, "--advice", "--json"], files)
     assert code == 2 and out == ""
     line = [ln for ln in err.splitlines() if ln.startswith("vram-estimate: error: ")]
     assert len(line) == 1, err
@@ -304,8 +346,8 @@ def test_refused_input_shows_the_cli_error_line(driven, i, capsys, monkeypatch, 
     assert page["dom"]["verdict"] is None
 
 
-def test_first_answer_is_the_cli_default(driven, capsys, monkeypatch, tmp_path):
-    code, out, err = cli(["--advice", "--json"], {}, capsys, monkeypatch, tmp_path)
+def test_first_answer_is_the_cli_default(driven):
+    code, out, err = driven["cli"](["--advice", "--json"], {})
     first = driven["first"]
     assert first["data"] == json.loads(out)
     t = first["timing"]
