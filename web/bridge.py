@@ -22,7 +22,7 @@ import sys
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from estimator.cli import main
+from estimator.interface.cli import main
 
 PROG = "vram-estimate"
 RUN_DIR = "/tmp/vram-estimate-run"  # in the browser: Pyodide's in-memory file system

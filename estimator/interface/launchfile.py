@@ -388,7 +388,9 @@ def translate_accelerate(data: dict, where: str, base: Path | None = None) -> La
                 out.notes.append(note)
             try:
                 inner = read_launch_file(str(path))
-            except LaunchFileError as e:  # named as the file that points at it, then the inner file's own words
+            except (
+                LaunchFileError
+            ) as e:  # named as the file that points at it, then the inner file's own words
                 raise LaunchFileError(f"{where}: deepspeed_config_file {e}") from None
             out.deepspeed_file = str(path)
             for name, value in inner.values.items():
