@@ -79,35 +79,36 @@ def forward_gathers(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     return {"start": 2 * emb, "steady": emb + 2 * tail}
 
 
-def rank0_parts(cfg: RunConfig, arch: Arch) -> StepParts:
-    """Rank 0's resident shards, each phase's own components and the train peak's name, from the single-GPU
-    terms on the bf16 compute model."""
-    c = compute_config(cfg)
-    held = resident(cfg, arch)
-    tail, layer = sh.fsdp_tail_unsharded(cfg, arch), sh.fsdp_layer_unsharded(cfg, arch)
-    fwd = forward_gathers(cfg, arch)
-    out: dict[str, dict[str, int]] = {}
-
-    sgo = cfg.fsdp_sharding_strategy == "SHARD_GRAD_OP"
-    if sgo:  # nothing is resharded after forward: after the first forward every group stays gathered
-        every = sh.fsdp_all_unsharded(cfg, arch)
-        held_flat = (
-            layer if arch.tie_word_embeddings else max(layer, tail)
-        )  # the last group's all-gather output
-        fwd = {"start": every + held_flat, "steady": every + held_flat}
-    g = dict(single.generate_phase(c, arch))
-    g.pop("gathered_weights", None)
-    gen_start = {"gathered_weights": fwd["start"]}
-    gen_steady = {**g, "gathered_weights": fwd["steady"]}
-    out["generate"] = max(gen_start, gen_steady, key=lambda d: sum(d.values()))
-
-    if cfg.runs_reference_pass or cfg.runs_old_logprob_pass:
-        s = dict(single.score_phase(c, arch))
-        s["gathered_weights"] = fwd["steady"]
+def _backward_end(cfg: RunConfig, arch: Arch, trainable: int, tail: int, tail_in_bwd: int) -> dict[str, int]:
+    """What rank 0 holds as backward ends, beside the last activations: the embedding's backward, or none (LoRA)."""
+    emb = arch.embedding_params * sh.fsdp_gather_bytes(cfg)
+    layer = sh.fsdp_layer_unsharded(cfg, arch)
+    if cfg.use_peft:  # the frozen embedding has no backward: backward ends at the first layer
+        ends = {"gathered_weights": tail_in_bwd, "gradients": gradient_shards(cfg, arch, trainable)}
+    elif arch.tie_word_embeddings:
+        # the embedding's backward inside the still-gathered tail: the head's bf16 [V, H] gradient, the embedding's,
+        # and their sum, beside every layer's fp32 shard and the last layer's held reduce-scatter input
+        ends = {
+            "gathered_weights": tail,
+            "gradients": gradient_shards(cfg, arch, arch.num_layers * arch.layer_params),
+            "gradient_buffers": 3 * emb + layer,
+        }
     else:
-        s = {"rollout_buffers": gen.rollout_buffers(cfg), "gathered_weights": every if sgo else tail}
-    out["score"] = s
+        # the embedding's own group: its bf16 gradient, reduce-scatter input and output, one V·H all-gather output
+        # still held, beside every other shard
+        ends = {
+            "gathered_weights": emb,
+            "gradients": gradient_shards(cfg, arch, arch.total_params),
+            "gradient_buffers": 2 * emb + -(-emb // cfg.num_gpus),
+        }
+    return ends
 
+
+def _train(cfg: RunConfig, arch: Arch, every: int | None) -> tuple[dict[str, int], str]:
+    """The largest training instant on rank 0 and its name: the single-GPU instants' activations beside the
+    groups gathered and the gradient shards held at that instant (`every`: all groups, under SHARD_GRAD_OP)."""
+    c = compute_config(cfg)
+    tail, layer = sh.fsdp_tail_unsharded(cfg, arch), sh.fsdp_layer_unsharded(cfg, arch)
     instants = single.train_instants(c, arch)
     peft = cfg.use_peft  # only the adapters have gradients: no [V, H] head or embedding gradient, no big RS
     trainable = weights.lora_params(cfg, arch) if peft else arch.total_params
@@ -150,34 +151,49 @@ def rank0_parts(cfg: RunConfig, arch: Arch) -> StepParts:
             "gradient_buffers": tied_grad if arch.tie_word_embeddings else 0,
             "gradients": head_grad_shard,
         }
-    if sgo:  # forward left every group gathered; backward reshards each layer after its reduce-scatter
+    if every is not None:  # forward left every group gathered; each layer reshards after its reduce-scatter
         for name in ("head_forward", "head_backward"):
             fsdp_instants[name]["gathered_weights"] = every
         fsdp_instants["last_layer_backward"]["gathered_weights"] = every + 2 * layer  # + grads, held RS input
-    emb = arch.embedding_params * sh.fsdp_gather_bytes(cfg)
-    if peft:  # the frozen embedding has no backward: backward ends at the first layer
-        ends = {"gathered_weights": tail_in_bwd, "gradients": gradient_shards(cfg, arch, trainable)}
-    elif arch.tie_word_embeddings:
-        # the embedding's backward inside the still-gathered tail: the head's bf16 [V, H] gradient, the embedding's,
-        # and their sum, beside every layer's fp32 shard and the last layer's held reduce-scatter input
-        ends = {
-            "gathered_weights": tail,
-            "gradients": gradient_shards(cfg, arch, arch.num_layers * arch.layer_params),
-            "gradient_buffers": 3 * emb + layer,
-        }
-    else:
-        # the embedding's own group: its bf16 gradient, reduce-scatter input and output, one V·H all-gather output
-        # still held, beside every other shard
-        ends = {
-            "gathered_weights": emb,
-            "gradients": gradient_shards(cfg, arch, arch.total_params),
-            "gradient_buffers": 2 * emb + -(-emb // cfg.num_gpus),
-        }
+    ends = _backward_end(cfg, arch, trainable, tail, tail_in_bwd)
     fsdp_instants["backward_end"] = {"activations": instants["backward_end"]["activations"], **ends}
     for comps in fsdp_instants.values():
         comps["rollout_buffers"] = gen.rollout_buffers(cfg)
     name = max(fsdp_instants, key=lambda k: sum(fsdp_instants[k].values()))
-    out["train"] = fsdp_instants[name]
+    return fsdp_instants[name], name
+
+
+def rank0_parts(cfg: RunConfig, arch: Arch) -> StepParts:
+    """Rank 0's resident shards, each phase's own components and the train peak's name, from the single-GPU
+    terms on the bf16 compute model."""
+    c = compute_config(cfg)
+    held = resident(cfg, arch)
+    tail, layer = sh.fsdp_tail_unsharded(cfg, arch), sh.fsdp_layer_unsharded(cfg, arch)
+    fwd = forward_gathers(cfg, arch)
+    out: dict[str, dict[str, int]] = {}
+
+    sgo = cfg.fsdp_sharding_strategy == "SHARD_GRAD_OP"
+    if sgo:  # nothing is resharded after forward: after the first forward every group stays gathered
+        every = sh.fsdp_all_unsharded(cfg, arch)
+        held_flat = (
+            layer if arch.tie_word_embeddings else max(layer, tail)
+        )  # the last group's all-gather output
+        fwd = {"start": every + held_flat, "steady": every + held_flat}
+    g = dict(single.generate_phase(c, arch))
+    g.pop("gathered_weights", None)
+    gen_start = {"gathered_weights": fwd["start"]}
+    gen_steady = {**g, "gathered_weights": fwd["steady"]}
+    out["generate"] = max(gen_start, gen_steady, key=lambda d: sum(d.values()))
+
+    if cfg.runs_reference_pass or cfg.runs_old_logprob_pass:
+        s = dict(single.score_phase(c, arch))
+        s["gathered_weights"] = fwd["steady"]
+    else:
+        s = {"rollout_buffers": gen.rollout_buffers(cfg), "gathered_weights": every if sgo else tail}
+    out["score"] = s
+
+    out["train"], name = _train(cfg, arch, every if sgo else None)
+    trainable = weights.lora_params(cfg, arch) if cfg.use_peft else arch.total_params
     out["optimizer"] = {
         "gradients": gradient_shards(cfg, arch, trainable),
         "optimizer_temporaries": int(
