@@ -1,6 +1,6 @@
 """The no-grad rotary instant (`nograd_rotary_per_token`) against transformers' own attention forward, op by op.
 
-Seed G's worst miss (Qwen3-0.6B loaded in fp32 under bf16 autocast, a 112-sequence prefill, -10.3 %) peaked inside
+A Qwen3-0.6B step loaded in fp32 under bf16 autocast (a 112-sequence prefill) peaks inside
 the last layer's `apply_rotary_pos_emb`, before its K/V entered the cache: q after q_norm, `q * cos`,
 `rotate_half(q) * sin` and their sum, all fp32, beside k and v. Here a real `Qwen3Attention` / `LlamaAttention`
 runs one no-grad forward under a dispatch mode that counts every storage it writes. Its hidden-states input is

@@ -191,7 +191,7 @@ def _vllm_share(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
 
 
 def _offload_optimizer(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
-    """DeepSpeed ZeRO-Offload of the optimizer state, once RunConfig carries `offload_optimizer` (issue 11)."""
+    """DeepSpeed ZeRO-Offload of the optimizer state, when RunConfig carries `offload_optimizer`."""
     if "offload_optimizer" not in RunConfig.field_names() or cfg.sharding not in ("zero2", "zero3"):
         return []
     if getattr(cfg, "offload_optimizer", False):

@@ -114,7 +114,7 @@ def cuda_context(cfg: RunConfig) -> int:
     """Everything outside the caching allocator on one GPU: context + lazily loaded modules + cuBLAS/cuBLASLt
     workspaces (counted here until the reserve includes them) + NCCL. 0 on CPU.
 
-    On an H100 with one GPU: 426 + 362 + 32 + 32 = 852 MiB (was a flat 1000 MiB from AgileRL's arena).
+    On an H100 with one GPU: 426 + 362 + 32 + 32 = 852 MiB.
     """
     return sum(i.bytes for i in non_tensor_items(cfg))
 
