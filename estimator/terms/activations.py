@@ -631,8 +631,46 @@ def lora_input_gradient_peak(cfg: RunConfig, x_dtype: str) -> int:
 def mlp_call_locals_per_token(cfg: RunConfig, arch: Arch) -> int:
     """What the decoder layer holds around its MLP call in a forward with grad, unsaved with a frozen norm:
     `residual` and the post-attention norm's output, 2·r·H (transformers 5.23
-    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/qwen2/modeling_qwen2.py#L283-L288)."""
-    return 2 * residual_bytes(cfg) * arch.hidden_size
+    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/qwen2/modeling_qwen2.py#L283-L288).
+    OLMo-2's MLP reads `residual` itself (`norm_placement` post,
+    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L311-L312):
+    r·H; beside it the layer's input, which the model's layer loop still binds, and `inputs_embeds`, which the
+    model's forward binds through the loop (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L392-L396),
+    r·H each: nothing saves them when q/k/v are frozen (no input_layernorm keeps a copy), unless they are
+    checkpoint inputs (GC, counted with `checkpoint_inputs`) or a LoRA on q/k/v keeps its input itself
+    (`lora_saved_per_token`)."""
+    r, h = residual_bytes(cfg), arch.hidden_size
+    if arch.family.norm_placement == "post":
+        kept = layer_input_saved_per_token(cfg, arch) > 0
+        inputs = 0 if cfg.gradient_checkpointing or kept else min(2, arch.num_layers)
+        return r * h * (1 + inputs)
+    return 2 * r * h
+
+
+def layer_input_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """The decoder layer's input tensor itself among what the layer saves, per token: OLMo-2's q/k/v read it with no
+    norm in between, so trainable weights keep it when r = a (`residual_input_saved_per_token`), and a LoRA on
+    q/k/v whose `lora_A` makes no copy of it keeps it (`lora_saved_per_token`): r·H; 0 otherwise and for
+    families with an input_layernorm."""
+    if arch.family.norm_placement != "post":
+        return 0
+    r, h = residual_bytes(cfg), arch.hidden_size
+    if not cfg.use_peft:
+        return r * h if r == compute_bytes(cfg) else 0
+    kept = any(
+        lora_input_source(lin.name) == "attn_norm" and not lora_a_saved_input(cfg, cfg.dtype)[1]
+        for lin in lora_targets(cfg, arch)
+    )
+    return r * h if kept else 0
+
+
+def post_feedforward_norm_unsaved_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """What a layer's post-feedforward norm has not yet saved while its MLP runs, per token: OLMo-2's
+    (`norm_placement` post) runs after the down projection, so an instant inside the MLP holds the layer's
+    saved set less `gemma_post_norm_saved_per_token`; 0 for other families (unchanged here)."""
+    if arch.family.norm_placement != "post":
+        return 0
+    return gemma_post_norm_saved_per_token(cfg, arch)
 
 
 def lora_input_chain(cfg: RunConfig, x_dtype: str) -> list[int]:
@@ -688,9 +726,16 @@ def lora_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     # the adapter dtype) stays bound through the adapter's add (`lora_output_peak_per_out`)
     bound = chain[0] if len(chain) > 1 and lora_cast_input_dtype(cfg, x_dtype) != x_dtype else 0
     at_add = bound * n + lora_output_peak_per_out(cfg) * out
-    if cfg.gradient_checkpointing:  # the recompute stops once lora_B's saved inputs exist, before the add
+    # the recompute stops once lora_B's saved inputs exist, before the add; OLMo-2's post-feedforward norm saves
+    # after it, so its recompute runs the add too
+    if cfg.gradient_checkpointing and arch.family.norm_placement == "pre":
         at_add = 0
-    return nbytes(x_dtype) * n + max(at_lora_a, at_add) + mlp_call_locals_per_token(cfg, arch)
+    return (
+        nbytes(x_dtype) * n
+        + max(at_lora_a, at_add)
+        + mlp_call_locals_per_token(cfg, arch)
+        - post_feedforward_norm_unsaved_per_token(cfg, arch)
+    )
 
 
 def moe_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -770,7 +815,7 @@ def lora_mlp_input_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> in
             + mlp_call_locals_per_token(cfg, arch)
             + saved_before
         )
-        best = max(best, live - saved_after)
+        best = max(best, live - saved_after - post_feedforward_norm_unsaved_per_token(cfg, arch))
     return best
 
 
@@ -942,11 +987,14 @@ def recompute_layer(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int
     and, for fp32 weights under bf16 autocast, that layer's bf16 weight casts: torch.utils.checkpoint re-enters
     autocast for the recompute and each linear's matmul saves the cast weight for its input gradient, so they live
     until the layer's backward is done (`layer_weight_casts`; the no-GC case keeps every layer's,
-    `autocast_weight_cache`)."""
+    `autocast_weight_cache`).
+
+    An OLMo-2 layer whose q/k/v keep their input itself (`layer_input_saved_per_token`) keeps the checkpoint's own
+    input tensor, already counted by `checkpoint_inputs`: not counted twice."""
     if not cfg.gradient_checkpointing:
         return 0
     return (
-        batch * seq_len * layer_saved_per_token(cfg, arch, seq_len)
+        batch * seq_len * (layer_saved_per_token(cfg, arch, seq_len) - layer_input_saved_per_token(cfg, arch))
         + moe_lora.saved_per_layer(cfg, arch)
         + layer_weight_casts(cfg, arch)
     )
