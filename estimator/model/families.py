@@ -60,7 +60,8 @@ class Family:
 
     @property
     def layer_norms(self) -> int:
-        """H-sized RMSNorms in one decoder layer: input + post-attention, and Gemma's two feed-forward ones."""
+        """H-sized RMSNorms in one decoder layer: input + post-attention (OLMo-2: post-attention + post-feedforward),
+        and Gemma's two feed-forward ones."""
         return 4 if self.sandwich_norms else 2
 
     @property
