@@ -635,7 +635,7 @@ def mlp_call_locals_per_token(cfg: RunConfig, arch: Arch) -> int:
     OLMo-2's MLP reads `residual` itself (`norm_placement` post,
     https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L311-L312):
     r·H; beside it the layer's input, which the model's layer loop still binds, and `inputs_embeds`, which the
-    model's forward binds through the loop (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L392-L396),
+    model's forward binds through the loop (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L390-L394),
     r·H each: nothing saves them when q/k/v are frozen (no input_layernorm keeps a copy), unless they are
     checkpoint inputs (GC, counted with `checkpoint_inputs`) or a LoRA on q/k/v keeps its input itself
     (`lora_saved_per_token`)."""
