@@ -16,6 +16,7 @@ ADDED = {  # HF id -> (computed total, model_type); SOURCES.md gives the source 
     "meta-llama/Llama-3.2-3B": (3_212_749_824, "llama"),
     "mistralai/Mistral-7B-Instruct-v0.3": (7_248_023_552, "mistral"),
     "microsoft/phi-4": (14_659_507_200, "phi3"),
+    "allenai/OLMo-2-1124-13B": (13_716_198_400, "olmo2"),
 }
 
 

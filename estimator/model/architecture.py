@@ -196,7 +196,8 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
     q_dim, kv_dim = n_heads * head_dim, n_kv * head_dim
 
     linears: list[Linear] = []
-    norms = fam.layer_norms * h  # input + post-attention layernorms (+ Gemma's pre/post feed-forward ones)
+    # input + post-attention layernorms (+ Gemma's pre/post feed-forward ones); OLMo-2: post-attention + post-feedforward
+    norms = fam.layer_norms * h
     if fam.fused_qkv:
         linears.append(Linear("qkv_proj", h, q_dim + 2 * kv_dim, attn_bias))
     else:
@@ -206,7 +207,9 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
             Linear("v_proj", h, kv_dim, attn_bias),
         ]
     linears.append(Linear("o_proj", q_dim, h, o_bias))
-    if fam.qk_norm:
+    if fam.qk_norm and fam.qk_norm_scope == "full":
+        norms += q_dim + kv_dim  # OLMo-2: q_norm over q_dim, k_norm over kv_dim
+    elif fam.qk_norm:
         norms += 2 * head_dim  # q_norm, k_norm over head_dim
 
     n_experts = _size(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0, minimum=0)

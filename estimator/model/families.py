@@ -36,8 +36,12 @@ class Family:
     attention_bias_key: str = "attention_bias"  # the config key that turns q/k/v biases on
     attention_bias_default: bool = False  # its value when the config omits it
     o_proj_bias_follows: bool = True  # False where the modeling code hard-wires o_proj bias=False
-    qk_norm: bool = False  # RMSNorm over head_dim on q and k after their projections
+    qk_norm: bool = False  # RMSNorm on q and k after their projections
+    qk_norm_scope: str = "head"  # head: over head_dim, per head (Qwen3, Gemma3); full: over q_dim / kv_dim
     gemma_norm: bool = False  # RMSNorm computes `x * (1 + w.float())` in fp32 and returns `type_as(x)`
+    norm_weight_fp32: bool = False  # RMSNorm returns `(w * x_hat).to(input_dtype)`: weight multiply in fp32
+    norm_placement: str = "pre"  # pre: norms feed attention / MLP; post: norms on their outputs (OLMo-2)
+    rotary_fp32: bool = False  # cos/sin stay fp32 and rotary casts q/k back: `q_embed.to(q.dtype)` (OLMo-2)
     sandwich_norms: bool = False  # pre/post feed-forward norms beside the two usual ones (4 per layer)
     rotary_per_layer_kind: bool = (
         False  # one cos/sin pair per attention kind (Gemma3's local and global rope)
@@ -56,8 +60,16 @@ class Family:
 
     @property
     def layer_norms(self) -> int:
-        """H-sized RMSNorms in one decoder layer: input + post-attention, and Gemma's two feed-forward ones."""
+        """H-sized RMSNorms in one decoder layer: input + post-attention (OLMo-2: post-attention + post-feedforward),
+        and Gemma's two feed-forward ones."""
         return 4 if self.sandwich_norms else 2
+
+    @property
+    def fp32_norm_product(self) -> bool:
+        """The RMSNorm multiplies its weight into the fp32 normalized value and casts the product back to the input
+        dtype (Gemma's `x_hat * (1 + w.float())` then `type_as(x)`, OLMo-2's `(w * x_hat).to(input_dtype)`): it
+        saves the fp32 normalized value for the weight's gradient and returns the input's dtype."""
+        return self.gemma_norm or self.norm_weight_fp32
 
     @property
     def layer_period(self) -> int:
@@ -103,6 +115,23 @@ FAMILIES: dict[str, Family] = {
             fused_qkv=True,
             fused_gate_up=True,
             o_proj_bias_follows=False,
+            peft_default_targets=None,
+        ),
+        # Olmo2DecoderLayer (modeling_olmo2.py#L287-L315): no input_layernorm; q/k/v_proj and the MLP read the
+        # residual stream, post_attention_layernorm / post_feedforward_layernorm normalize the attention and MLP
+        # outputs before each residual add (#L307, #L313). Olmo2Attention (#L213-L214, #L227-L228): q_norm / k_norm
+        # are RMSNorms over all of q_dim / kv_dim, on q_proj / k_proj's outputs before the head reshape.
+        # Olmo2RMSNorm.forward (#L59-L64): `(self.weight * hidden_states).to(input_dtype)`. Olmo2RotaryEmbedding
+        # returns fp32 cos/sin (#L108-L113) and apply_rotary_pos_emb casts back (#L172-L177). o_proj's bias follows
+        # attention_bias. peft 0.21.2 has no olmo2 entry in its default target table.
+        Family(
+            "olmo2",
+            f"{TF}/olmo2/modeling_olmo2.py",
+            qk_norm=True,
+            qk_norm_scope="full",
+            norm_weight_fp32=True,
+            norm_placement="post",
+            rotary_fp32=True,
             peft_default_targets=None,
         ),
         Family(

@@ -12,13 +12,18 @@ from estimator.terms.activations import residual_bytes
 from estimator.units import nbytes
 
 
-def key_cache_dtype(cfg: RunConfig) -> str:
+def key_cache_dtype(cfg: RunConfig, arch: Arch | None = None) -> str:
     """The key cache's dtype: the residual's. Rotary promotes K to the dtype of cos/sin (the hidden states',
-    `LlamaRotaryEmbedding.forward` returns `cos.to(x.dtype)`), so an fp32 load keeps fp32 keys under autocast."""
+    `LlamaRotaryEmbedding.forward` returns `cos.to(x.dtype)`), so an fp32 load keeps fp32 keys under autocast.
+    OLMo-2 (`rotary_fp32`) casts K back to k_norm's output dtype, the linear's (`k_embed.to(k_type)`,
+    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L172-L177):
+    bf16 keys under autocast with an fp32 load."""
+    if arch is not None and arch.family.rotary_fp32:
+        return act.linear_output_dtype(cfg)
     return cfg.dtype
 
 
-def value_cache_dtype(cfg: RunConfig) -> str:
+def value_cache_dtype(cfg: RunConfig, arch: Arch | None = None) -> str:
     """The value cache's dtype. transformers 5.23's `DynamicLayer` starts it as an empty tensor of the keys' dtype
     (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cache_utils.py#L113-L117), so the
     first `torch.cat` promotes V to K's dtype; 5.24 starts it in `value_states.dtype`
@@ -27,12 +32,12 @@ def value_cache_dtype(cfg: RunConfig) -> str:
     """
     if cfg.transformers.cache_values_own_dtype:
         return act.linear_output_dtype(cfg)
-    return key_cache_dtype(cfg)
+    return key_cache_dtype(cfg, arch)
 
 
-def _kv_bytes(cfg: RunConfig) -> tuple[int, int]:
+def _kv_bytes(cfg: RunConfig, arch: Arch | None = None) -> tuple[int, int]:
     """(bytes per key element, bytes per value element) in the cache."""
-    return nbytes(key_cache_dtype(cfg)), nbytes(value_cache_dtype(cfg))
+    return nbytes(key_cache_dtype(cfg, arch)), nbytes(value_cache_dtype(cfg, arch))
 
 
 def kv_cache(
@@ -48,7 +53,7 @@ def kv_cache(
     counts every layer at full length; `layers` counts only the first that many (a prefill's earlier layers).
     """
     length = cfg.sequence_length if seq_len is None else seq_len
-    per_position = cfg.generation_sequences * arch.kv_dim * sum(_kv_bytes(cfg))
+    per_position = cfg.generation_sequences * arch.kv_dim * sum(_kv_bytes(cfg, arch))
     if prefill:
         n = arch.num_layers if layers is None else layers
         return per_position * length * n
@@ -64,7 +69,7 @@ def kv_concat_transient(cfg: RunConfig, arch: Arch) -> int:
     doubled, the larger of K and V. `DynamicSlidingWindowLayer.update` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cache_utils.py#L242-L249)
     concatenates both K and V before rebinding either, so a sliding layer doubles both (5.24: the same code).
     """
-    k, v = _kv_bytes(cfg)
+    k, v = _kv_bytes(cfg, arch)
     per_position = cfg.generation_sequences * arch.kv_dim
     return max(
         (max(k, v) if w is None else k + v) * _kept(cfg.sequence_length, w) * per_position
@@ -95,8 +100,8 @@ def decode_attention_copies(cfg: RunConfig, arch: Arch) -> int:
     width = act.kv_heads_in_attention(cfg, arch, masked=False) * arch.head_dim
     repeats = width != arch.kv_dim and arch.num_kv_heads > 1  # one KV head: `repeat_kv` is a view
     compute = act.compute_dtype(cfg)
-    cast_k, cast_v = key_cache_dtype(cfg) != compute, value_cache_dtype(cfg) != compute
-    k, v = _kv_bytes(cfg)
+    cast_k, cast_v = key_cache_dtype(cfg, arch) != compute, value_cache_dtype(cfg, arch) != compute
+    k, v = _kv_bytes(cfg, arch)
     repeated = 0
     if repeats:  # the repeated K and V, each in its cache dtype
         repeated = _longest_layer_tensor(cfg, arch, arch.num_heads * arch.head_dim, k + v)
@@ -147,7 +152,10 @@ def rotary_tables(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     transformers 5.23 `LlamaRotaryEmbedding.forward` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L108-L116)
     returns `cos.to(x.dtype), sin.to(x.dtype)`, bound to `position_embeddings` in the model's forward (:389);
     Gemma3 builds one pair per layer type (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L548-L550). Training and scoring pass
-    no position_ids, so there the tables are [1, L, head_dim]: negligible.
+    no position_ids, so there the tables are [1, L, head_dim]: negligible. OLMo-2's `Olmo2RotaryEmbedding.forward`
+    (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L108-L113)
+    returns them in fp32.
     """
     pairs = layer_kinds(arch) if arch.family.rotary_per_layer_kind else 1
-    return pairs * 2 * batch * seq_len * arch.head_dim * residual_bytes(cfg)
+    per = 4 if arch.family.rotary_fp32 else residual_bytes(cfg)
+    return pairs * 2 * batch * seq_len * arch.head_dim * per
