@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator.config import RunConfig
-from estimator.estimate import estimate
+from estimator.settings.config import RunConfig
+from estimator.step.estimate import estimate
 from sweeps.runner.predict import arch_for
 
 ROWS_FILE = Path(__file__).resolve().parent.parent / "results" / "traced" / "olmo2.jsonl"
