@@ -8,6 +8,7 @@ import pytest
 
 from estimator.model.architecture import from_config
 from estimator.model.catalog import catalog
+from estimator.model.families import FAMILIES
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -201,3 +202,15 @@ def test_olmo2_13b_hand_count():
     total = 2 * vocab * h + 40 * layer + h
     assert total == OLMO2_13B_PUBLISHED
     assert from_config(json.loads(catalog()[OLMO2_13B].read_text())).layer_norm_params == 4 * h
+
+
+@pytest.mark.parametrize("name", sorted(SYNTHETIC))
+def test_a_config_without_tie_word_embeddings_takes_its_config_class_default(name):
+    # a hub config.json may omit the key: transformers then ties per the family's config class (LlamaConfig: untied,
+    # Gemma2Config: tied); sizing it tied where the class unties would leave the lm_head out
+    cfg = {k: v for k, v in SYNTHETIC[name].items() if k != "tie_word_embeddings"}
+    assert from_config(cfg).total_params == transformers_count(cfg)
+
+
+def test_every_family_has_a_synthetic_config():
+    assert {c["model_type"] for c in SYNTHETIC.values()} == set(FAMILIES)

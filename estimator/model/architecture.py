@@ -188,7 +188,7 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
     inter = _size(cfg, "intermediate_size", default=4 * h)
     if cfg.get("max_position_embeddings") is not None:
         _size(cfg, "max_position_embeddings")
-    tie = _flag(cfg, "tie_word_embeddings", True)
+    tie = _flag(cfg, "tie_word_embeddings", family_record(model_type).tie_word_embeddings_default)
     fam = family_record(model_type)
     attn_bias = _flag(cfg, fam.attention_bias_key, fam.attention_bias_default)
     o_bias = attn_bias and fam.o_proj_bias_follows

@@ -38,6 +38,7 @@ class Family:
     o_proj_bias_follows: bool = True  # False where the modeling code hard-wires o_proj bias=False
     qk_norm: bool = False  # RMSNorm on q and k after their projections
     qk_norm_scope: str = "head"  # head: over head_dim, per head (Qwen3, Gemma3); full: over q_dim / kv_dim
+    tie_word_embeddings_default: bool = False  # the config class's default when config.json omits the key
     gemma_norm: bool = False  # RMSNorm computes `x * (1 + w.float())` in fp32 and returns `type_as(x)`
     norm_weight_fp32: bool = False  # RMSNorm returns `(w * x_hat).to(input_dtype)`: weight multiply in fp32
     norm_placement: str = "pre"  # pre: norms feed attention / MLP; post: norms on their outputs (OLMo-2)
@@ -137,6 +138,7 @@ FAMILIES: dict[str, Family] = {
         Family(
             "gemma2",
             f"{TF}/gemma2/modeling_gemma2.py",
+            tie_word_embeddings_default=True,  # Gemma2Config
             gemma_norm=True,
             sandwich_norms=True,
             sliding_layers="alternate",  # configuration_gemma2.py: sliding where (i + 1) % 2
@@ -145,6 +147,7 @@ FAMILIES: dict[str, Family] = {
         Family(
             "gemma3_text",
             f"{TF}/gemma3/modeling_gemma3.py",
+            tie_word_embeddings_default=True,  # Gemma3TextConfig
             qk_norm=True,
             gemma_norm=True,
             sandwich_norms=True,
