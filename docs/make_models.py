@@ -16,7 +16,7 @@ OUT = ROOT / "docs" / "MODELS.md"
 
 
 def text() -> str:
-    from estimator import catalog
+    from estimator.model import catalog
 
     by_id = {hf_id: size for size, hf_id in catalog.sizes().items()}
     rows = []

@@ -1,7 +1,7 @@
 """Write docs/estimate.schema.json: the JSON Schema of `vram-estimate --json` (`python docs/make_schema.py`).
 
 The hand-written part is below; the `config` object's properties come from RunConfig's one schema of run
-settings (estimator/config.py), so a new setting appears here when this is rerun. tests/test_json_schema.py
+settings (estimator/settings/config.py), so a new setting appears here when this is rerun. tests/test_json_schema.py
 validates real answers against the file and fails when it is stale.
 """
 
@@ -35,7 +35,7 @@ def nullable(s: dict) -> dict:
 
 
 def config_schema() -> dict:
-    from estimator.config import schema
+    from estimator.settings.config import schema
 
     kinds = {
         "bool": {"type": "boolean"},
@@ -127,7 +127,7 @@ def layout() -> dict:
         },
         ["mode", "utilization", "failure"],
         extra=True,
-        desc="vLLM's own accounting (estimator/layout.py VllmBudget); further byte fields as named there",
+        desc="vLLM's own accounting (estimator/plan/layout.py VllmBudget); further byte fields as named there",
     )
     return obj(
         {
@@ -145,8 +145,8 @@ def layout() -> dict:
 
 
 def schema() -> dict:
-    from estimator.phase_names import PHASES
-    from estimator.report import SCHEMA_VERSION
+    from estimator.interface.report import SCHEMA_VERSION
+    from estimator.terms.phase_names import PHASES
 
     phase_map = {
         "type": "object",
@@ -255,7 +255,7 @@ def schema() -> dict:
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://github.com/grpo-vram/grpo-vram/docs/estimate.schema.json",
         "title": "vram-estimate --json",
-        "description": "The JSON answer of vram-estimate (and estimator.estimate(...).to_dict()); every field is "
+        "description": "The JSON answer of vram-estimate (and estimator.step.estimate(...).to_dict()); every field is "
         "documented in docs/json-output.md. Bytes are integers; every number carries or inherits a source.",
         **obj(top, [k for k in top if k not in optional]),
     }

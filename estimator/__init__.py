@@ -6,42 +6,39 @@
     r.need_gib, r.fits("RTX 4090"), r.gpus_that_fit()
 
 Exports (each loaded on first use, so `import estimator` stays light):
-- `estimate(config=None, *, gpu=None, **settings) -> Result` (estimator/api.py)
+- `estimate(config=None, *, gpu=None, **settings) -> Result` (estimator/interface/api.py)
 - `Result`: `need_gib`, `fits(gpu)`, `fit(gpu)`, `gpus_that_fit()`, `components`, `to_dict()`, `text()`
-- `RunConfig`: the run's settings, TRL's names and defaults (estimator/config.py)
-- `GPUS`: the cards the fits list checks; `find_gpu(name)`: any card `--gpu` accepts (estimator/gpus.py)
+- `RunConfig`: the run's settings, TRL's names and defaults (estimator/settings/config.py)
+- `GPUS`: the cards the fits list checks; `find_gpu(name)`: any card `--gpu` accepts (estimator/hardware/gpus.py)
 - `InvalidInput`: what `estimate` raises for input the command refuses (a ValueError)
 
-`estimator.estimate` is the function. The module of the same name (the `Estimate` breakdown) stays importable
-by its full name: `from estimator.estimate import Estimate`.
+`estimator.estimate` is the function; the module behind it is `estimator.step.estimate` (the `Estimate`
+breakdown).
 """
 
 from __future__ import annotations
 
-import sys
-import types
-
 __all__ = ["GPUS", "InvalidInput", "Result", "RunConfig", "estimate", "find_gpu"]
 
 _LAZY = {
-    "Result": ("estimator.api", "Result"),
-    "InvalidInput": ("estimator.api", "InvalidInput"),
-    "RunConfig": ("estimator.config", "RunConfig"),
-    "GPUS": ("estimator.gpus", "GPUS"),
+    "Result": ("estimator.interface.api", "Result"),
+    "InvalidInput": ("estimator.interface.api", "InvalidInput"),
+    "RunConfig": ("estimator.settings.config", "RunConfig"),
+    "GPUS": ("estimator.hardware.gpus", "GPUS"),
 }
 
 
 def estimate(config=None, /, **kwargs):
-    """Estimate the GPU memory of one GRPO step, as `vram-estimate` does; see `estimator.api.estimate`."""
-    from estimator.api import estimate as _estimate
+    """Estimate the GPU memory of one GRPO step, as `vram-estimate` does; see `estimator.interface.api.estimate`."""
+    from estimator.interface.api import estimate as _estimate
 
     return _estimate(config, **kwargs)
 
 
 def find_gpu(name: str):
     """The card `--gpu NAME` checks (`"H100"`, `"4090"`, `"24GB"`); InvalidInput naming the close names if none."""
-    from estimator import gpus
-    from estimator.api import InvalidInput
+    from estimator.hardware import gpus
+    from estimator.interface.api import InvalidInput
 
     try:
         return gpus.resolve(name)[0]
@@ -60,16 +57,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-
-
-class _Package(types.ModuleType):
-    """Keeps `estimator.estimate` the function: importing the submodule `estimator/estimate.py` would otherwise
-    rebind the package attribute to that module (the import system sets it on the parent package)."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if name == "estimate" and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from estimator import cli
+from estimator.interface import cli
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA_FILE = REPO / "docs" / "estimate.schema.json"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator import cli
+from estimator.interface import cli
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
@@ -35,7 +35,7 @@ def _lock() -> dict[str, str]:
 @pytest.fixture
 def as_locked(monkeypatch):
     """The installed TRL / transformers as the lock pins them (what the pasted outputs were made with)."""
-    from estimator import trl_versions, versions
+    from estimator.settings import trl_versions, versions
 
     pins = _lock()
     real = versions.installed
@@ -185,7 +185,7 @@ def test_counts_and_releases_are_the_catalogs():
     assert f"Models: {len(models)} ship in the catalog" in README
     gpus = json.loads((REPO / "estimator" / "data" / "gpus.json").read_text())["gpus"]
     assert f"GPUs: {len(gpus)} cards" in README
-    from estimator import versions
+    from estimator.settings import versions
 
     modelled = (
         versions.describe().replace("-", "–").replace(";", ",")
@@ -206,4 +206,4 @@ def test_linked_files_exist():
     for link in re.findall(r"\]\(([^)#]+)\)", README):
         if "://" not in link:
             assert (REPO / link).exists(), link
-    assert "vram-estimate" in sys.modules["estimator.cli"].PROG
+    assert "vram-estimate" in sys.modules["estimator.interface.cli"].PROG

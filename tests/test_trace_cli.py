@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator import cli
+from estimator.interface import cli
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = [
@@ -36,7 +36,10 @@ def test_a_real_trace_prints_the_estimate_first_and_progress_on_stderr():
     """The real tracer (torch, transformers, TRL under fake tensors), as a user runs it."""
     pytest.importorskip("trl")
     r = subprocess.run(
-        [sys.executable, "-m", "estimator.cli", *SMALL, "--trace"], capture_output=True, text=True, cwd=REPO
+        [sys.executable, "-m", "estimator.interface.cli", *SMALL, "--trace"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     assert r.returncode == 0, r.stderr
     out = r.stdout.splitlines()
@@ -136,7 +139,7 @@ def test_missing_extra_is_one_line_before_any_output(monkeypatch, capsys):
 def test_the_progress_line_redraws_on_a_terminal():
     import io
 
-    from estimator.trace_progress import Progress
+    from estimator.interface.trace_progress import Progress
 
     class Tty(io.StringIO):
         def isatty(self):

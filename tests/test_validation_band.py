@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from estimator import band
-from estimator.catalog import resolve_model
-from estimator.compat import PEFT_DEFAULT_TARGETS
-from estimator.config import RunConfig
-from estimator.estimate import estimate
-from estimator.phases import train_instants
-from estimator.validate import InvalidConfig, validate
+from estimator.model.catalog import resolve_model
+from estimator.settings.compat import PEFT_DEFAULT_TARGETS
+from estimator.settings.config import RunConfig
+from estimator.settings.validate import InvalidConfig, validate
+from estimator.step import band
+from estimator.step.estimate import estimate
+from estimator.step.single import train_instants
 
 REPO = Path(__file__).resolve().parent.parent
 VALIDATION = REPO / "results" / "traced" / "validation.jsonl"

@@ -22,10 +22,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from estimator import validate
-from estimator.architecture import ConfigError
-from estimator.catalog import UnknownModel, resolve_model
-from estimator.config import DEVICES, DTYPES, OPTIMIZERS, RunConfig
+from estimator.model.architecture import ConfigError
+from estimator.model.catalog import UnknownModel, resolve_model
+from estimator.settings import validate
+from estimator.settings.config import DEVICES, DTYPES, OPTIMIZERS, RunConfig
 from estimator.units import MIB
 from sweeps import records
 from sweeps.oneline import shown
@@ -220,7 +220,7 @@ RUNNER_APPLIES = {
 
 def _check_runnable(settings: dict) -> None:
     """A setting the runner would silently not apply is one line (BadInput) instead of a mislabelled row."""
-    from estimator.config import RunConfig, schema
+    from estimator.settings.config import RunConfig, schema
 
     passed = set(grpo_setup.grpo_config_values(RunConfig()))
     for f in schema():
@@ -935,7 +935,7 @@ def check_overrides(args: list[str]) -> None:
                     continue
             group, _, name = key.partition(".")
             if group == "trainer" and name in RunConfig.field_names():
-                from estimator.config import check_value, schema_field
+                from estimator.settings.config import check_value, schema_field
 
                 v = OmegaConf.to_container(cfg, resolve=True)["trainer"][name]
                 f = schema_field(name)

@@ -23,9 +23,9 @@ import traceback
 import warnings
 from pathlib import Path
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
+from estimator.settings.versions import default_transformers
 from estimator.units import GIB
-from estimator.versions import default_transformers
 from sweeps import records
 from sweeps.trace.grid import GRIDS, grid_configs
 
@@ -54,8 +54,8 @@ def variant(
 
 def _prediction(cfg: RunConfig, hf_config: dict | None = None) -> dict | None:
     try:
-        from estimator.architecture import from_config
-        from estimator.estimate import estimate
+        from estimator.model.architecture import from_config
+        from estimator.step.estimate import estimate
 
         return estimate(cfg, from_config(hf_config, name=cfg.model) if hf_config else None).to_dict()
     except Exception:  # the estimator may not cover this config yet
@@ -231,7 +231,7 @@ def run_grid(name: str, out: Path, timeout: float, limit: int | None = None) -> 
 
 def build_parser() -> argparse.ArgumentParser:
     """The run settings' flags (the same schema-derived flags as `vram-estimate`) and the tracer's own."""
-    from estimator.flags import OneLineParser, add_run_flags
+    from estimator.interface.flags import OneLineParser, add_run_flags
 
     p = OneLineParser(
         prog="grpo-vram-trace", description=__doc__.splitlines()[0], argument_default=argparse.SUPPRESS
@@ -269,7 +269,7 @@ def _check_trace_args(a: argparse.Namespace, out: Path | None) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from estimator.flags import FlagError, resolve_run
+    from estimator.interface.flags import FlagError, resolve_run
 
     try:
         a = build_parser().parse_args(argv)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import product
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
 
 PROMPT, COMPLETION = 256, 512
 METHODS = {

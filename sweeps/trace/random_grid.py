@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import random
 
-from estimator.config import OPTIMIZERS, RunConfig
+from estimator.settings.config import OPTIMIZERS, RunConfig
 
 VALIDATION_SEED = 20261122  # seed A: validation (seen while fixing terms)
 HELDOUT_SEED = 7301  # seed B: held out for two rounds, then seen (its misses led to the third round's fixes)
@@ -126,8 +126,8 @@ def draw(rng: random.Random) -> RunConfig:
 
 
 def _as_accepted(cfg: RunConfig) -> RunConfig:
-    """What a user passes once TRL / PEFT refuse the drawn config (estimator.compat); no further random draws."""
-    from estimator.catalog import resolve_model
+    """What a user passes once TRL / PEFT refuse the drawn config (estimator.settings.compat); no further random draws."""
+    from estimator.model.catalog import resolve_model
 
     arch = resolve_model(cfg.model)
     if cfg.use_peft and arch.is_moe and cfg.lora_dropout != 0 and cfg.lora_target_modules == ("all-linear",):

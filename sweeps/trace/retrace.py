@@ -29,8 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from estimator.config import RunConfig
-from estimator.versions import default_transformers
+from estimator.settings.config import RunConfig
+from estimator.settings.versions import default_transformers
 from sweeps import records
 from sweeps.oneline import OneLineParser
 from sweeps.trace.cli import DECODE_K, make_row

@@ -39,7 +39,7 @@ DEPTH_BY_MODEL_TYPE = {"gemma3_text": 6}
 
 def layers_for(cfg) -> int:
     """Decoder layers the grid traces for `cfg` (recorded in the row's variant and model.config)."""
-    from estimator.catalog import resolve_model
+    from estimator.model.catalog import resolve_model
 
     return DEPTH_BY_MODEL_TYPE.get(resolve_model(cfg.model).model_type, DEPTH)
 
