@@ -181,6 +181,7 @@ def schema() -> dict:
     )
     top = {
         "schema_version": {"const": SCHEMA_VERSION},
+        "verdict": {"type": "string"},
         "source": EST,
         "model": obj({"name": {"type": "string"}, "params": BYTES, "trainable_params": BYTES}),
         "config": config_schema(),

@@ -401,7 +401,10 @@ def to_json(ans: Answer) -> dict:
     from estimator.interface import report
     from estimator.step import band
 
-    d = {"schema_version": report.SCHEMA_VERSION}
+    d = {
+        "schema_version": report.SCHEMA_VERSION,
+        "verdict": report.verdict(ans.est, ans.fits, ans.target, ans.reference),
+    }
     d.update(report.to_json(ans.est, ans.fits, ans.target, ans.advice, ans.solution, ans.layout, ans.fixes))
     d["band"] = band.to_json(ans.req.cfg)
     if ans.req.sources:
