@@ -76,6 +76,7 @@ def fit() -> dict:
             "usable_source": {"type": "string"},
             "compared": {"type": "string", "description": "what the verdict compares"},
             "fits": {"type": "boolean"},
+            "fit_bytes": {**BYTES, "description": "what this card must hold: its own cuBLAS workspaces"},
             "free_bytes": {**BYTES, "description": "usable_bytes - fit_bytes; negative = short"},
             "blocked": {"type": ["string", "null"], "description": "what fails whatever the bytes say"},
         }

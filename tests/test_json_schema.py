@@ -114,7 +114,9 @@ def test_real_answers_validate(name, schema, capsys, monkeypatch):
     assert d["peak_allocated_bytes"] == max(d["phase_totals"].values()) == d["phase_totals"][d["peak_phase"]]
     assert all(sum(c.values()) == d["phase_totals"][p] for p, c in d["phases"].items())
     for f in d["fits"] + ([d["target"]] if "target" in d else []):
-        assert f["free_bytes"] == f["usable_bytes"] - d["fit_bytes"] or d["config"]["use_vllm"]
+        assert f["free_bytes"] == f["usable_bytes"] - f["fit_bytes"]
+        # a card's own workspaces are never more than the H100's the answer counts (Ampere: 52-59 MiB fewer)
+        assert d["fit_bytes"] - 60 * 2**20 <= f["fit_bytes"] <= d["fit_bytes"] or d["config"]["use_vllm"]
         assert f["fits"] == (f["free_bytes"] >= 0 and not f["blocked"])
 
 

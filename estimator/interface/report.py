@@ -40,7 +40,7 @@ def check_fit(est: Estimate, gpu: GPU) -> Fit:
     """Free (or missing) memory on `gpu`: what torch can use on it minus what the step must hold (FIT_BASIS),
     with the estimated tensor peak raised by the validated error band of this config's regime (estimator/step/band.py:
     fits are decided on the band's safe side). vLLM's reservation is a fixed share, not an estimate: not raised."""
-    return Fit(gpu, gpu.usable_bytes - est.fit_bytes)
+    return Fit(gpu, gpu.usable_bytes - est.fit_bytes_on(gpu.sm, gpu.driver_mib * 2**20))
 
 
 def _g(n: int | float) -> str:
@@ -332,6 +332,7 @@ def to_json(
             "usable_source": f.gpu.torch_source,
             "compared": FIT_BASIS,
             "fits": f.fits,
+            "fit_bytes": f.gpu.usable_bytes - f.free_bytes,
             "free_bytes": f.free_bytes,
             "blocked": f.blocked or None,
         }

@@ -88,6 +88,16 @@ class Estimate:
         """What a fit verdict compares with the GPU: what the card must hold + the error band (safe side)."""
         return self.need_bytes + self.band_bytes
 
+    def fit_bytes_on(self, sm: tuple[int, int], total_bytes: int) -> int:
+        """`fit_bytes` on a card of compute capability `sm` with `total_bytes`: the estimate counts an H100's
+        cuBLAS / cuBLASLt workspaces (`non_tensor_items`' default); a known card gets its own (an Ampere card's
+        are 52 to 59 MiB smaller), an unknown one (sm (0, 0)) keeps the H100's, the larger."""
+        if self.config.device != "cuda" or sm == (0, 0):
+            return self.fit_bytes
+        return (
+            self.fit_bytes + overhead.workspace_bytes(sm, total_bytes) - overhead.workspace_bytes(overhead.H100_SM)
+        )
+
     @property
     def need_bytes(self) -> int:
         """What the card must hold for the step not to OOM: the allocated peak + the smallest allocator reserve the

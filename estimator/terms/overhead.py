@@ -48,6 +48,9 @@ def cuda_context_bytes(lazy_loading: bool = True) -> int:
     return CONTEXT_LAZY_BYTES + LAZY_MODULES_BYTES
 
 
+H100_SM = (9, 0)  # the card the non-tensor items are counted for unless one is named
+
+
 def cublas_workspace_bytes(sm: tuple[int, int] = (9, 0)) -> int:
     """cuBLAS workspace per (handle, stream), allocated through the caching allocator (counts in reserved):
     32 MiB on sm 9.0, else :4096:2:16:8 = 8,519,680 B (torch CublasHandlePool.cpp `parseChosenWorkspaceSize`,
@@ -89,6 +92,11 @@ class NonTensorItem:
     bytes: int
     in_reserved: bool  # True: allocated through torch's caching allocator (part of memory_reserved)
     source: str
+
+
+def workspace_bytes(sm: tuple[int, int], total_bytes: int | None = None) -> int:
+    """The cuBLAS + cuBLASLt workspaces of one process on a card of compute capability `sm`."""
+    return cublas_workspace_bytes(sm) + cublaslt_workspace_bytes(sm, total_bytes)
 
 
 def non_tensor_items(
