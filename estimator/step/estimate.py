@@ -95,7 +95,9 @@ class Estimate:
         if self.config.device != "cuda" or sm == (0, 0):
             return self.fit_bytes
         return (
-            self.fit_bytes + overhead.workspace_bytes(sm, total_bytes) - overhead.workspace_bytes(overhead.H100_SM)
+            self.fit_bytes
+            + overhead.workspace_bytes(sm, total_bytes)
+            - overhead.workspace_bytes(overhead.H100_SM)
         )
 
     @property
