@@ -13,15 +13,8 @@ from estimator.settings.config import RunConfig
 from estimator.settings.trl_versions import fmt, parse_version, profile
 from estimator.settings.versions import NEWEST_TRANSFORMERS
 
-_DEFAULTED = (
-    "beta",
-    "bf16",
-    "gradient_checkpointing",
-    "num_generations",
-    "max_completion_length",
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-)
+# Defaults fields with their own rule below (dtype "auto", an absent prompt cap, vLLM's mode and server share)
+_OWN_RULE = ("dtype", "max_prompt_length", "vllm_gpu_memory_utilization", "vllm_mode")
 
 
 def release_values(version: str, given: dict) -> dict:
@@ -38,8 +31,9 @@ def release_values(version: str, given: dict) -> dict:
         raise ValueError(f"unknown setting {unknown[0]!r}")
     d = dict(given)
     d.setdefault("transformers_version", NEWEST_TRANSFORMERS)  # a dict without it is a record made under 5.23
-    for name in _DEFAULTED:
-        d.setdefault(name, getattr(rel.defaults, name))
+    for f in fields(rel.defaults):  # the release's own default for every other setting it defines
+        if f.name not in _OWN_RULE:
+            d.setdefault(f.name, getattr(rel.defaults, f.name))
     if "dtype" not in d and not d.get("load_in_4bit"):
         d["dtype"] = rel.defaults.dtype  # "auto" (0.26): the checkpoint's, resolved with the model
     if rel.defaults.max_prompt_length is not None:
