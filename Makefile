@@ -131,7 +131,7 @@ estimate: $(ESTIMATOR_STAMP)
 	.venv/bin/vram-estimate --model 7B --lora --gens 8
 
 # The page (web/): the estimator package itself, run in the browser by Pyodide; a static site, no server code.
-# `npm ci` installs web/package-lock.json's exact Pyodide (and playwright-core, tests/test_web.py's driver); the
+# `npm ci` installs web/package-lock.json's exact Pyodide (and playwright-core, tests/contracts/test_web.py's driver); the
 # site is build/web/ (git-ignored): the page, Pyodide's runtime files and estimator.zip. docs/web.md deploys it.
 web: $(ESTIMATOR_STAMP)
 	cd web && npm ci --no-audit --no-fund --loglevel=error
@@ -232,7 +232,7 @@ clean:
 # sweep through Hydra's submitit launcher (hydra/launcher=slurm), scancels one job mid-run, checks that no row is
 # lost, cut or duplicated, then reruns it and checks that it resumes. SLURM_SMOKE_ARGS="model=tiny-2M" narrows the
 # grid; `sweeps/slurm/cluster.sh stop` stops the daemons. A record of one run: docs/slurm-run.md. Not part of
-# `make test` (tests/test_slurm.py runs a 2-config subset when GRPO_VRAM_SLURM_TEST=1).
+# `make test` (tests/sweeps/test_slurm.py runs a 2-config subset when GRPO_VRAM_SLURM_TEST=1).
 .PHONY: slurm-smoke
 slurm-smoke: install
 	PYTHON=$(CURDIR)/$(PY) bash sweeps/slurm/smoke.sh

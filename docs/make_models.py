@@ -1,7 +1,7 @@
 """Write docs/MODELS.md: the models `--model` knows without a download (`python docs/make_models.py`).
 
 Read from the catalog (estimator/catalog/*.json, sources in estimator/catalog/SOURCES.md); parameter counts are
-the estimator's own count from each config.json. tests/test_readme_commands.py fails when the file is stale.
+the estimator's own count from each config.json. tests/contracts/test_readme_commands.py fails when the file is stale.
 """
 
 from __future__ import annotations

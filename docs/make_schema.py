@@ -1,7 +1,7 @@
 """Write docs/estimate.schema.json: the JSON Schema of `vram-estimate --json` (`python docs/make_schema.py`).
 
 The hand-written part is below; the `config` object's properties come from RunConfig's one schema of run
-settings (estimator/settings/config.py), so a new setting appears here when this is rerun. tests/test_json_schema.py
+settings (estimator/settings/config.py), so a new setting appears here when this is rerun. tests/estimator/test_json_schema.py
 validates real answers against the file and fails when it is stale.
 """
 

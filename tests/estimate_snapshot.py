@@ -2,7 +2,7 @@
 
     python tests/estimate_snapshot.py            # rewrite tests/data/estimate_snapshot.json (a deliberate change)
 
-`tests/test_estimate_snapshot.py` recomputes every row and compares it with the stored file. A change to a term
+`tests/contracts/test_estimate_snapshot.py` recomputes every row and compares it with the stored file. A change to a term
 that is meant to move estimates regenerates the file in the same commit, so the diff shows which rows moved.
 """
 

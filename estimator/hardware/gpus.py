@@ -1,7 +1,7 @@
 """The GPUs `--gpu` and "fits on:" know: marketed memory and the memory the driver reports.
 
 The cards live in `estimator/data/gpus.json` (one object per card, fields as in `GPU` below); docs/GPUS.md is
-generated from them (`python -m estimator.hardware.gpus > docs/GPUS.md`, checked by tests/test_gpu_catalog.py).
+generated from them (`python -m estimator.hardware.gpus > docs/GPUS.md`, checked by tests/estimator/test_gpu_catalog.py).
 
 `driver_mib` is `nvidia-smi --query-gpu=name,memory.total` (MiB), the whole framebuffer a process can see
 in nvidia-smi; we compare the estimated nvidia-smi peak of the process against it. Each entry names where
@@ -287,7 +287,7 @@ def markdown() -> str:
         "# GPUs `--gpu` knows",
         "",
         "<!-- generated from estimator/data/gpus.json by `python -m estimator.hardware.gpus > docs/GPUS.md`; "
-        "tests/test_gpu_catalog.py checks this file equals that output -->",
+        "tests/estimator/test_gpu_catalog.py checks this file equals that output -->",
         "",
         f"{len(ALL_GPUS)} cards; the {len(GPUS)} marked *listed* are the short `fits on:` list every estimate "
         "shows. `--gpu` takes a card's name or any alias (case, spaces, dashes and the words NVIDIA / GeForce / "

@@ -1,7 +1,7 @@
 """A decoder-only model's shapes, read from its `config.json`, and its exact parameter count.
 
 Parameter counts follow the module layout transformers 5.x builds for each `model_type` (checked in
-`tests/test_architecture.py` against transformers instantiating the same config on the meta device).
+`tests/ground_truth/test_architecture.py` against transformers instantiating the same config on the meta device).
 """
 
 from __future__ import annotations

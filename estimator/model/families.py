@@ -2,7 +2,7 @@
 
 Every term, the validator, the architecture builder and the tracer read a family's facts from here; a
 `model_type` with no record is refused (`family()` raises), never sized as a Llama. Each field cites the
-transformers 5.23 modeling code (or peft 0.21.2 table) it copies; `tests/test_architecture.py` checks the
+transformers 5.23 modeling code (or peft 0.21.2 table) it copies; `tests/ground_truth/test_architecture.py` checks the
 layouts against transformers instantiating each family on the meta device.
 
 To add a family: one `Family(...)` entry below, a catalog config.json, and the tests (see docs/ARCHITECTURE.md).

@@ -186,7 +186,7 @@ def rmsnorm_backward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     and at the pow backward five of them are live at once (the upstream gradient in fp32, its products with x and
     with rsqrt, the mean's gradient spread over H, and pow's `2·x·grad`): 5·4·H, the same with a frozen weight
     (PEFT) and for every load dtype. Counted from the op list of the modules' own backward
-    (tests/test_rmsnorm_backward.py), each op an autograd formula that allocates the same on CUDA.
+    (tests/ground_truth/test_rmsnorm_backward.py), each op an autograd formula that allocates the same on CUDA.
     """
     return 5 * 4 * arch.hidden_size
 
@@ -199,7 +199,7 @@ def final_norm_backward_per_token(cfg: RunConfig, arch: Arch) -> int:
     `output * (1.0 + weight.float())`), which releases the incoming gradient and, with a trainable weight, the
     normalized value it saved; the head's backward has released the norm's output. Left: `x.to(float32)` (4·H)
     and `rsqrt`'s [T, 1] output (4). Measured on tiny Llama / Phi-3 models, full fine-tune and LoRA, fp16 / bf16
-    / fp32 (tests/test_final_norm_backward.py).
+    / fp32 (tests/ground_truth/test_final_norm_backward.py).
     """
     return 4 * arch.hidden_size + 4 + rmsnorm_backward_transient_per_token(cfg, arch)
 
@@ -213,7 +213,7 @@ def gemma_post_norm_backward_per_token(cfg: RunConfig, arch: Arch) -> int:
     ends with `post_feedforward_layernorm`, so a layer's backward starts with it. As for the final norm, by the
     pow the weight multiply's backward (`output * (1.0 + weight.float())`) has run and released the fp32
     normalized value it saved when the weight trains. Measured op by op on tiny gemma2 / gemma3 models, fp16 /
-    bf16 / fp32, full fine-tune and LoRA (tests/test_final_norm_backward.py).
+    bf16 / fp32, full fine-tune and LoRA (tests/ground_truth/test_final_norm_backward.py).
     """
     if not gemma_post_norm_saved_per_token(cfg, arch):
         return 0
@@ -601,7 +601,7 @@ def lora_input_gradient_peak(cfg: RunConfig, x_dtype: str) -> int:
     frees it (`native_dropout_backward` also frees the bool mask); then the base writes the input's gradient (in a
     bytes under autocast, cast to the input's dtype when it differs) and the input buffer sums the two out of
     place. Walked op by op here; measured on peft-wrapped linears in seven adapter / input / autocast / dropout
-    cases (tests/test_lora_backward_chain.py).
+    cases (tests/ground_truth/test_lora_backward_chain.py).
     """
     a, x = compute_bytes(cfg), nbytes(x_dtype)
     chain = lora_input_chain(cfg, x_dtype)
@@ -911,7 +911,7 @@ def recompute_waiting_gradients(cfg: RunConfig, arch: Arch, tokens: int) -> int:
       (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/bnb.py#L527-L557) adds a clone of
       the base result, which takes the gradient as it is: p·H only. A frozen or fully trained down projection
       unpacks at once.
-    Measured op by op in tests/test_recompute_waiting_gradients.py (tiny Llama / Phi-3 / Gemma2 under a
+    Measured op by op in tests/ground_truth/test_recompute_waiting_gradients.py (tiny Llama / Phi-3 / Gemma2 under a
     non-reentrant checkpoint, the live gradients at the top layer's first recomputed op).
     """
     if not cfg.gradient_checkpointing or arch.is_moe:

@@ -132,7 +132,7 @@ def releases_markdown() -> str:
             "### TRL releases modelled (`--trl-version`)",
             "Each row is one range of `estimator/settings/trl_versions.py`; every minor release from 0.14 to 1.16 "
             "maps to one. Defaults as each release ships them (checked against the releases' own "
-            "`grpo_config.py` by `tests/test_trl_versions.py`).",
+            "`grpo_config.py` by `tests/estimator/test_trl_versions.py`).",
             md_table(pd.DataFrame(recs)),
         ]
     )

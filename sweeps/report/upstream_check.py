@@ -38,38 +38,38 @@ REPO = Path(__file__).resolve().parents[2]
 LOCK = REPO / "requirements" / "lock.txt"
 
 # The upstream-source guard: hashes of the upstream functions the tracer copies or patches (sweeps/trace/upstream.py).
-GUARD = "tests/test_tracer_upstream.py"
+GUARD = "tests/contracts/test_tracer_upstream.py"
 
 # Tests that run upstream code and hold the estimator (or the tracer's emulation) to what it does, with the
-# upstream code each one runs. Each was read to check it imports and runs that code (tests/test_upstream_check.py
+# upstream code each one runs. Each was read to check it imports and runs that code (tests/sweeps/test_upstream_check.py
 # checks every file still imports an upstream package).
 GROUND_TRUTH: dict[str, str] = {
-    "tests/test_decode_step.py": "transformers: a decode step of qwen2/llama/phi3 models (DynamicCache update, "
+    "tests/ground_truth/test_decode_step.py": "transformers: a decode step of qwen2/llama/phi3 models (DynamicCache update, "
     "eager/sdpa attention, bf16 autocast)",
-    "tests/test_rotary_instant.py": "transformers: Llama and Qwen3 attention forwards (apply_rotary_pos_emb)",
-    "tests/test_lora_backward_chain.py": "peft: a LoRA linear's backward (adapter chain, dropout, 4-bit-style "
+    "tests/ground_truth/test_rotary_instant.py": "transformers: Llama and Qwen3 attention forwards (apply_rotary_pos_emb)",
+    "tests/ground_truth/test_lora_backward_chain.py": "peft: a LoRA linear's backward (adapter chain, dropout, 4-bit-style "
     "bf16 base)",
-    "tests/test_lora_nograd_down.py": "transformers LlamaMLP + peft LoRA on down_proj: a no-grad forward under "
+    "tests/ground_truth/test_lora_nograd_down.py": "transformers LlamaMLP + peft LoRA on down_proj: a no-grad forward under "
     "autocast",
-    "tests/test_lora_nograd_4bit.py": "peft's bitsandbytes LoRA wrapper on bnb Linear4bit: a no-grad MLP forward",
-    "tests/test_final_norm_backward.py": "transformers tiny causal LM (+ peft): the final norm's backward",
-    "tests/test_rmsnorm_backward.py": "transformers LlamaRMSNorm / Gemma3RMSNorm: backward op by op",
-    "tests/test_recompute_waiting_gradients.py": "transformers + peft under torch's non-reentrant checkpoint: the "
+    "tests/ground_truth/test_lora_nograd_4bit.py": "peft's bitsandbytes LoRA wrapper on bnb Linear4bit: a no-grad MLP forward",
+    "tests/ground_truth/test_final_norm_backward.py": "transformers tiny causal LM (+ peft): the final norm's backward",
+    "tests/ground_truth/test_rmsnorm_backward.py": "transformers LlamaRMSNorm / Gemma3RMSNorm: backward op by op",
+    "tests/ground_truth/test_recompute_waiting_gradients.py": "transformers + peft under torch's non-reentrant checkpoint: the "
     "top layer's recompute",
-    "tests/test_recompute_weight_casts.py": "transformers: decoder-layer Linear weights of catalog configs "
+    "tests/ground_truth/test_recompute_weight_casts.py": "transformers: decoder-layer Linear weights of catalog configs "
     "(meta device)",
-    "tests/test_layer_saved_tensors.py": "transformers (+ peft) decoder layers: tensors autograd saves for backward",
-    "tests/test_lora_output_instant.py": "peft lora.Linear forward: the adapter's add and cast",
-    "tests/test_fake_model_4bit.py": "bitsandbytes Linear4bit (MatMul4Bit backward) and peft's dispatch vs the "
+    "tests/ground_truth/test_layer_saved_tensors.py": "transformers (+ peft) decoder layers: tensors autograd saves for backward",
+    "tests/ground_truth/test_lora_output_instant.py": "peft lora.Linear forward: the adapter's add and cast",
+    "tests/ground_truth/test_fake_model_4bit.py": "bitsandbytes Linear4bit (MatMul4Bit backward) and peft's dispatch vs the "
     "tracer's emulated 4-bit layer",
-    "tests/test_moe_lora.py": "peft LoRA on transformers Qwen3-MoE fused experts: trainable tensors",
-    "tests/test_architecture.py": "transformers: every catalog config built on the meta device (parameter counts)",
-    "tests/test_validation_band.py::test_peft_default_targets_match_installed_peft": "peft: its default LoRA "
+    "tests/ground_truth/test_moe_lora.py": "peft LoRA on transformers Qwen3-MoE fused experts: trainable tensors",
+    "tests/ground_truth/test_architecture.py": "transformers: every catalog config built on the meta device (parameter counts)",
+    "tests/accuracy/test_validation_band.py::test_peft_default_targets_match_installed_peft": "peft: its default LoRA "
     "target modules per model type",
 }
 # Read and left out: it runs no upstream code, so a release cannot fail it.
 NOT_GROUND_TRUTH = {
-    "tests/test_bnb_4bit_terms.py": "bitsandbytes 0.50's code paths written out by hand, no bitsandbytes call "
+    "tests/ground_truth/test_bnb_4bit_terms.py": "bitsandbytes 0.50's code paths written out by hand, no bitsandbytes call "
     "(the guard's MatMul4Bit and _gemm_4bit_kernel_impl hashes watch that code)",
 }
 
@@ -178,7 +178,7 @@ _MEASURED = re.compile(r"measur|traced|^peak$|^real|^actual|^got$|observed|count
 class Detail:
     """What a failed test's longrepr says: the failing source line(s), the error lines, the numeric locals."""
 
-    # where the failing statement is: "tests/test_x.py line 103" (not `path:line`, which tests/test_sources.py
+    # where the failing statement is: "tests/test_x.py line 103" (not `path:line`, which tests/contracts/test_sources.py
     # reads as an upstream line citation once a drifted report is committed)
     location: str = ""
     source: list[str] = field(default_factory=list)
@@ -429,7 +429,7 @@ def render(r: Report, when: str | None = None, rev: str | None = None, report: P
         shown = ", ".join(f"{n} {lk or 'unlocked'} → {v}" for n, lk, v in r.other_differences)
         out += ["", f"Other installed packages that differ from the lock: {shown}."]
 
-    out += ["", "## Guarded upstream sources (tests/test_tracer_upstream.py)", ""]
+    out += ["", "## Guarded upstream sources (tests/contracts/test_tracer_upstream.py)", ""]
     unrecorded_same = [g for g in r.guard if g.status == "same" and not g.recorded]
     unchecked = [g for g in r.guard if g.status == "unchecked"]
     same = [g for g in r.guard if g.status == "same" and g.recorded]

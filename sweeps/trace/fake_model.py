@@ -21,7 +21,7 @@ cloned; without autocast the adapter output is cast to the result's dtype before
 promoted sum is returned uncast). Until round 8 it was a plain `nn.Linear`, which peft wraps with its generic
 `lora.Linear` (no clone, the add promoted, then cast back): for an fp16 or fp32 load the traced adds were wider
 than a GPU's (the validation gemma-3-1b fp16 QLoRA row, all-linear, no autocast, GC: 5570 MiB traced training
-peak then, 5422 MiB with the bnb wrapper). `tests/test_fake_model_4bit.py` checks peft picks the same wrapper
+peak then, 5422 MiB with the bnb wrapper). `tests/ground_truth/test_fake_model_4bit.py` checks peft picks the same wrapper
 for this layer as for a real `bnb.nn.Linear4bit`, and that both allocate the same output-shaped tensors.
 """
 

@@ -202,7 +202,7 @@ def patched() -> Iterator[None]:
 
     Every patched attribute gets its original object back on exit, exceptions included (nesting is safe: an inner
     block restores what the outer one installed). A target missing from torch / transformers / TRL raises
-    RuntimeError before anything is patched (see tests/test_tracer_upstream.py for what to re-read).
+    RuntimeError before anything is patched (see tests/contracts/test_tracer_upstream.py for what to re-read).
     """
     table = _replacements()
     saved = []

@@ -3,7 +3,7 @@
 The tracer re-implements or replaces pieces of TRL, transformers, accelerate, torch and bitsandbytes (see
 `TARGETS`: what each one is, and which tracer code follows it). `upstream.json` holds the sha256 of the source
 text of each (its `def`/`class` block with decorators, read from the installed file without importing it: bnb's
-CUDA backend cannot be imported on a CPU build of torch), keyed by the installed version of its package; `tests/test_tracer_upstream.py` fails
+CUDA backend cannot be imported on a CPU build of torch), keyed by the installed version of its package; `tests/contracts/test_tracer_upstream.py` fails
 when a source differs from the table, or the installed version has no entry, so an upgrade cannot silently rot
 the tracer. After re-reading the changed functions and updating the tracer code named with them:
 

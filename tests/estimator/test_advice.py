@@ -1,0 +1,178 @@
+"""Advice and reverse solve against a toy estimator whose bytes are easy to compute by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from estimator.model.architecture import from_config
+from estimator.plan.advice import advise
+from estimator.plan.solve import solve, with_generations
+from estimator.settings.config import RunConfig
+from estimator.step.estimate import Estimate
+
+P = 1_000_000  # toy parameter count
+ARCH = from_config(
+    {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "vocab_size": 128,
+    }
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_band(monkeypatch):
+    """These tests price toy estimates by hand; the error band's share is tested in tests/accuracy/test_validation_band.py."""
+    from estimator.step import band
+
+    monkeypatch.setattr(band, "margin", lambda cfg=None, model_type=None: 0.0)
+
+
+def toy(cfg: RunConfig, arch) -> Estimate:
+    """weights P×4 (fp32) / P×2 (bf16) / P/2 (4-bit); trainable P or P/100 (LoRA, fp32); AdamW 2 states,
+    8-bit AdamW 2 B/param; activations bs×L×100 (×10 without checkpointing); KV gen_seqs×L×100;
+    ZeRO-3 divides weights, grads and state by the GPU count."""
+    w = P // 2 if cfg.load_in_4bit else P * (4 if cfg.dtype == "float32" else 2)
+    trainable = P // 100 if cfg.use_peft else P
+    tb = 4 if (cfg.use_peft or cfg.dtype == "float32") else 2
+    opt = trainable * (2 if "8bit" in cfg.optim else 2 * tb)
+    grads = trainable * tb
+    n = cfg.num_gpus if cfg.sharding == "zero3" else 1
+    w, opt, grads = w // n, opt // n, grads // n
+    seq = cfg.sequence_length
+    act = cfg.per_device_train_batch_size * seq * (100 if cfg.gradient_checkpointing else 1000)
+    kv = cfg.generation_sequences * seq * 100
+    phases = {
+        "generate": {"weights": w, "optimizer_state": opt, "kv_cache": kv},
+        "train": {"weights": w, "optimizer_state": opt, "gradients": grads, "activations": act},
+    }
+    return Estimate(cfg, arch, phases, cuda_context_bytes=0, allocator_overhead_bytes=0)
+
+
+BASE = RunConfig(model="toy")  # fp32 full fine-tune, bs 8, gens 8, 256 + 512 tokens, GC on
+QLORA = BASE.with_(use_peft=True, load_in_4bit=True)
+
+
+def test_toy_baseline():
+    # train: 4M weights + 8M AdamW + 4M grads + 8×768×100 activations
+    assert toy(BASE, ARCH).peak_device_bytes == 16_614_400
+
+
+def test_singles_ranked_by_bytes_saved():
+    adv = advise(BASE, ARCH, toy, budget_bytes=None)
+    saved = {o.changes[0].key: o.saved_bytes for o in adv.singles}
+    assert saved["qlora"] == 16_614_400 - (500_000 + 80_000 + 40_000 + 614_400)
+    assert saved["lora"] == 16_614_400 - (4_000_000 + 80_000 + 40_000 + 614_400)
+    assert saved["bf16"] == 8_000_000  # 2M weights + 4M state + 2M grads saved
+    assert saved["adam8"] == 6_000_000  # 8M -> 2M state
+    assert "gc" not in saved  # already on
+    assert [o.saved_bytes for o in adv.singles] == sorted((o.saved_bytes for o in adv.singles), reverse=True)
+    assert adv.plan is None
+
+
+def test_plan_prefers_cheapest_single_that_fits():
+    # 5 MB: LoRA (4.73 MB), QLoRA (1.23 MB) and 4 GPUs with ZeRO-3 (16M/4 + 0.61M = 4.61 MB) fit;
+    # more GPUs changes the training least (cost 3 < LoRA 4 < QLoRA 5).
+    adv = advise(BASE, ARCH, toy, budget_bytes=5_000_000)
+    assert [c.key for c in adv.plan.changes] == ["gpus"]
+    assert adv.plan.config.num_gpus == 4 and adv.plan.config.sharding == "zero3"
+    assert adv.plan.peak_device_bytes == 4_614_400
+
+
+def test_plan_pairs_when_no_single_fits():
+    # 1 MB: no single change fits (QLoRA alone is 1,234,400); QLoRA + 2 GPUs ZeRO-3 is
+    # 250,000 + 40,000 + 20,000 + 614,400 = 924,400.
+    adv = advise(BASE, ARCH, toy, budget_bytes=1_000_000)
+    assert not any(o.fits for o in adv.singles)
+    assert {c.key for c in adv.plan.changes} == {"qlora", "gpus"}
+    assert adv.plan.config.num_gpus == 2
+    assert adv.plan.peak_device_bytes == 924_400
+    assert adv.plan.saved_bytes == 16_614_400 - 924_400
+
+
+def test_solve_completion_length():
+    # QLoRA train peak = 620,000 + 8×(256 + L)×100 <= 1,000,000  ->  L <= 219
+    sol = solve(QLORA, ARCH, "max_completion_length", 1_000_000, toy)
+    assert sol.value == 219
+    assert sol.peak_device_bytes == 1_000_000
+
+
+def test_solve_batch_size_respects_divisibility():
+    # 620,000 + bs×76,800 <= 2,000,000 -> bs <= 17; gens 8 needs bs a multiple of 8 -> 16
+    sol = solve(QLORA, ARCH, "per_device_train_batch_size", 2_000_000, toy)
+    assert sol.value == 16
+
+
+def test_solve_generations_grows_generation_batch():
+    # gens 16 with bs 8 needs gradient_accumulation_steps 2 (16 sequences): generate = 580,000 + 16×76,800
+    # = 1,808,800 fits 2 MB; gens 24 needs 24 sequences (2,423,200) and every larger group needs more.
+    sol = solve(QLORA, ARCH, "num_generations", 2_000_000, toy)
+    assert sol.value == 16
+    assert sol.config.gradient_accumulation_steps == 2
+    assert sol.peak_device_bytes == 1_808_800
+
+
+def test_with_generations_keeps_trl_divisibility():
+    c = with_generations(QLORA.with_(per_device_train_batch_size=6), 4)
+    assert c.gradient_accumulation_steps == 2  # 6×1 is not a multiple of 4; 6×2 = 12 is
+    c = with_generations(QLORA.with_(generation_batch_size=16), 12)
+    assert c.generation_batch_size == 24  # lcm(8, 12)
+    assert with_generations(QLORA, 1) is None
+
+
+def test_nothing_fits():
+    sol = solve(QLORA, ARCH, "max_completion_length", 100_000, toy)
+    assert sol.value is None and sol.config is None
+
+
+def toy_gather(cfg: RunConfig, arch) -> Estimate:
+    """`toy`, except ZeRO-3 also gathers every other rank's weights for generation: on few GPUs it costs more."""
+    est = toy(cfg, arch)
+    if cfg.sharding == "zero3":
+        est.phases["generate"]["gathered_weights"] = 40_000_000
+    return est
+
+
+def test_advice_never_lists_a_change_that_adds_memory():
+    # ZeRO-3 here adds a 40 MB gather to a 16.6 MB run: the old advice listed it as "saves -23 MB"
+    adv = advise(BASE, ARCH, toy_gather, budget_bytes=None)
+    assert "gpus" not in {o.changes[0].key for o in adv.singles}
+    assert all(o.saved_bytes > 0 for o in adv.singles)
+
+
+def test_no_degenerate_completion_length():
+    # QLoRA (1,234,400) does not fit 700,000; the length that would (L <= 44) is below the floor 64: not proposed
+    adv = advise(QLORA, ARCH, toy, budget_bytes=700_000)
+    assert "len" not in {o.changes[0].key for o in adv.singles}
+    adv = advise(QLORA, ARCH, toy, budget_bytes=1_000_000)  # L <= 219 fits and is above 512 // 8 = 64
+    lens = [o.config.max_completion_length for o in adv.singles if o.changes[0].key == "len"]
+    assert lens == [219]
+
+
+def toy_vllm(cfg: RunConfig, arch) -> Estimate:
+    """`toy` on an 80 MB card with vLLM colocate holding util × 80 MB in every phase."""
+    est = toy(cfg, arch)
+    for comps in est.phases.values():
+        colocate = cfg.use_vllm and cfg.vllm_mode == "colocate"
+        comps["vllm"] = int(cfg.vllm_gpu_memory_utilization * 80_000_000) if colocate else 0
+    return est
+
+
+def test_advice_lowers_vllm_share_to_the_largest_that_fits():
+    cfg = QLORA.with_(use_vllm=True, vllm_gpu_memory_utilization=0.3)  # 1,234,400 + 24,000,000
+    adv = advise(cfg, ARCH, toy_vllm, budget_bytes=10_000_000)
+    share = next(o for o in adv.singles if o.changes[0].key == "vllm_share")
+    # 1,234,400 + u × 80 MB <= 10 MB  ->  u <= 0.1095  ->  0.10
+    assert share.config.vllm_gpu_memory_utilization == 0.10
+    assert share.saved_bytes == 16_000_000 and share.fits
+    assert "KV cache" in share.tradeoff
+    server = next(o for o in adv.singles if o.changes[0].key == "vllm_server")
+    assert server.saved_bytes == 24_000_000
+
+
+def test_solve_vllm_share():
+    cfg = QLORA.with_(use_vllm=True, vllm_gpu_memory_utilization=0.3)
+    sol = solve(cfg, ARCH, "vllm_gpu_memory_utilization", 10_000_000, toy_vllm)
+    assert sol.value == 0.10
