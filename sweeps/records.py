@@ -466,9 +466,19 @@ def versions_match(row_versions: dict | None, versions: dict | None) -> bool:
     return all(row_versions.get(k) == versions.get(k) for k in KEY_VERSIONS)
 
 
-def done_keys(path: str | os.PathLike, versions: dict | None = None) -> set[str]:
-    """Keys of rows already in `path` (any status) produced with the same package versions."""
-    return {row["key"] for row in load_rows(path) if versions_match(row.get("versions"), versions)}
+FINISHED = ("ok", "oom", "skipped")  # a measurement, an out-of-memory, or not runnable here (with the reason)
+
+
+def finished_keys(rows: Iterable[dict], versions: dict | None = None) -> set[str]:
+    """The one "already done" rule of every sweep and grid: keys of rows that finished (`FINISHED`) under the
+    same package versions (`versions_match`; None accepts any). An error row never skips a rerun."""
+    return {
+        r["key"]
+        for r in rows
+        if isinstance(r.get("key"), str)
+        and r.get("status") in FINISHED
+        and versions_match(r.get("versions"), versions)
+    }
 
 
 def package_versions() -> dict[str, str | None]:

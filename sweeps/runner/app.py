@@ -313,20 +313,14 @@ _REPORTED: set[tuple] = set()
 
 
 def skip_keys(path: Path, versions: dict) -> set[str]:
-    """Keys already finished (ok or oom) under the same package versions; an error row never skips a rerun.
+    """Keys already finished under the same package versions (`records.finished_keys`).
     Lines that are not rows are counted on one stderr line (once per process for the same count)."""
     loaded = records.read_rows(path)
     for line in loaded.report_lines():
         if (str(path), line) not in _REPORTED:
             _REPORTED.add((str(path), line))
             print(f"grpo-vram-sweep: {line}; their configs run again", file=sys.stderr, flush=True)
-    return {
-        r["key"]
-        for r in loaded.rows
-        if isinstance(r.get("key"), str)
-        and r.get("status") in ("ok", "oom")
-        and records.versions_match(r.get("versions"), versions)
-    }
+    return records.finished_keys(loaded.rows, versions)
 
 
 def check_writable(results_path: Path) -> None:
