@@ -31,6 +31,12 @@ KEY_VERSIONS = VERSION_PACKAGES
 # Every field of a row's `versions` that describes the environment (environment_info adds CUDA and the driver).
 VERSION_FIELDS = ("python", *VERSION_PACKAGES, "cuda", "driver")
 REPO = Path(__file__).resolve().parent.parent
+# the committed rows: measured (results/raw/) and traced (the tuned and random grids' folders)
+RESULT_DIRS = (
+    REPO / "results" / "raw",
+    REPO / "results" / "traced" / "tuned",
+    REPO / "results" / "traced" / "random",
+)
 
 
 def canonical_json(obj) -> str:
@@ -586,7 +592,6 @@ def base_row(
         "config": config,
         "model": None,
         "observed": None,
-        "prediction": None,
         "step_seconds": [],
         "versions": None,
         "device": None,
@@ -608,7 +613,6 @@ REQUIRED_FIELDS = (
     "config",
     "model",
     "observed",
-    "prediction",
     "step_seconds",
     "versions",
     "device",
@@ -685,7 +689,7 @@ def validate_row(row) -> list[str]:
                 out.append("observed.peak_phase is not a phase name")
             if not isinstance(obs.get("probes"), dict):
                 out.append("observed.probes is not an object")
-    pred = row["prediction"]
+    pred = row.get("prediction")  # rows written before the estimate was left to sweeps/report/accuracy.py
     if pred is not None and (not isinstance(pred, dict) or pred.get("source") != "estimated"):
         out.append('prediction is neither null nor an Estimate dict with source "estimated"')
     steps = row["step_seconds"]

@@ -215,7 +215,7 @@ def test_sweep_and_run_settings(override):
 def stub_trace(monkeypatch):
     traced: list[RunConfig] = []
 
-    def make_row(cfg, sweep, k=2):
+    def make_row(cfg, sweep):
         traced.append(cfg)
         return {"status": "ok", "config": cfg.to_dict()}
 
@@ -226,7 +226,7 @@ def stub_trace(monkeypatch):
 
 @pytest.mark.parametrize("f, value", _cases())
 def test_tracer_parser(capsys, stub_trace, f, value):
-    code = trace_cli.main([f"{f.flag}={_text(value)}"])
+    code = trace_cli.main(["one", f"{f.flag}={_text(value)}"])
     err = capsys.readouterr().err.strip().splitlines()
     if code == 2:
         _assert_clean_error(err, "grpo-vram-trace")

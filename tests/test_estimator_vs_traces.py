@@ -1,24 +1,21 @@
 """The estimator against the committed fake-tensor traces: peak and every phase within 5% (issue 4's bound)."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from estimator.config import RunConfig
 from estimator.estimate import estimate
-from sweeps.report.accuracy import OUT_OF_SAMPLE_FILES
+from sweeps.trace.grids import GRIDS
 
-TRACED = Path(__file__).resolve().parent.parent / "results" / "traced"
 BOUND = 0.05
-OUT_OF_SAMPLE = tuple(OUT_OF_SAMPLE_FILES)
+# the random grids' rows are held to the validated band instead (tests/test_validation_band.py)
+TUNED = sorted({g.path for g in GRIDS.values() if g.split == "in-sample" and g.path.exists()})
 
 
 def _rows() -> list[dict]:
     rows = []
-    for path in sorted(TRACED.glob("*.jsonl")):
-        if path.stem in OUT_OF_SAMPLE:  # held to the validated band instead (tests/test_validation_band.py)
-            continue
+    for path in TUNED:
         for line in path.read_text().splitlines():
             if line.strip():
                 row = json.loads(line)

@@ -101,7 +101,7 @@ def test_append_row_stamps_utc_time_that_sorts(tmp_path):
 
 
 def test_every_committed_row_follows_the_schema():
-    loaded = records.read_rows([REPO / "results" / "raw", REPO / "results" / "traced"])
+    loaded = records.read_rows(records.RESULT_DIRS)
     assert loaded.skipped == []
     assert len(loaded.rows) > 200
     problems = {r["key"]: p for r in loaded.rows if (p := records.validate_row(r))}
@@ -129,7 +129,7 @@ def test_rows_that_predate_a_new_setting_still_match_their_config():
     old = cfg.to_dict()
     old.pop("trl_version")  # rows of the newest TRL release do not carry it
     assert rd.config_id(old) == rd.config_id(cfg)
-    rows = records.load_rows([REPO / "results" / "raw", REPO / "results" / "traced"])
+    rows = records.load_rows(records.RESULT_DIRS)
     head = rd.headline_frame(rd.rows_frame(rows))
-    # results/traced/headline.jsonl covers every cell; a measured-gpu row of the same config takes its place
+    # results/traced/tuned/headline.jsonl covers every cell; a measured-gpu row of the same config takes its place
     assert head["source"].isin(["traced", "measured-gpu"]).sum() == 25

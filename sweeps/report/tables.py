@@ -16,7 +16,7 @@ import pandas as pd
 from estimator.config import RunConfig
 from estimator.units import GIB, MIB
 from sweeps.oneline import OneLineParser
-from sweeps.records import load_rows, read_rows
+from sweeps.records import read_rows
 from sweeps.report import accuracy, legacy_table, plots
 from sweeps.report import frames as rd
 
@@ -298,26 +298,25 @@ def _changes(c: dict) -> str:
 
 
 def _splits_text() -> str:
-    """What the in-sample, validation and held-out sets are, from accuracy.OUT_OF_SAMPLE_FILES (seeds lettered in
-    order: the first validation file is seed A)."""
-    seen = accuracy.out_of_sample_stems("validation")
-    held = accuracy.out_of_sample_stems("held-out")
-    later = ", ".join(f"`{s}.jsonl`" for s in seen[1:])
-    first, last = chr(ord("A") + 1), chr(ord("A") + len(seen) - 1)
-    fresh = ", ".join(f"`{s}.jsonl`, seed {chr(ord('A') + len(seen) + i)}" for i, s in enumerate(held))
+    """What the in-sample, validation and held-out sets are, from the grids' registry (sweeps/trace/grids.py)."""
+    from sweeps.trace.grids import GRIDS
+
+    def files(split: str) -> str:
+        return ", ".join(f"`results/traced/{g.out}`" for g in GRIDS.values() if g.split == split)
+
     return (
         "In-sample: the grids the estimator was refined on; validation: seeded random grids over every axis "
-        f"(`results/traced/{seen[0]}.jsonl`, seed A; {later}, seeds {first}-{last}, held out for earlier rounds "
-        "and seen since), used while fixing terms and for the error band; "
-        f"held-out: a fresh seed ({fresh}), never used to change a term. `after the band`: the "
+        f"({files('validation')}, each row with its `seed`), used while fixing terms and for the error band; "
+        f"held-out: a seed of its own ({files('held-out')}), never used to change a term. `after the band`: the "
         "share still under-predicted by more than 2 % once each row's regime band (`estimator/band.py`) is "
         "applied."
     )
 
 
-def load_results(raw: str | os.PathLike, traced: str | os.PathLike) -> list[dict]:
-    """Rows of every .jsonl in the raw and traced directories."""
-    return load_rows([raw, traced])
+def result_dirs(raw: str | os.PathLike, traced: str | os.PathLike) -> list[Path]:
+    """The raw directory, and the traced directory with each of its folders (tuned/, random/)."""
+    traced = Path(traced)
+    return [Path(raw), traced, *sorted(d for d in traced.iterdir() if d.is_dir())]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -331,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not Path(getattr(args, name)).is_dir():
             print(f"grpo-vram-tables: --{name} {getattr(args, name)!r} is not a directory", file=sys.stderr)
             return 2
-    loaded = read_rows([args.raw, args.traced])
+    loaded = read_rows(result_dirs(args.raw, args.traced))
     for line in loaded.report_lines():
         print(line, file=sys.stderr)
     rows = loaded.rows
