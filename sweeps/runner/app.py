@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
@@ -25,12 +25,12 @@ from omegaconf import DictConfig, OmegaConf
 from estimator import validate
 from estimator.architecture import ConfigError
 from estimator.catalog import UnknownModel, resolve_model
-from estimator.config import DEVICES, DTYPES, OPTIMIZERS, RunConfig
+from estimator.config import RunConfig
 from estimator.units import MIB
 from sweeps import records
 from sweeps.oneline import shown
 from sweeps.runner import grpo_setup, schema, tiny
-from sweeps.runner.predict import arch_for, predict
+from sweeps.runner.predict import arch_for
 
 log = logging.getLogger(__name__)
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -86,41 +86,22 @@ def _check(value, accepted, what: str) -> None:
         raise BadInput(f"{what}={value!r}: accepted values are {', '.join(map(str, accepted))}")
 
 
-_KINDS = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,)}
+def _check_settings(settings: dict) -> None:
+    """Every run setting against the one settings schema (`estimator.config`: kind, choices, bounds), the
+    checks vram-estimate's flags get."""
+    from estimator.config import check_value
+    from estimator.config import schema as run_settings
 
-
-def _check_types(settings: dict) -> None:
-    """Each run setting has its RunConfig field's type: no "maybe" for a flag, no NaN / infinity for a number."""
-    for f in fields(RunConfig):
-        if f.name not in settings or f.name == "lora_target_modules":
+    for f in run_settings():
+        if f.name not in settings:
             continue
-        v = settings[f.name]
-        ann = str(f.type)
-        if v is None and "None" in ann:
-            continue
-        kind = ann.split("|")[0].strip()
-        accepted = _KINDS.get(kind)
-        if accepted is None:
-            continue
-        bad = not isinstance(v, accepted) or (kind != "bool" and isinstance(v, bool))
-        if not bad and isinstance(v, float) and not math.isfinite(v):
-            bad = True
-        if bad:
-            what = {"bool": "true or false", "int": "an integer", "float": "a finite number"}.get(
-                kind, "text"
-            )
-            raise BadInput(f"{f.name}={v!r}: accepted values are {what}")
-    targets = settings.get("lora_target_modules")
-    if targets is not None:
-        items = [targets] if isinstance(targets, str) else targets
-        if (
-            not isinstance(items, (list, tuple))
-            or not items
-            or not all(isinstance(t, str) and t.strip() for t in items)
-        ):
-            raise BadInput(
-                f"lora_target_modules={targets!r}: accepted values are null or a non-empty list of module names"
-            )
+        value = settings[f.name]
+        if f.kind == "strs" and isinstance(value, (str, list)):
+            value = (value,) if isinstance(value, str) else tuple(value)
+        problem = check_value(f, value)
+        if problem:
+            where = f.name if f.name in schema.FROM_OTHER_GROUPS else f"trainer.{f.name}"
+            raise BadInput(f"{where}={settings[f.name]!r}: {problem}")
 
 
 def _positive_int(value, what: str, minimum: int = 1) -> int:
@@ -246,14 +227,11 @@ def to_job(cfg: DictConfig) -> Job:
             settings[k] = v
     settings["model"] = str(c["model"]["name"])
     settings["device"] = c["device"]["type"]
-    _check(settings["device"], DEVICES, "device")
-    _check(settings.get("dtype", "float32"), DTYPES, "trainer.dtype")
-    _check(settings.get("optim", "adamw_torch_fused"), OPTIMIZERS, "trainer.optim")
+    _check_settings(settings)
     # what one TRL 1.16 process can run: the chunked head, one GPU, no sharding, vLLM only on CUDA
     _check(settings.get("logprob_head", "chunked"), ("chunked",), "trainer.logprob_head")
     _check(settings.get("num_gpus", 1), (1,), "trainer.num_gpus")
     _check(settings.get("sharding", "none"), ("none",), "trainer.sharding")
-    _check_types(settings)
     _check_runnable(settings)
     if settings.get("use_vllm") and settings["device"] != "cuda":
         raise BadInput("trainer.use_vllm=true: accepted only with device=cuda")
@@ -460,7 +438,8 @@ def run_child(
 
 
 def make_row(job: Job, result: dict) -> dict:
-    """The result row (results/SCHEMA.md): identity, outcome, measurement, prediction, environment."""
+    """The result row (results/SCHEMA.md): identity, outcome, measurement, environment (the estimate is
+    sweeps/report/accuracy.py's to compute)."""
     config = job.config.to_dict()
     row = records.base_row(
         key=job.key,
@@ -475,15 +454,8 @@ def make_row(job: Job, result: dict) -> dict:
     hf_config = model.get("config") or (
         tiny.hf_config(job.config.model) if tiny.is_tiny(job.config.model) else None
     )
-    prediction, prediction_error = predict(config, hf_config)
-    if not model:
-        pm = (prediction or {}).get("model") or {}
-        model = {
-            "name": job.config.model,
-            "params": pm.get("params"),
-            "trainable_params": None,
-            "config": hf_config,
-        }
+    if not model:  # the child measured nothing: the model's name and, for one built in code, its config.json
+        model = {"name": job.config.model, "params": None, "trainable_params": None, "config": hf_config}
     env = (
         {"versions": result["versions"], "device": result["device"]}
         if result.get("versions")
@@ -492,8 +464,6 @@ def make_row(job: Job, result: dict) -> dict:
     row.update(
         model=model,
         observed=result.get("observed"),
-        prediction=prediction,
-        prediction_error=prediction_error,
         step_seconds=result.get("step_seconds", []),
         train_seconds=result.get("train_seconds"),
         lengths=result.get("lengths"),
