@@ -1,16 +1,13 @@
-"""Retrace the traced rows a tracer fix or an upstream release changes: in place, or beside them; resumable
-(`grpo-vram-trace retrace`).
+"""Retrace the traced rows a tracer fix or an upstream release changes (`grpo-vram-trace retrace`), resumably.
 
-Every `status: "ok"` row of the given files whose config meets each `--where` condition is traced again with
-its own config, variant, sweep and seed (so the same key and depth) and replaces its old line atomically
-(`records.replace_row`); every other line is kept byte for byte. The new row carries `retraced: TAG`, and a
-rerun skips rows that already carry it. A retrace that fails or runs past `--timeout` leaves the old row as it
-was and is reported on stdout.
+In place: every `ok` row whose config meets each `--where` condition is traced again with its own config,
+variant, sweep and seed (the same key) and replaces its line atomically (`records.replace_row`), tagged
+`retraced: TAG`; other lines stay byte for byte, and a rerun skips rows carrying the tag. A retrace that fails
+or runs past `--timeout` leaves the old row and is reported.
 
-`--beside` keeps the old rows and appends the retrace as a row of its own, for a new upstream release: the new
-config names the installed transformers (`transformers_version`), so it has its own key and `retrace_of` names
-the old one; rows already modelled at the installed release are not selected, and a rerun skips rows whose
-retrace is already in the file.
+`--beside` (a new upstream release): the retrace is appended as a row of its own under the installed
+transformers (its own key, `retrace_of` naming the old one); the old rows stay, and a rerun skips rows whose
+retrace is in the file.
 """
 
 from __future__ import annotations
