@@ -8,7 +8,7 @@ from synthetic_rows import row as synthetic_row
 
 from estimator.config import RunConfig
 from sweeps import records
-from sweeps.runner import app
+from sweeps.runner import measure
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,7 +61,7 @@ def test_resume_survives_a_row_whose_key_is_a_list(tmp_path):
     path = _lines(
         tmp_path / "r.jsonl", {**_row("ok"), "versions": v}, {**_row("x"), "key": ["a"], "versions": v}
     )
-    assert app.skip_keys(path, v) == {"ok"}
+    assert measure.skip_keys(path, v) == {"ok"}
     assert records.finished_keys(records.load_rows(path), v) == {"ok"}
 
 
