@@ -177,24 +177,13 @@ def _check_run(variant: dict) -> None:
             raise BadInput(f"run.{k}={v!r}: accepted values are finite numbers > 0")
 
 
-# Settings one runner process applies beyond those it passes to GRPOConfig by name (grpo_setup.grpo_config_values):
-# the model, its load (model_init_kwargs, BitsAndBytesConfig, LoraConfig), the prompts, and what only the estimator
-# reads (gpu_memory_gib, trl_version and transformers_version: checked against the installed releases). Any other setting (roles, vLLM server and
-# sleep-level knobs, FSDP / offload, allocator settings) must stay at its default: the runner cannot run it.
-RUNNER_APPLIES = {
-    "model", "device", "dtype", "attn_implementation", "use_peft", "lora_r", "lora_target_modules", "lora_dropout",
-    "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant", "max_prompt_length", "bf16", "logprob_head",
-    "num_gpus", "sharding", "gpu_memory_gib", "trl_version", "transformers_version",
-}  # fmt: skip
-
-
 def _check_runnable(settings: dict) -> None:
     """A setting the runner would silently not apply is one line (BadInput) instead of a mislabelled row."""
-    from estimator.config import RunConfig, schema
+    from estimator.config import schema
 
-    passed = set(grpo_setup.grpo_config_values(RunConfig()))
+    applied = grpo_setup.applied_settings()
     for f in schema():
-        if f.name in settings and f.name not in RUNNER_APPLIES | passed and settings[f.name] != f.default:
+        if f.name in settings and f.name not in applied and settings[f.name] != f.default:
             raise BadInput(
                 f"trainer.{f.name}={settings[f.name]!r}: the runner measures one TRL process and cannot apply it "
                 f"(estimate it with vram-estimate {f.flag}); accepted: the default, {f.default!r}"
