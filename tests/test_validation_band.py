@@ -114,11 +114,17 @@ def test_rows_split_by_the_grid_that_wrote_them():
 
 def test_random_rows_carry_the_seed_of_their_draw():
     """Every committed random-grid row records its seed, and its config is that seed's draw."""
+    from estimator.versions import MODELLED_TRANSFORMERS
+    from sweeps import records
     from sweeps.trace.grids import GRIDS
 
     for name in ("validation", "heldout"):
         grid = GRIDS[name]
-        keys = {(j.seed, j.key) for j in grid.jobs()}
+        keys = {  # each draw's key under each modelled transformers release (a row records the one it ran)
+            (j.seed, records.make_key(j.config.with_(transformers_version=v).to_dict(), j.variant()))
+            for j in grid.jobs()
+            for v in MODELLED_TRANSFORMERS
+        }
         rows = [json.loads(line) for line in grid.path.read_text().splitlines() if line.strip()]
         assert rows and all(r["sweep"] == name for r in rows)
         drawn = [r for r in rows if not r.get("retraced") and not r.get("retrace_of")]
