@@ -467,3 +467,28 @@ def _device_text(g: pd.DataFrame) -> str:
         size = f" ({total / GIB:.1f} GiB)" if isinstance(total, (int, float)) and pd.notna(total) else ""
         out.add(f"{r.get('device_type') or '?'}: {name}{size}")
     return "; ".join(sorted(out))
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def md_table(df: pd.DataFrame) -> str:
+    """A GitHub markdown table of `df` (index ignored; cells already formatted or str()-ed)."""
+    if df.empty:
+        return "_(no rows)_"
+    cols = [str(c) for c in df.columns]
+    lines = [
+        "| " + " | ".join(c.replace("|", "\\|") for c in cols) + " |",
+        "|" + "|".join("---" for _ in cols) + "|",
+    ]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_md_cell(v).replace("|", "\\|") for v in row) + " |")
+    return "\n".join(lines)
+
+
+def _md_cell(v) -> str:
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)

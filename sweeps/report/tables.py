@@ -32,28 +32,6 @@ FIGURES = {
 # ---------------------------------------------------------------- markdown
 
 
-def md_table(df: pd.DataFrame) -> str:
-    """A GitHub markdown table of `df` (index ignored; cells already formatted or str()-ed)."""
-    if df.empty:
-        return "_(no rows)_"
-    cols = [str(c) for c in df.columns]
-    lines = [
-        "| " + " | ".join(c.replace("|", "\\|") for c in cols) + " |",
-        "|" + "|".join("---" for _ in cols) + "|",
-    ]
-    for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(_cell(v).replace("|", "\\|") for v in row) + " |")
-    return "\n".join(lines)
-
-
-def _cell(v) -> str:
-    if v is None or (isinstance(v, float) and pd.isna(v)):
-        return "—"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    return str(v)
-
-
 def gib_text(n: float | None, digits: int = 1) -> str:
     return "—" if n is None or pd.isna(n) else f"{n / GIB:.{digits}f}"
 
@@ -90,7 +68,7 @@ def headline_markdown(head: pd.DataFrame, gpu: rd.Card) -> str:
     table = head.pivot(index="model", columns="method", values="cell")
     table = table.reindex(index=list(dict.fromkeys(head["model"])), columns=list(rd.METHODS))
     table.insert(0, "model", [f"Qwen2.5-{m}" for m in table.index])
-    return md_table(table.reset_index(drop=True))
+    return rd.md_table(table.reset_index(drop=True))
 
 
 def needed_markdown(head: pd.DataFrame) -> str:
@@ -104,7 +82,7 @@ def needed_markdown(head: pd.DataFrame) -> str:
     table = head.pivot(index="model", columns="method", values="cell")
     table = table.reindex(index=list(dict.fromkeys(head["model"])), columns=list(rd.METHODS))
     table.insert(0, "model", [f"Qwen2.5-{m}" for m in table.index])
-    return md_table(table.reset_index(drop=True))
+    return rd.md_table(table.reset_index(drop=True))
 
 
 def fits_markdown(fits: pd.DataFrame, gpus: Sequence[rd.Card]) -> str:
@@ -117,7 +95,7 @@ def fits_markdown(fits: pd.DataFrame, gpus: Sequence[rd.Card]) -> str:
     )
     for g in gpus:
         out[g.label] = ["fits" if v else "✗" for v in fits[g.label]]
-    return md_table(out)
+    return rd.md_table(out)
 
 
 def curve_markdown(curves: pd.DataFrame) -> str:
@@ -134,7 +112,7 @@ def curve_markdown(curves: pd.DataFrame) -> str:
             )
             rec[str(r["x"])] = gib_text(r["peak_allocated_bytes"]) + extra
         recs.append(rec)
-    return md_table(pd.DataFrame.from_records(recs))
+    return rd.md_table(pd.DataFrame.from_records(recs))
 
 
 def accuracy_markdown(acc: pd.DataFrame) -> str:
@@ -155,7 +133,7 @@ def accuracy_markdown(acc: pd.DataFrame) -> str:
             ],
         }
     )
-    return md_table(out)
+    return rd.md_table(out)
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:
@@ -165,13 +143,13 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     out["median_abs_rel_error"] = [f"{v * 100:.1f}%" for v in out["median_abs_rel_error"]]
     out["worst_rel_error"] = [pct(v) for v in out["worst_rel_error"]]
     out.columns = [*out.columns[:-3], "rows", "median |rel error|", "worst rel error"]
-    return md_table(out)
+    return rd.md_table(out)
 
 
 def environment_markdown(env: pd.DataFrame) -> str:
     if env.empty:
         return "_(no rows yet)_"
-    return md_table(env)
+    return rd.md_table(env)
 
 
 # ---------------------------------------------------------------- report
