@@ -26,7 +26,7 @@ SMOKE_DIR ?= results/raw/scratch
 
 LEGACY_TRL ?= 0.14 0.17 0.19 0.23
 
-.PHONY: install estimate test lint format sweep sweep-smoke sweep-legacy gpu-validate trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams validate heldout band lock upstream-check
+.PHONY: install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams validate heldout band lock upstream-check
 
 install: $(HARNESS_STAMP)
 
@@ -129,6 +129,13 @@ wheelhouse:
 # The estimator alone: PyYAML in .venv, no torch (a harness install, if there is one, already holds it).
 estimate: $(ESTIMATOR_STAMP)
 	.venv/bin/vram-estimate --model 7B --lora --gens 8
+
+# The page (web/): the estimator package itself, run in the browser by Pyodide; a static site, no server code.
+# `npm ci` installs web/package-lock.json's exact Pyodide (and playwright-core, tests/test_web.py's driver); the
+# site is build/web/ (git-ignored): the page, Pyodide's runtime files and estimator.zip. docs/web.md deploys it.
+web: $(ESTIMATOR_STAMP)
+	cd web && npm ci --no-audit --no-fund --loglevel=error
+	PYTHONPATH=$(CURDIR) $(PY) web/bridge.py build build/web
 
 lint: install
 	.venv/bin/ruff check .

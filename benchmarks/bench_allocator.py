@@ -1,4 +1,4 @@
-"""Replay time of the caching-allocator model (estimator/allocator.py) on a recorded 7B GRPO stream, per step.
+"""Replay time of the caching-allocator model (estimator/hardware/allocator.py) on a recorded 7B GRPO stream, per step.
 
     python benchmarks/bench_allocator.py [--stream results/streams/KEY.txt.gz] [-n 5]
 
@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from estimator.allocator import AllocatorSettings, load_stream, simulate  # noqa: E402
+from estimator.hardware.allocator import AllocatorSettings, load_stream, simulate  # noqa: E402
 
 STREAMS = REPO / "results" / "streams"
 TARGET_S = 1.0

@@ -15,9 +15,9 @@ TARGET_S = 0.3
 
 
 def command() -> list[str]:
-    """The installed console script if present, else `python -m estimator.cli`."""
+    """The installed console script if present, else `python -m estimator.interface.cli`."""
     exe = shutil.which("vram-estimate", path=str(Path(sys.executable).parent))
-    return [exe, *ARGS] if exe else [sys.executable, "-m", "estimator.cli", *ARGS]
+    return [exe, *ARGS] if exe else [sys.executable, "-m", "estimator.interface.cli", *ARGS]
 
 
 def time_once(cmd: list[str]) -> float:

@@ -29,7 +29,7 @@ CASES = {
 
 def one(kw: dict) -> None:
     """Trace one config in this process and print timings."""
-    from estimator.config import RunConfig
+    from estimator.settings.config import RunConfig
     from estimator.units import GIB
     from sweeps.trace import step
 

@@ -32,7 +32,7 @@ def runs(case: Path) -> list[tuple[str, list[str]]]:
 
 def render(argv: list[str]) -> str:
     """The command, what it prints (stdout, then stderr notes) and its exit code, run from the repo root."""
-    from estimator import cli
+    from estimator.interface import cli
 
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from estimator.config import NEWEST_TRL
+from estimator.settings.config import NEWEST_TRL
 
 SCHEMA = 1
 SCHEMAS = (SCHEMA,)  # row schema versions this code reads; any other is rejected, not guessed at
@@ -631,7 +631,7 @@ def _is_num(v, minimum: float = 0.0) -> bool:
 
 def validate_row(row) -> list[str]:
     """Every way `row` departs from results/SCHEMA.md (empty when it conforms)."""
-    from estimator.config import RunConfig
+    from estimator.settings.config import RunConfig
 
     problem = row_problem(row)
     if problem:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from estimator import cli
+from estimator.interface import cli
 
 
 def run(argv, capsys):

@@ -6,9 +6,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from estimator.catalog import resolve_model
-from estimator.config import RunConfig
-from estimator.estimate import Estimate
+from estimator.model.catalog import resolve_model
+from estimator.settings.config import RunConfig
+from estimator.step.estimate import Estimate
 from estimator.units import MIB
 
 CONTEXT = 500 * MIB

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from estimator.advice import advise
-from estimator.architecture import from_config
-from estimator.config import RunConfig
-from estimator.estimate import Estimate
-from estimator.solve import solve, with_generations
+from estimator.model.architecture import from_config
+from estimator.plan.advice import advise
+from estimator.plan.solve import solve, with_generations
+from estimator.settings.config import RunConfig
+from estimator.step.estimate import Estimate
 
 P = 1_000_000  # toy parameter count
 ARCH = from_config(
@@ -25,7 +25,7 @@ ARCH = from_config(
 @pytest.fixture(autouse=True)
 def _no_band(monkeypatch):
     """These tests price toy estimates by hand; the error band's share is tested in tests/test_validation_band.py."""
-    from estimator import band
+    from estimator.step import band
 
     monkeypatch.setattr(band, "margin", lambda cfg=None, model_type=None: 0.0)
 

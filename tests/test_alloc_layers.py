@@ -13,12 +13,14 @@ import json
 
 import pytest
 
-from estimator import band, cli, gpus
-from estimator.advice import advise
-from estimator.catalog import resolve_model
-from estimator.config import RunConfig, alloc_conf_problem
-from estimator.estimate import Estimate, estimate
-from estimator.report import check_fit
+from estimator.hardware import gpus
+from estimator.interface import cli
+from estimator.interface.report import check_fit
+from estimator.model.catalog import resolve_model
+from estimator.plan.advice import advise
+from estimator.settings.config import RunConfig, alloc_conf_problem
+from estimator.step import band
+from estimator.step.estimate import Estimate, estimate
 from estimator.units import MIB
 
 # 7B LoRA, TRL defaults (fp32 load, GC on, 8 generations): the config whose stream c12c87f2df5952d9 was traced

@@ -1,4 +1,4 @@
-"""Hand-worked event sequences for the caching-allocator model (estimator/allocator.py).
+"""Hand-worked event sequences for the caching-allocator model (estimator/hardware/allocator.py).
 
 Each test names the rule of c10/cuda/CUDACachingAllocator.cpp it checks; the expected bytes are worked out by
 hand in the comments from that rule (1 MiB = 1048576 B), never by calling the code under test.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from estimator.allocator import (
+from estimator.hardware.allocator import (
     AllocatorSettings,
     CachingAllocator,
     dump_stream,
@@ -266,7 +266,7 @@ def test_torch_empty_cache_steps_releases_the_cache_after_the_loss():
     # Step: 30 MiB transient freed before the loss, then 20 MiB on another stream (no reuse across streams).
     # Without emptying: 30 + 20 = 50 MiB reserved. With N=1 the cached 30 MiB segment is released at the
     # loss point first: peak 30 MiB.
-    from estimator.allocator import with_empty_cache_steps
+    from estimator.hardware.allocator import with_empty_cache_steps
 
     ev = [
         ("m", "generate"),
@@ -336,7 +336,7 @@ def test_min_device_limit_uses_release_and_retry():
     # malloc's retry: 30 MiB cached on stream 1, 20 MiB wanted on stream 0. Unlimited: 50 MiB reserved. With a
     # limit of 30 MiB or a little more, the cudaMalloc fails, release_cached_blocks frees the 30 MiB, the retry
     # succeeds: the card needs only the 30 MiB allocated peak (bisection to 1 MiB: within (30, 31] MiB).
-    from estimator.allocator import min_device_limit
+    from estimator.hardware.allocator import min_device_limit
 
     ev = [("a", 1, 30 * M, 1), ("f", 1), ("a", 2, 20 * M, 0)]
     assert simulate(ev).peak_reserved == 50 * M

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from estimator.allocator import simulate
+from estimator.hardware.allocator import simulate
 from sweeps.probes.tensors import LiveStorageMode
 
 

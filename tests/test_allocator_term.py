@@ -1,4 +1,4 @@
-"""The estimator's allocator term (estimator/allocator_term.py) against the simulated traced streams it is built from."""
+"""The estimator's allocator term (estimator/terms/allocator_reserve.py) against the simulated traced streams it is built from."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from estimator import allocator_term
-from estimator.allocator import load_stream, simulate
-from estimator.config import RunConfig
+from estimator.hardware.allocator import load_stream, simulate
+from estimator.settings.config import RunConfig
+from estimator.terms import allocator_reserve as allocator_term
 
 STREAMS = Path(__file__).resolve().parents[1] / "results" / "streams"
 INDEX = (

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from estimator.architecture import from_config
-from estimator.catalog import catalog
+from estimator.model.architecture import from_config
+from estimator.model.catalog import catalog
+from estimator.model.families import FAMILIES
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -148,6 +149,23 @@ SYNTHETIC = {
         "intermediate_size": 96,
         "tie_word_embeddings": False,
     },
+    # OLMo-2: q_norm / k_norm over all of q_dim / kv_dim (not head_dim); attention_bias also gives o_proj a bias
+    "olmo2_gqa_bias": {
+        **BASE,
+        "model_type": "olmo2",
+        "num_key_value_heads": 2,
+        "intermediate_size": 96,
+        "tie_word_embeddings": False,
+        "attention_bias": True,
+    },
+    "olmo2_explicit_head_dim_tied": {
+        **BASE,
+        "model_type": "olmo2",
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "intermediate_size": 80,
+        "tie_word_embeddings": True,
+    },
 }
 
 
@@ -161,3 +179,38 @@ def test_tiny_llama_hand_count():
     # 2 layers, h=64, 4 heads of 16, 2 kv heads, ffn 96, vocab 128, tied:
     # q 64*64 + k,v 2*64*32 + o 64*64 + mlp 3*64*96 + 2 norms*64 = 30848 per layer.
     assert from_config(SYNTHETIC["llama_tied_gqa"]).total_params == 128 * 64 + 2 * 30848 + 64
+
+
+OLMO2_13B = "allenai/OLMo-2-1124-13B"
+# its model.safetensors.index.json: "total_size": 54864793600 bytes of float32 weights (estimator/catalog/SOURCES.md)
+OLMO2_13B_PUBLISHED = 54_864_793_600 // 4
+
+
+def test_olmo2_13b_equals_its_published_weight_total():
+    assert OLMO2_13B_PUBLISHED == 13_716_198_400
+    cfg = json.loads(catalog()[OLMO2_13B].read_text())
+    arch = from_config(cfg)
+    assert arch.total_params == OLMO2_13B_PUBLISHED
+    assert transformers_count(cfg) == OLMO2_13B_PUBLISHED
+
+
+def test_olmo2_13b_hand_count():
+    # h=5120, 40 layers, 40 q = 40 kv heads of 128, ffn 13824, vocab 100352, untied, no biases; per layer
+    # q/k/v/o 4·h², MLP 3·h·ffn, post-attention + post-feedforward norms 2·h, q_norm + k_norm over q_dim + kv_dim
+    h, ffn, vocab = 5120, 13824, 100352
+    layer = 4 * h * h + 3 * h * ffn + 2 * h + (h + h)
+    total = 2 * vocab * h + 40 * layer + h
+    assert total == OLMO2_13B_PUBLISHED
+    assert from_config(json.loads(catalog()[OLMO2_13B].read_text())).layer_norm_params == 4 * h
+
+
+@pytest.mark.parametrize("name", sorted(SYNTHETIC))
+def test_a_config_without_tie_word_embeddings_takes_its_config_class_default(name):
+    # a hub config.json may omit the key: transformers then ties per the family's config class (LlamaConfig: untied,
+    # Gemma2Config: tied); sizing it tied where the class unties would leave the lm_head out
+    cfg = {k: v for k, v in SYNTHETIC[name].items() if k != "tie_word_embeddings"}
+    assert from_config(cfg).total_params == transformers_count(cfg)
+
+
+def test_every_family_has_a_synthetic_config():
+    assert {c["model_type"] for c in SYNTHETIC.values()} == set(FAMILIES)

@@ -1,9 +1,9 @@
-"""Generated bad-input suite, driven by the one run-settings schema (`estimator.config.schema()`).
+"""Generated bad-input suite, driven by the one run-settings schema (`estimator.settings.config.schema()`).
 
 For every setting, invalid values (zero, negative, non-integer, NaN, infinity, huge, wrong type, empty, unknown
 choice, ...) go through every command that reads run settings, in-process:
 
-- `vram-estimate` flags (`estimator.cli.main`) and its `--config` GRPOConfig file,
+- `vram-estimate` flags (`estimator.interface.cli.main`) and its `--config` GRPOConfig file,
 - the sweep's command-line values (`app.check_overrides`) and config mapping (`to_job`),
 - the tracer's parser (`sweeps.trace.cli.main`, with the trace itself stubbed out).
 
@@ -21,8 +21,8 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from estimator import cli
-from estimator.config import RunConfig, check_value, schema
+from estimator.interface import cli
+from estimator.settings.config import RunConfig, check_value, schema
 from sweeps.runner import app
 from sweeps.runner.job import BadInput, to_job
 from sweeps.trace import cli as trace_cli

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from estimator import cli
-from estimator.architecture import MODEL_TYPES, ConfigError, from_config
+from estimator.interface import cli
+from estimator.model.architecture import MODEL_TYPES, ConfigError, from_config
 
 LLAMA = {
     "model_type": "llama",

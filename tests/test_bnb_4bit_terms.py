@@ -6,8 +6,8 @@ and casts to bf16: 6 bytes per weight element; a bf16 load: 2; an fp16 load unde
 
 from __future__ import annotations
 
-from estimator.catalog import resolve_model
-from estimator.config import RunConfig
+from estimator.model.catalog import resolve_model
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 
 Q7 = resolve_model("7B")

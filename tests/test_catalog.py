@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from estimator.architecture import ConfigError
-from estimator.catalog import UnknownModel, closest_names, resolve_model
-from estimator.gpus import GPUS, UnknownGPU, lookup
+from estimator.hardware.gpus import GPUS, UnknownGPU, lookup
+from estimator.model.architecture import ConfigError
+from estimator.model.catalog import UnknownModel, closest_names, resolve_model
 
 TINY = {
     "model_type": "llama",

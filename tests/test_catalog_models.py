@@ -8,14 +8,15 @@ import json
 
 import pytest
 
-from estimator.architecture import from_config
-from estimator.catalog import UnknownModel, catalog, resolve_model, resolve_model_with_note, sizes
+from estimator.model.architecture import from_config
+from estimator.model.catalog import UnknownModel, catalog, resolve_model, resolve_model_with_note, sizes
 
 ADDED = {  # HF id -> (computed total, model_type); SOURCES.md gives the source and grade of each
     "meta-llama/Llama-3.1-8B": (8_030_261_248, "llama"),
     "meta-llama/Llama-3.2-3B": (3_212_749_824, "llama"),
     "mistralai/Mistral-7B-Instruct-v0.3": (7_248_023_552, "mistral"),
     "microsoft/phi-4": (14_659_507_200, "phi3"),
+    "allenai/OLMo-2-1124-13B": (13_716_198_400, "olmo2"),
 }
 
 

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from estimator import band
-from estimator.cli import main
-from estimator.config import RunConfig
-from estimator.gpus import GPUS
+from estimator.hardware.gpus import GPUS
+from estimator.interface.cli import main
+from estimator.settings.config import RunConfig
+from estimator.step import band
 
 # Qwen2.5-7B: hand count in test_architecture.py. LoRA r=16 on PEFT's qwen2 default (q_proj, v_proj):
 # per layer 16×(3584 + 3584) + 16×(3584 + 512) = 180,224; × 28 layers.
@@ -69,7 +69,7 @@ def test_json_breakdown(capsys):
     need = d["peak_allocated_bytes"] * 36_237_436_800 / 35_277_086_208 + 893_386_752
     assert d["need_bytes"] == pytest.approx(need, abs=2)
     h100 = next(f for f in d["fits"] if f["gpu"] == "H100 80GB")
-    # fits are decided on the safe side of the validated error band (estimator/band.py): the tensor peak is
+    # fits are decided on the safe side of the validated error band (estimator/step/band.py): the tensor peak is
     # raised by the band's margin for this config's regime (sdpa with fp32 weights) on top of the need
     m = band.margin(RunConfig(model="7B", use_peft=True))
     need += int(m * d["peak_allocated_bytes"])
@@ -201,7 +201,9 @@ def test_trace_without_helper_is_one_line(capsys, monkeypatch):
     "argv, code", [(["--help"], 0), (["--model", "0.5B", "--gpu", "B200"], 0), (["--gens", "3"], 2)]
 )
 def test_subprocess_exit_codes(argv, code):
-    r = subprocess.run([sys.executable, "-m", "estimator.cli", *argv], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "estimator.interface.cli", *argv], capture_output=True, text=True
+    )
     assert r.returncode == code
     if code == 2:
         assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr

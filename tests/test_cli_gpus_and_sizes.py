@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from estimator import cli
+from estimator.interface import cli
 
 MIB = 2**20
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from estimator import cli
+from estimator.interface import cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 def test_reader_leaving_the_pipe_is_not_a_traceback():
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "estimator.cli", "--model", "7B", "--json"],
+        [sys.executable, "-m", "estimator.interface.cli", "--model", "7B", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
@@ -49,7 +49,7 @@ def test_binary_or_non_utf8_config_file(tmp_path, capsys, data):
 def test_an_answer_that_cannot_be_written_is_one_line_and_no_verdict(redirect, message):
     if redirect == ">/dev/full" and not Path("/dev/full").exists():
         pytest.skip("no /dev/full on this system")
-    cmd = f"{shlex.quote(sys.executable)} -m estimator.cli --model 0.5B --dtype bfloat16 {redirect}"
+    cmd = f"{shlex.quote(sys.executable)} -m estimator.interface.cli --model 0.5B --dtype bfloat16 {redirect}"
     proc = subprocess.run(
         ["bash", "-c", cmd], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
     )
@@ -66,3 +66,36 @@ def test_control_characters_in_a_config_name_are_escaped(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\r" not in out
     assert out.splitlines()[0].startswith("evil\\n\\x1b[31mRED\\x1b[0m\\rname: 494.03 M params")
+
+
+def _alias_bomb(key: str) -> str:
+    """A YAML file of ten lines whose `key` holds 10**9 values through nested aliases."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    return "\n".join(lines + [f"{key}: *a8"]) + "\n"
+
+
+@pytest.mark.parametrize("key", ["max_completion_length", "deepspeed"])
+def test_a_yaml_alias_bomb_is_named_without_being_expanded(tmp_path, key):
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_alias_bomb(key))
+    run = subprocess.run(  # the timeout only guards the suite: expanding the value first never ends
+        [sys.executable, "-m", "estimator", "--config", str(bomb)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"bomb.yaml: {key}" in lines[0] and "[[[" in lines[0] and len(lines[0]) < 300
+
+
+def test_a_shown_value_is_cut_and_escaped():
+    from estimator.text import shown
+
+    full = ascii("é\n" * 100)  # 'é' and the newline escaped as Python writes them
+    assert shown("é\n" * 100, 20) == full[:17] + "..."
+    deep = [[[[[1] * 5] * 5] * 5] * 5] * 5
+    text = shown(deep, 10_000)
+    assert text.startswith("[[[[...]") and "1" not in text  # three levels, never the leaves

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from estimator import cli
-from estimator.config import RunConfig
-from estimator.flags import FlagError, resolve_run
-from estimator.role_spec import Role, RoleSpecError, config_roles, parse_role
+from estimator.interface import cli
+from estimator.interface.flags import FlagError, resolve_run
+from estimator.settings.config import RunConfig
+from estimator.settings.role_spec import Role, RoleSpecError, config_roles, parse_role
 
 GPTQ = "examples/case1_gptq_qlora_vllm_colocate/Qwen2.5-7B-Instruct-GPTQ-Int4.config.json"
 
@@ -49,7 +49,7 @@ def test_role_specs():
 
 
 def test_flags_repeat_and_config_file_keys(tmp_path):
-    # the tracer derives the same flags (estimator/flags.py): every new setting parses there too
+    # the tracer derives the same flags (estimator/interface/flags.py): every new setting parses there too
     from sweeps.trace.cli import build_parser
 
     ns = build_parser().parse_args(
@@ -184,9 +184,9 @@ def test_roles_and_gpu_count_in_the_text_report(capsys):
 
 
 def test_with_roles_adds_resident_roles_to_every_phase():
-    from estimator.catalog import resolve_model
-    from estimator.estimate import estimate
-    from estimator.layout import with_roles
+    from estimator.model.catalog import resolve_model
+    from estimator.plan.layout import with_roles
+    from estimator.step.estimate import estimate
 
     cfg = RunConfig(model="1.5B", dtype="bfloat16", per_device_train_batch_size=2, num_generations=2)
     plain = estimate(cfg)
@@ -201,7 +201,7 @@ def test_with_roles_adds_resident_roles_to_every_phase():
 def test_fits_line_gives_vllm_its_share_of_each_card(capsys, monkeypatch):
     """vLLM colocate at 0.5 takes half of each card: a bf16 0.5B step (~1 GiB of weights, small batches) fits in the
     other half of a 16 GiB T4, though half of the 80 GiB card named by --gpu would not fit on it."""
-    from estimator import band
+    from estimator.step import band
 
     monkeypatch.setattr(
         band, "margin", lambda cfg=None, model_type=None: 0.0

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from estimator import cli
+from estimator.interface import cli
 
 
 def _run(capsys, *argv):
@@ -66,3 +66,17 @@ def test_a_vanishing_vllm_share_fails_start_up_with_no_negative_pool(capsys):
     )
     vllm = json.loads(out)["layout"]["vllm"]
     assert vllm["kv_cache"] == 0 and "no memory left for the KV cache" in vllm["failure"]
+
+
+def test_a_vllm_max_model_length_at_or_below_the_prompt_is_refused(capsys):
+    # vLLM rejects a prompt of max_model_len tokens or more when one more token is asked for
+    code, _, err = _run(capsys, "--model", "1.5B", "--use-vllm", "--vllm-max-model-length", "256")
+    assert code == 2 and len(err) == 1
+    assert "--vllm-max-model-length 256" in err[0] and "at least 768" in err[0]
+
+
+def test_a_vllm_max_model_length_below_prompt_plus_completion_is_a_note(capsys):
+    code = cli.main(["--model", "1.5B", "--use-vllm", "--vllm-max-model-length", "600"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "768 tokens is past --vllm-max-model-length 600" in err and "errs high" in err

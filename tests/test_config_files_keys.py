@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from estimator import cli
-from estimator.configfile import ConfigFileError, read_config_file, suggestion
+from estimator.interface import cli
+from estimator.interface.configfile import ConfigFileError, read_config_file, suggestion
 
 
 def run(argv, capsys):
@@ -164,8 +164,8 @@ def test_trl_spelling_of_every_flag(capsys):
 
 
 def test_trl_spellings_come_from_the_schema():
-    from estimator.config import schema
-    from estimator.flags import trl_spellings
+    from estimator.interface.flags import trl_spellings
+    from estimator.settings.config import schema
 
     parser = cli.build_parser()
     for f in schema():

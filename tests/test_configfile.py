@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from estimator.configfile import ConfigFileError, read_config_file
+from estimator.interface.configfile import ConfigFileError, read_config_file
 
 YAML = """\
 model_name_or_path: Qwen/Qwen3-8B

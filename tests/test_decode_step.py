@@ -15,10 +15,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from estimator.architecture import from_config
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.settings.config import RunConfig
+from estimator.settings.versions import default_transformers
 from estimator.terms import generation
-from estimator.versions import default_transformers
 
 INSTALLED = default_transformers()  # the release the estimate models: the one these real steps run
 
@@ -110,7 +110,7 @@ def test_decode_step_transient_matches_a_real_step(case, attn, autocast):
 
 
 def test_autocast_adds_a_bf16_copy_of_the_repeated_cache():
-    """The case seed G found (gemma-2-2b, Llama-3.2-1B, eager, fp32 load under bf16 autocast): eager's matmul
+    """gemma-2-2b and Llama-3.2-1B, eager, fp32 load under bf16 autocast: eager's matmul
     casts the repeated fp32 K, then V, to bf16, one [B, heads, L, d] copy beside the two fp32 repeats. Under
     transformers 5.24 V is cached in bf16 already: the K cast still adds one bf16 copy, and the repeated V is
     bf16 instead of fp32, which saves as much again, so the step holds about what the fp32 step holds."""

@@ -17,8 +17,8 @@ import torch
 from live_bytes import BackwardBorn
 from tiny_models import TINY_TWO_LAYER, H, tiny_causal_lm
 
-from estimator.architecture import from_config
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 
 B, L = 2, 48
@@ -74,6 +74,10 @@ def _post_norm_measured_per_token(model_type: str, dtype: str, lora: bool) -> tu
         ("gemma3_text", "bfloat16", False),
         ("gemma2", "float32", False),
         ("gemma3_text", "float16", True),
+        # OLMo-2's layer ends with its post-feedforward norm too
+        ("olmo2", "bfloat16", False),
+        ("olmo2", "float32", False),
+        ("olmo2", "float16", True),
     ],
 )
 def test_gemma_post_norm_backward_matches_a_real_backward(model_type, dtype, lora):

@@ -3,7 +3,7 @@
 import pytest
 from synthetic_rows import row
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
 from estimator.units import MIB
 from sweeps.report import fit_overheads as fo
 

@@ -1,4 +1,4 @@
-"""The GPU catalog (estimator/data/gpus.json via estimator/gpus.py): its figures against facts that do not come
+"""The GPU catalog (estimator/data/gpus.json via estimator/hardware/gpus.py): its figures against facts that do not come
 from the file, sizes, ambiguous names, hostile --gpu values and the generated docs/GPUS.md."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator import gpus
-from estimator.gpus import (
+from estimator.hardware import gpus
+from estimator.hardware.gpus import (
     ALL_GPUS,
     AMBIGUOUS,
     GPUS,
@@ -376,7 +376,7 @@ def test_a_long_value_is_truncated():
 
 
 def test_docs_gpus_md_is_generated():
-    # regenerate with: python -m estimator.gpus > docs/GPUS.md
+    # regenerate with: python -m estimator.hardware.gpus > docs/GPUS.md
     assert (REPO / "docs" / "GPUS.md").read_text(encoding="utf-8") == gpus.markdown()
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from hydra import compose, initialize
 
-from estimator.estimate import estimate
+from estimator.step.estimate import estimate
 from sweeps.runner.job import to_job
 
 REPO = Path(__file__).resolve().parent.parent

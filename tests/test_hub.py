@@ -19,7 +19,7 @@ import pytest
 from test_catalog import TINY as CATALOG_TINY
 from test_catalog import TINY_PARAMS
 
-from estimator import hub
+from estimator.model import hub
 
 pytest.importorskip("huggingface_hub")
 
@@ -107,7 +107,7 @@ def env_for(tmp_path: Path, endpoint: str | None, **extra: str) -> dict:
 
 
 def cli(env: dict, *args: str, pre: str = "") -> subprocess.CompletedProcess:
-    code = f"{pre}\nimport sys\nfrom estimator.cli import main\nsys.exit(main(sys.argv[1:]))"
+    code = f"{pre}\nimport sys\nfrom estimator.interface.cli import main\nsys.exit(main(sys.argv[1:]))"
     return subprocess.run(
         [sys.executable, "-c", code, "--gens", "8", "--json", *args],
         env=env,
@@ -200,7 +200,7 @@ def test_bad_ids_never_reach_the_network(tmp_path):
 
 
 def test_in_process_fetch_and_note(server, tmp_path, monkeypatch):
-    from estimator.catalog import resolve_model_with_note
+    from estimator.model.catalog import resolve_model_with_note
 
     for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME"):
         monkeypatch.delenv(k, raising=False)

@@ -9,8 +9,8 @@ HEAVY = ("torch", "transformers", "trl", "peft", "numpy")
 
 SCRIPT = """
 import contextlib, io, sys
-import estimator, estimator.estimate, estimator.catalog, estimator.advice, estimator.report
-from estimator.cli import main
+import estimator, estimator.step.estimate, estimator.model.catalog, estimator.plan.advice, estimator.interface.report
+from estimator.interface.cli import main
 with contextlib.redirect_stdout(io.StringIO()):
     codes = [
         main(["--model", "7B", "--lora", "--gens", "8"]),
@@ -33,7 +33,18 @@ def test_main_paths_do_not_import_torch():
 
 def test_console_script_module_does_not_import_torch():
     r = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "estimator.cli", "--model", "7B", "--lora", "--gens", "8"],
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "estimator.interface.cli",
+            "--model",
+            "7B",
+            "--lora",
+            "--gens",
+            "8",
+        ],
         capture_output=True,
         text=True,
     )

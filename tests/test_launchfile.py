@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from estimator.launchfile import LaunchFileError, read_launch_file
+from estimator.interface.launchfile import LaunchFileError, read_launch_file
 
 ACCEL_DS = """compute_environment: LOCAL_MACHINE
 distributed_type: DEEPSPEED
@@ -128,7 +128,7 @@ def test_missing_file_is_one_line(tmp_path):
 
 def test_vram_estimate_reads_an_accelerate_config(tmp_path, capsys):
     """`vram-estimate --config accelerate.yaml` takes the spread from the file (the schema's --config path)."""
-    from estimator.cli import main
+    from estimator.interface.cli import main
 
     path = _write(
         tmp_path, "fsdp.yaml", ACCEL_FSDP.replace("fsdp_offload_params: true", "fsdp_offload_params: false")
@@ -139,7 +139,7 @@ def test_vram_estimate_reads_an_accelerate_config(tmp_path, capsys):
 
 
 def test_vram_estimate_config_error_is_one_line(tmp_path):
-    from estimator.configfile import ConfigFileError, read_config_file
+    from estimator.interface.configfile import ConfigFileError, read_config_file
 
     path = _write(tmp_path, "bad.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 7\n")
     with pytest.raises(ConfigFileError) as exc:
@@ -147,3 +147,53 @@ def test_vram_estimate_config_error_is_one_line(tmp_path):
     assert str(exc.value).startswith("--config bad.yaml: deepspeed_config.zero_stage 7") and "\n" not in str(
         exc.value
     )
+
+
+def _estimate_err(capsys, *argv) -> tuple[int, list[str]]:
+    from estimator.interface import cli
+
+    code = cli.main(["--model", "1.5B", *argv])
+    return code, [line for line in capsys.readouterr().err.splitlines() if "note:" not in line]
+
+
+@pytest.mark.parametrize(
+    "ds, gpus, ok",
+    [
+        ({"train_batch_size": 16}, 2, True),  # 2 GPUs x micro-batch 8 (default) x GA 1 = 16
+        ({"train_batch_size": 64}, 2, False),
+        (
+            {"train_batch_size": 48, "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 3},
+            2,
+            True,
+        ),
+        (
+            {"train_batch_size": 48, "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2},
+            2,
+            False,
+        ),
+        ({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 4}, 4, True),
+        ({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4}, 4, False),  # 4 x 4 x 1 = 16
+    ],
+)
+def test_deepspeed_train_batch_size_must_be_gpus_times_micro_times_accumulation(
+    tmp_path, capsys, ds, gpus, ok
+):
+    f = tmp_path / "ds.json"
+    f.write_text(json.dumps({**ds, "zero_optimization": {"stage": 2}}))
+    code, err = _estimate_err(capsys, "--config", str(f), "--gpus", str(gpus))
+    if ok:
+        assert code == 0, err
+    else:
+        assert code == 2 and len(err) == 1
+        assert f"train_batch_size {ds['train_batch_size']} is not {gpus} GPU(s)" in err[0]
+
+
+def test_an_inner_deepspeed_file_error_names_the_yaml_that_points_at_it(tmp_path, capsys):
+    (tmp_path / "inner.json").write_text(json.dumps({"zero_optimization": {"stage": 7}}))
+    yaml_file = tmp_path / "acc.yaml"
+    yaml_file.write_text(
+        f"distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n  deepspeed_config_file: {tmp_path / 'inner.json'}\n"
+    )
+    code, err = _estimate_err(capsys, "--config", str(yaml_file))
+    assert code == 2 and len(err) == 1
+    assert "acc.yaml: deepspeed_config_file inner.json: zero_optimization.stage 7" in err[0]

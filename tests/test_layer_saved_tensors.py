@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from estimator.architecture import from_config
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.settings.config import RunConfig
 from estimator.terms import activations
 
 B, L = 3, 8  # no weight has a dimension of 3 or 24; windows of 4 < L mask the sliding layers
@@ -52,6 +52,8 @@ MODELS = {
         "layer_types": ["sliding_attention", "full_attention"],
         "query_pre_attn_scalar": 16,
     },
+    # no input_layernorm, norms on the attention / MLP outputs, q_norm / k_norm over all of q_dim / kv_dim
+    "olmo2": {"model_type": "olmo2", "num_hidden_layers": 2},
 }
 
 
@@ -86,6 +88,9 @@ def _measured_per_token(family: str, cfg: RunConfig, input_requires_grad: bool =
     x = torch.randn(
         B, L, conf.hidden_size, dtype=getattr(torch, cfg.dtype), requires_grad=input_requires_grad
     )
+    # not a leaf, as the embedding's output is not: autocast caches its cast of a leaf that requires grad (torch
+    # `cached_cast`), which would merge the per-linear casts of a layer input read by linears directly (OLMo-2)
+    x = x.clone()
     pos = torch.arange(L)[None]
     mask_kwargs = {
         "config": conf,
@@ -150,6 +155,11 @@ LORA_CASES = [
     ("gemma2", "bfloat16", True, "eager", ("all-linear",), 0.0),
     ("gemma3", "bfloat16", True, "sdpa", ("all-linear",), 0.05),
     ("gemma3", "float16", False, "eager", ("q_proj", "v_proj"), 0.0),
+    ("olmo2", "bfloat16", True, "sdpa", ("all-linear",), 0.05),
+    ("olmo2", "bfloat16", True, "sdpa", ("q_proj", "v_proj"), 0.0),
+    ("olmo2", "float32", True, "sdpa", ("all-linear",), 0.0),
+    ("olmo2", "float32", True, "eager", ("k_proj", "down_proj"), 0.1),
+    ("olmo2", "float16", False, "sdpa", ("all-linear",), 0.0),
 ]
 
 
@@ -185,6 +195,10 @@ FULL_CASES = [
     ("gemma2", "bfloat16", True, "eager"),
     ("gemma3", "bfloat16", True, "sdpa"),
     ("gemma3", "float32", True, "eager"),
+    ("olmo2", "bfloat16", True, "sdpa"),
+    ("olmo2", "float32", True, "sdpa"),
+    ("olmo2", "float16", False, "eager"),
+    ("olmo2", "bfloat16", True, "eager"),
 ]
 
 
@@ -200,6 +214,8 @@ FIRST_LAYER_CASES = [
     ("qwen3", "bfloat16", True, None, 0.05),  # default q/v targets: k_norm on an unwrapped k saves nothing
     ("qwen3", "float32", True, ("all-linear",), 0.0),
     ("gemma3", "bfloat16", True, ("q_proj", "v_proj"), 0.1),  # two layers: only the first keeps less
+    ("olmo2", "bfloat16", True, ("q_proj", "v_proj"), 0.1),  # no input norm; k_norm on an unwrapped k
+    ("olmo2", "float32", True, ("v_proj", "down_proj"), 0.0),  # q_norm / k_norm on unwrapped q, k: nothing
 ]
 
 

@@ -49,3 +49,83 @@ def test_no_sweeps_package_imports_a_higher_one():
             if layer is not None and layer > own:
                 bad.append(f"sweeps/{rel}: {m}")
     assert not bad, bad
+
+
+# The estimator's rooms, lowest first: each may import its own room and lower ones (docs/ARCHITECTURE.md).
+ESTIMATOR_LAYERS = {
+    "units": 0,
+    "text": 0,
+    "model": 1,
+    "hardware": 1,
+    "settings": 2,
+    "terms": 3,
+    "step": 4,
+    "plan": 5,
+    "interface": 6,
+    "__main__": 7,
+}
+
+
+def _estimator_module(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _estimator_graph() -> dict[str, set[str]]:
+    """module -> the estimator modules it imports (statements inside functions too)."""
+    modules = {_estimator_module(p): p for p in (REPO / "estimator").rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for m in _imports(path):
+            while m and m not in modules:
+                m = m.rpartition(".")[0]
+            if m and m not in ("estimator", name):
+                targets.add(m)
+        graph[name] = targets
+    return graph
+
+
+def _room(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else module
+
+
+def test_every_estimator_module_sits_in_a_known_room():
+    rooms = {_room(m) for m in _estimator_graph() if m != "estimator"}
+    assert rooms <= set(ESTIMATOR_LAYERS), rooms - set(ESTIMATOR_LAYERS)
+
+
+def test_no_estimator_room_imports_a_higher_one():
+    bad = [
+        f"{m} -> {t}"
+        for m, targets in _estimator_graph().items()
+        for t in targets
+        if m != "estimator" and ESTIMATOR_LAYERS[_room(t)] > ESTIMATOR_LAYERS[_room(m)]
+    ]
+    assert not bad, bad
+
+
+def test_no_estimator_import_circle():
+    graph = _estimator_graph()
+    done: set[str] = set()
+
+    def circle_from(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return path[path.index(node) :] + [node]
+        if node in done:
+            return None
+        for nxt in sorted(graph[node]):
+            found = circle_from(nxt, path + [node])
+            if found:
+                return found
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        assert circle_from(start, []) is None
+
+
+def test_the_layer_check_sees_an_upward_import_inside_a_function(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    from estimator.interface.cli import main\n")
+    assert "estimator.interface.cli" in _imports(source)

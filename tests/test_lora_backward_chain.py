@@ -19,7 +19,7 @@ import torch
 from live_bytes import BackwardBorn
 from tiny_models import cuda_dropout
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 
 T, N, OUT, R = 512, 160, 8, 4

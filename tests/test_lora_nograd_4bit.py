@@ -1,9 +1,8 @@
 """The no-grad LoRA MLP instant on a 4-bit base without autocast (`lora_nograd_mlp_per_token`), op by op.
 
-Round 8 made the tracer's emulated 4-bit layers `bnb.nn.Linear4bit` subclasses, so peft wraps them with its bnb
+The tracer's emulated 4-bit layers are `bnb.nn.Linear4bit` subclasses, so peft wraps them with its bnb
 wrapper as on a GPU: the base result is cloned and, without autocast, the scaled adapter output is cast to the
-result's dtype before the add, so nothing promotes. The retraced fp16 QLoRA prefills fell by one [T, I] tensor
-(0.5B: 26823 -> 22519 MiB). Here a real `LlamaMLP` with that emulated 4-bit base (on real CPU tensors, M below
+result's dtype before the add, so nothing promotes. Here a real `LlamaMLP` with that emulated 4-bit base (on real CPU tensors, M below
 bnb's dequantize threshold) and peft's LoRA on gate/up/down runs one no-grad forward under a dispatch mode that
 counts every storage it writes; its input is given.
 """
@@ -15,8 +14,8 @@ import torch
 from live_bytes import LivePeak
 from tiny_models import INTER, TINY_ONE_LAYER, H
 
-from estimator.architecture import from_config
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 
 B, L = 2, 96

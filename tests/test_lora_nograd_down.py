@@ -17,8 +17,8 @@ import torch
 from live_bytes import LivePeak
 from tiny_models import INTER, TINY_ONE_LAYER, H, cuda_dropout
 
-from estimator.architecture import from_config
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 
 B, L, R = 4, 256, 4

@@ -11,8 +11,8 @@ import pytest
 import torch
 from live_bytes import LivePeak
 
-from estimator.catalog import resolve_model
-from estimator.config import RunConfig
+from estimator.model.catalog import resolve_model
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 
 T, IN, OUT, R = 256, 64, 4096, 4
@@ -66,9 +66,9 @@ def test_fused_gate_up_add_exceeds_the_down_projection_instant():
 
 
 def test_down_proj_lora_input_is_released_before_the_multiply_backward():
-    """A validation Llama-3.2-1B QLoRA row (fp32 load, bf16 autocast, all-linear r16, GC) peaked at the MLP's
-    act·up backward: six fp32 [T, I] tensors live and no bf16 copy of the product, because down_proj's backward
-    (which frees what its lora_A saved) runs first. The estimate had added that copy and was +7.5 %."""
+    """A Llama-3.2-1B QLoRA step (fp32 load, bf16 autocast, all-linear r16, GC) peaks at the MLP's act·up
+    backward: six fp32 [T, I] tensors live and no bf16 copy of the product, because down_proj's backward
+    (which frees what its lora_A saved) runs first."""
     import json
     from pathlib import Path
 

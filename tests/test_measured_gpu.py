@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator.config import RunConfig
-from estimator.estimate import estimate
+from estimator.settings.config import RunConfig
+from estimator.step.estimate import estimate
 from sweeps.runner.predict import arch_for
 
 ROWS = Path(__file__).resolve().parents[1] / "results" / "raw" / "gpu-validate.jsonl"

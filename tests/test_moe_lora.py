@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from estimator.architecture import from_config
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.settings.config import RunConfig
 from estimator.terms import activations, moe_lora, weights
 from sweeps.trace import fake_model
 

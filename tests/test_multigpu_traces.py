@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from estimator.config import RunConfig
-from estimator.estimate import estimate
+from estimator.settings.config import RunConfig
+from estimator.step.estimate import estimate
 
 ROWS_FILE = Path(__file__).resolve().parent.parent / "results" / "traced" / "tuned" / "multigpu.jsonl"
 BOUND = 0.03
@@ -48,8 +48,8 @@ def test_rank0_peak_and_phases_within_3_percent(row):
 def test_rank0_parameter_shards_match_the_trace(row):
     """The resident parameter shards alone (rank 0's padded chunks: fp32 for full FT, the bf16 base + fp32
     adapters for LoRA) against the trace's `param` label."""
-    from estimator.catalog import resolve_model
-    from estimator.phases_fsdp import resident
+    from estimator.model.catalog import resolve_model
+    from estimator.step.fsdp import resident
 
     cfg = RunConfig.from_dict(row["config"])
     arch = resolve_model(cfg.model)
@@ -63,7 +63,7 @@ def test_rank0_shard_elements_by_hand_on_a_tiny_qwen2():
     """Σ ceil(dim0 / n) · rest written out for a 2-layer Qwen2 (the tracer test's model) against the estimator."""
     from test_trace_distributed import TINY as tiny  # the 2-layer Qwen2 the tracer test runs
 
-    from estimator.architecture import from_config
+    from estimator.model.architecture import from_config
     from estimator.terms.sharding import fsdp_shard_numel
 
     arch = from_config(tiny, "tiny")

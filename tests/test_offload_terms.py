@@ -45,10 +45,10 @@ def test_host_ram_check_says_how_short():
 
 
 def test_zero2_optimizer_offload_leaves_the_gpu_and_lands_on_the_host():
-    from estimator.catalog import resolve_model
-    from estimator.config import RunConfig
-    from estimator.estimate import estimate
-    from estimator.offload_phases import host_ram
+    from estimator.model.catalog import resolve_model
+    from estimator.settings.config import RunConfig
+    from estimator.step.estimate import estimate
+    from estimator.step.offload import host_ram
 
     cfg = RunConfig(model="1.5B", dtype="bfloat16", num_gpus=4, sharding="zero2")
     on_gpu = estimate(cfg)
@@ -68,8 +68,8 @@ def test_zero2_optimizer_offload_leaves_the_gpu_and_lands_on_the_host():
 
 
 def test_offload_flag_combinations_refused_in_one_line():
-    from estimator.config import RunConfig
-    from estimator.offload_phases import offload_problem
+    from estimator.settings.config import RunConfig
+    from estimator.settings.validate import offload_problem
 
     assert "--zero 2|3 or --fsdp" in offload_problem(RunConfig(offload_optimizer=True))
     assert "ZeRO-3" in offload_problem(RunConfig(num_gpus=2, sharding="zero2", offload_param=True))

@@ -1,12 +1,12 @@
-"""Non-tensor memory items (estimator/terms/overhead.py) and torch's usable memory per GPU (estimator/gpus.py).
+"""Non-tensor memory items (estimator/terms/overhead.py) and torch's usable memory per GPU (estimator/hardware/gpus.py).
 
 Expected bytes are the published figures written out by hand (notes/gpu-overheads.md and the sources named there).
 """
 
 from __future__ import annotations
 
-from estimator.config import RunConfig
-from estimator.gpus import GPUS, lookup
+from estimator.hardware.gpus import GPUS, lookup
+from estimator.settings.config import RunConfig
 from estimator.terms import overhead
 
 MIB = 2**20

@@ -2,9 +2,9 @@
 
 import dataclasses
 
-from estimator.architecture import from_config
-from estimator.catalog import resolve_model
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.model.catalog import resolve_model
+from estimator.settings.config import RunConfig
 from estimator.terms import quantized as q
 from estimator.terms import weights as w
 
@@ -64,7 +64,7 @@ def test_unquantized_arch_is_unchanged():
 
 
 def test_gptq_estimate_uses_the_packed_base_and_a_dequantized_transient():
-    from estimator.estimate import estimate
+    from estimator.step.estimate import estimate
     from estimator.terms.activations import dequantized_weight_transient
 
     arch = from_config(Q7.extra["config"] | {"quantization_config": GPTQ4})

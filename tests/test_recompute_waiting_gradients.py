@@ -16,8 +16,8 @@ import torch
 from live_bytes import LivePeak
 from tiny_models import TINY_TWO_LAYER, H, attn_implementation, tiny_causal_lm
 
-from estimator.architecture import from_config
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 
 B, L = 2, 48
@@ -42,6 +42,9 @@ CASES = [
     ("gemma2", "float32", True, ALL, 4 + 4),
     ("gemma3_text", "bfloat16", True, ALL, 2 + 4),
     ("gemma3_text", "bfloat16", True, QV, 2 + 4),
+    # OLMo-2's post-feedforward norm ends the layer the same way (`(weight * x).to(input_dtype)`)
+    ("olmo2", "bfloat16", True, ALL, 2 + 4),
+    ("olmo2", "float32", True, QV, 4 + 4),
 ]
 
 
@@ -61,7 +64,9 @@ def _measured_per_token(model_type: str, dtype: str, autocast: bool, targets: li
         if mode_active and not at_recompute:
             at_recompute.append(mode.current)
 
-    model.base_model.model.model.layers[-1].input_layernorm.register_forward_pre_hook(first_recomputed_op)
+    top = model.base_model.model.model.layers[-1]
+    # the layer's first module: input_layernorm, or OLMo-2's attention (it has no input norm)
+    getattr(top, "input_layernorm", top.self_attn).register_forward_pre_hook(first_recomputed_op)
     ids = torch.randint(1, TINY_TWO_LAYER["vocab_size"], (B, L))
     mode_active = False
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):

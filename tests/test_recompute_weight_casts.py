@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 
-from estimator.architecture import from_config
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 from estimator.terms import moe_lora
 from sweeps.trace import fake_model

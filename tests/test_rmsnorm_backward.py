@@ -11,8 +11,8 @@ import pytest
 import torch
 from live_bytes import LivePeak
 
-from estimator.catalog import resolve_model
-from estimator.config import RunConfig
+from estimator.model.catalog import resolve_model
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 
 T = 512

@@ -1,9 +1,9 @@
 """Reward, reference and value models and their placement (terms/roles.py, layout.py), hand-computed."""
 
-from estimator.catalog import resolve_model
-from estimator.config import RunConfig
-from estimator.estimate import estimate
-from estimator.layout import Role, VllmSettings, plan
+from estimator.model.catalog import resolve_model
+from estimator.plan.layout import Role, VllmSettings, plan
+from estimator.settings.config import RunConfig
+from estimator.step.estimate import estimate
 from estimator.terms import roles as rt
 from estimator.units import GIB
 
@@ -158,7 +158,7 @@ def test_sleep_level_1_parks_weights_in_host_ram():
 
 
 def test_role_moves_when_training_gpus_do_not_fit():
-    from estimator.advice import role_moves
+    from estimator.plan.advice import role_moves
 
     cfg = RunConfig(
         model="7B", dtype="bfloat16", per_device_train_batch_size=2, num_generations=2, gpu_memory_gib=40.0

@@ -1,6 +1,6 @@
 """The no-grad rotary instant (`nograd_rotary_per_token`) against transformers' own attention forward, op by op.
 
-Seed G's worst miss (Qwen3-0.6B loaded in fp32 under bf16 autocast, a 112-sequence prefill, -10.3 %) peaked inside
+A Qwen3-0.6B step loaded in fp32 under bf16 autocast (a 112-sequence prefill) peaks inside
 the last layer's `apply_rotary_pos_emb`, before its K/V entered the cache: q after q_norm, `q * cos`,
 `rotate_half(q) * sin` and their sum, all fp32, beside k and v. Here a real `Qwen3Attention` / `LlamaAttention`
 runs one no-grad forward under a dispatch mode that counts every storage it writes. Its hidden-states input is
@@ -14,9 +14,9 @@ import pytest
 import torch
 from live_bytes import LivePeak
 
-from estimator.architecture import from_config
-from estimator.catalog import resolve_model
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.model.catalog import resolve_model
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 
 B, L = 2, 64
@@ -34,11 +34,13 @@ TINY = {
 def _measured_per_token(model_type: str, dtype: str, autocast: bool) -> float:
     import transformers
     from transformers.models.llama import modeling_llama
+    from transformers.models.olmo2 import modeling_olmo2
     from transformers.models.qwen3 import modeling_qwen3
 
     attention, rotary_embedding = {
         "qwen3": (modeling_qwen3.Qwen3Attention, modeling_qwen3.Qwen3RotaryEmbedding),
         "llama": (modeling_llama.LlamaAttention, modeling_llama.LlamaRotaryEmbedding),
+        "olmo2": (modeling_olmo2.Olmo2Attention, modeling_olmo2.Olmo2RotaryEmbedding),
     }[model_type]
     conf = transformers.AutoConfig.for_model(model_type, **TINY)
     conf._attn_implementation = "sdpa"
@@ -69,6 +71,11 @@ CASES = [
     ("llama", "float16", True),
     ("llama", "bfloat16", True),
     ("llama", "float16", False),
+    # OLMo-2: fp32 cos/sin in every dtype, q_embed (fp32) waits for k's rotary, both cast back
+    ("olmo2", "float32", True),
+    ("olmo2", "bfloat16", True),
+    ("olmo2", "float16", False),
+    ("olmo2", "float32", False),
 ]
 
 
@@ -76,7 +83,8 @@ CASES = [
 def test_rotary_instant_matches_the_attention_forward(model_type, dtype, autocast):
     arch = from_config({"model_type": model_type, **TINY}, name="tiny")
     cfg = RunConfig(model="tiny", dtype=dtype, bf16=autocast, use_peft=False)
-    residual = 3 * act.residual_bytes(cfg) * TINY["hidden_size"]
+    # inputs_embeds, the layer's input and input_layernorm's output; OLMo-2 has no input_layernorm
+    residual = (2 if model_type == "olmo2" else 3) * act.residual_bytes(cfg) * TINY["hidden_size"]
     assert (
         _measured_per_token(model_type, dtype, autocast) == act.nograd_rotary_per_token(cfg, arch) - residual
     )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from synthetic_rows import row as synthetic_row
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
 from sweeps import records
 from sweeps.runner import measure
 

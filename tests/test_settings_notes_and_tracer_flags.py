@@ -8,10 +8,11 @@ import warnings
 
 import pytest
 
-from estimator import cli, solve
-from estimator.catalog import resolve_model
-from estimator.config import RunConfig
-from estimator.validate import notes
+from estimator.interface import cli
+from estimator.model.catalog import resolve_model
+from estimator.plan import solve
+from estimator.settings.config import RunConfig
+from estimator.settings.validate import notes
 from sweeps.trace import cli as trace_cli
 from sweeps.trace import rows, step
 

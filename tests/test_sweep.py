@@ -209,9 +209,9 @@ def test_composed_hydra_defaults_equal_runconfig_defaults():
     for the release settings, which default to the releases installed here (what the run measures)."""
     from dataclasses import replace
 
-    from estimator.config import RunConfig
-    from estimator.trl_versions import default_version, fmt
-    from estimator.versions import default_transformers
+    from estimator.settings.config import RunConfig
+    from estimator.settings.trl_versions import default_version, fmt
+    from estimator.settings.versions import default_transformers
 
     job = to_job(_compose())
     here = {"trl_version": fmt(default_version()), "transformers_version": default_transformers()}
@@ -241,7 +241,7 @@ def test_a_trl_release_this_environment_does_not_run_is_refused_before_any_run()
 def test_every_grpo_config_setting_reaches_trl(tmp_path):
     """The runner passes the schema's GRPOConfig settings through by name: a changed value arrives in TRL's
     GRPOConfig (torch_empty_cache_steps was accepted by the sweep and silently dropped before)."""
-    from estimator.config import RunConfig
+    from estimator.settings.config import RunConfig
 
     cfg = RunConfig(model="tiny-2M", device="cpu", torch_empty_cache_steps=3, num_iterations=2, beta=0.04)
     args = grpo_setup.grpo_args(cfg, {**grpo_setup.VARIANT_DEFAULTS, "steps": 2}, tmp_path)

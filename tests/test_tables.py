@@ -4,7 +4,7 @@ import hashlib
 
 from synthetic_rows import row, toy_estimate
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
 from sweeps.report import tables
 
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from estimator.catalog import resolve_model
-from estimator.config import RunConfig
-from estimator.estimate import estimate
+from estimator.model.catalog import resolve_model
+from estimator.settings.config import RunConfig
+from estimator.step.estimate import estimate
 from estimator.terms import activations as act
 from estimator.terms import generation as gen
 from estimator.terms import logprob_head as head
@@ -138,7 +138,7 @@ def test_device_overheads_are_the_published_constants_on_cuda_and_zero_on_cpu():
     # 426 MiB bare context (unsloth-zoo PR #1053) + 666,632,192 - 287,047,680 B lazily loaded modules (pytorch PR
     # #86509) + 32 MiB cuBLAS + 32 MiB cuBLASLt workspaces on sm 9.0 = 446,693,376 + 379,584,512 + 67,108,864 B
     assert e.cuda_context_bytes == 893_386_752
-    # the reserve comes from the caching-allocator simulation (estimator/allocator.py): over the 13 traced streams
+    # the reserve comes from the caching-allocator simulation (estimator/hardware/allocator.py): over the 13 traced streams
     # it is 1.1-15.5 % of the allocated peak, and the fitted model for configs without a stream errs high by up to
     # 6.6 points (results/streams/REPORT.txt), so any estimate outside 1.1-22.1 % is wrong
     assert 0.011 <= e.allocator_overhead_bytes / e.peak_allocated_bytes <= 0.221

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from estimator.catalog import resolve_model
-from estimator.config import RunConfig
+from estimator.model.catalog import resolve_model
+from estimator.settings.config import RunConfig
 
 pytestmark = pytest.mark.slow
 TRACED_PACKAGES = {"torch", "transformers", "trl", "accelerate", "peft"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_trace import TINY as TRACE_TINY
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
 
 pytestmark = pytest.mark.slow
 

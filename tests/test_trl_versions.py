@@ -1,4 +1,4 @@
-"""TRL release semantics (estimator/trl_versions.py, estimator/release_config.py) against the releases' own source.
+"""TRL release semantics (estimator/settings/trl_versions.py, estimator/settings/release_config.py) against the releases' own source.
 
 Defaults are checked against the GRPOConfig / TrainingArguments source of every release whose environment is
 present (the installed TRL, and .venvs/trl-X.Y from `make sweep-legacy`), parsed with `ast` (no import).
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from estimator.config import NEWEST_TRL, RunConfig
-from estimator.estimate import estimate
-from estimator.release_config import for_release
-from estimator.trl_versions import NEWEST, OLDEST, TABLE, fmt, parse_version, profile
+from estimator.settings.config import NEWEST_TRL, RunConfig
+from estimator.settings.release_config import for_release
+from estimator.settings.trl_versions import NEWEST, OLDEST, TABLE, fmt, parse_version, profile
+from estimator.step.estimate import estimate
 
 REPO = Path(__file__).resolve().parent.parent
 MINORS = [(0, m) for m in range(14, 30)] + [(1, m) for m in range(0, 17)]
@@ -177,7 +177,7 @@ def test_log_prob_heads_by_release():
 
 
 def test_cli_names_the_release_and_refuses_unknown_ones():
-    run = [sys.executable, "-m", "estimator.cli", "--model", "0.5B"]
+    run = [sys.executable, "-m", "estimator.interface.cli", "--model", "0.5B"]
     ok = subprocess.run([*run, "--trl-version", "0.14"], capture_output=True, text=True, cwd=REPO)
     assert ok.returncode == 0 and "modelled TRL release: 0.14" in ok.stdout
     bad = subprocess.run([*run, "--trl-version", "0.12"], capture_output=True, text=True, cwd=REPO)

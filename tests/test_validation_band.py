@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from estimator import band
-from estimator.catalog import resolve_model
-from estimator.compat import PEFT_DEFAULT_TARGETS
-from estimator.config import RunConfig
-from estimator.estimate import estimate
-from estimator.phases import train_instants
-from estimator.validate import InvalidConfig, validate
+from estimator.model.catalog import resolve_model
+from estimator.settings.compat import PEFT_DEFAULT_TARGETS
+from estimator.settings.config import RunConfig
+from estimator.settings.validate import InvalidConfig, validate
+from estimator.step import band
+from estimator.step.estimate import estimate
+from estimator.step.single import train_instants
 
 REPO = Path(__file__).resolve().parent.parent
 VALIDATION = REPO / "results" / "traced" / "random" / "validation.jsonl"
@@ -114,7 +114,7 @@ def test_rows_split_by_the_grid_that_wrote_them():
 
 def test_random_rows_carry_the_seed_of_their_draw():
     """Every committed random-grid row records its seed, and its config is that seed's draw."""
-    from estimator.versions import MODELLED_TRANSFORMERS
+    from estimator.settings.versions import MODELLED_TRANSFORMERS
     from sweeps import records
     from sweeps.trace.grids import GRIDS
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from estimator import trl_versions, versions
-from estimator.catalog import resolve_model
-from estimator.config import RunConfig
-from estimator.estimate import estimate
+from estimator.model.catalog import resolve_model
+from estimator.settings import trl_versions, versions
+from estimator.settings.config import RunConfig
+from estimator.step.estimate import estimate
 from estimator.terms import generation as gen
 from sweeps import records
 
@@ -97,7 +97,7 @@ def test_installed_releases_outside_the_modelled_ones_get_one_line(monkeypatch):
 
 
 def test_cli_names_the_releases_and_takes_the_transformers_release():
-    run = [sys.executable, "-m", "estimator.cli"]
+    run = [sys.executable, "-m", "estimator.interface.cli"]
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
     out = subprocess.run([*run, "--version"], capture_output=True, text=True, cwd=REPO, env=env)
     assert out.returncode == 0
@@ -118,7 +118,7 @@ def test_cli_names_the_releases_and_takes_the_transformers_release():
 
 
 def test_an_allocation_stream_stands_for_every_release_its_step_is_the_same_under():
-    from estimator import allocator_term
+    from estimator.terms import allocator_reserve as allocator_term
 
     bf16 = RunConfig(model="7B", use_peft=True, dtype="bfloat16")  # V is bf16 under both releases
     fp32 = RunConfig(model="7B", use_peft=True)  # V is fp32 under 5.23, bf16 under 5.24

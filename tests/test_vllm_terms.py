@@ -1,7 +1,7 @@
 """vLLM's own accounting (terms/vllm.py), each pinned by hand-computed bytes."""
 
-from estimator.catalog import resolve_model
-from estimator.config import RunConfig
+from estimator.model.catalog import resolve_model
+from estimator.settings.config import RunConfig
 from estimator.terms import vllm
 from estimator.units import GIB, MIB
 

@@ -9,8 +9,8 @@ Large Transformer Models", Table 2), re-derived for RMSNorm, rotary, SwiGLU, GQA
 
 from __future__ import annotations
 
-from estimator.architecture import Arch
-from estimator.config import RunConfig
+from estimator.model.architecture import Arch, layer_kinds, layer_windows
+from estimator.settings.config import RunConfig
 from estimator.terms import moe_lora
 from estimator.terms.quantized import arch_quant_spec
 from estimator.terms.weights import adapter_dtype, lora_targets
@@ -63,8 +63,6 @@ def masked_layers(cfg: RunConfig, arch: Arch, seq_len: int) -> int:
     `sdpa_mask` returns None when the mask is all-causal)."""
     if cfg.attn_implementation != "sdpa":
         return 0
-    from estimator.terms.generation import layer_windows
-
     return sum(1 for w in layer_windows(arch) if w is not None and w < seq_len)
 
 
@@ -75,13 +73,16 @@ def rmsnorm_saved_per_token(cfg: RunConfig, arch: Arch, consumers: int = 1) -> i
     `pow` and the `rsqrt` multiply (4H, and `rsqrt`'s [T, 1] fp32 output, 4); with a trainable weight,
     `weight * hidden.to(input_dtype)` saves the normalized value (r·H) and each consuming linear its input: the
     r-byte output itself when r = a, else autocast's own a-byte cast per linear call (`cached_cast` caches only
-    leaf weights). Gemma's `output * (1.0 + weight.float())` (gemma2 `Gemma2RMSNorm`) saves the fp32 normalized
-    value instead (4H). Frozen (PEFT): 4H + 4; a LoRA that keeps the output counts it (`lora_saved_per_token`).
+    leaf weights). Gemma's `output * (1.0 + weight.float())` (gemma2 `Gemma2RMSNorm`) and OLMo-2's
+    `(self.weight * hidden_states).to(input_dtype)` (`Olmo2RMSNorm.forward`,
+    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L59-L64)
+    save the fp32 normalized value instead (4H). Frozen (PEFT): 4H + 4; a LoRA that keeps the output counts it
+    (`lora_saved_per_token`).
     """
     r, a, h = residual_bytes(cfg), compute_bytes(cfg), arch.hidden_size
     if cfg.use_peft:
         return 4 * h + 4
-    normalized = 4 if arch.model_type in GEMMA_NORM_MODEL_TYPES else r
+    normalized = 4 if arch.family.fp32_norm_product else r
     out = r if r == a else consumers * a
     return (4 + normalized + out) * h + 4
 
@@ -90,13 +91,33 @@ def layer_norms_saved_per_token(
     cfg: RunConfig, arch: Arch, norms: tuple[str, ...] = ("attn_norm", "mlp_norm")
 ) -> int:
     """The two norms of a decoder layer whose outputs feed linears: input_layernorm (q/k/v, or Phi-3's qkv) and the
-    MLP's (gate/up, Phi-3's gate_up, a MoE router), each with its number of consuming linears (`norms`: only these)."""
+    MLP's (gate/up, Phi-3's gate_up, a MoE router), each with its number of consuming linears (`norms`: only these).
+
+    OLMo-2 (`norm_placement` "post") has neither: q/k/v_proj and gate/up_proj read the residual stream itself
+    (`Olmo2DecoderLayer.forward`, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L297-L314),
+    which each trainable linear keeps for its weight's gradient (`residual_input_saved_per_token`); its two norms
+    sit on the branch outputs (`gemma_extra_norms_saved_per_token`)."""
     consumers = {"attn_norm": 0, "mlp_norm": 0}
     for lin in arch.layer_linears:
         source = lora_input_source(lin.name)
         if source in consumers and lin.is_nn_linear:
             consumers[source] += 1
+    if arch.family.norm_placement == "post":
+        return sum(
+            residual_input_saved_per_token(cfg, arch, max(1, n)) for k, n in consumers.items() if k in norms
+        )
     return sum(rmsnorm_saved_per_token(cfg, arch, max(1, n)) for k, n in consumers.items() if k in norms)
+
+
+def residual_input_saved_per_token(cfg: RunConfig, arch: Arch, consumers: int = 1) -> int:
+    """The residual stream read by `consumers` linears with no norm in between (OLMo-2's q/k/v and gate/up), per
+    token: trainable weights keep their input, the r-byte tensor itself when r = a, else autocast's a-byte cast
+    per linear call (as for a norm's output, `rmsnorm_saved_per_token`); frozen (PEFT) weights keep nothing, and a
+    LoRA that keeps the input counts it (`lora_saved_per_token`)."""
+    if cfg.use_peft:
+        return 0
+    r, a = residual_bytes(cfg), compute_bytes(cfg)
+    return (r if r == a else consumers * a) * arch.hidden_size
 
 
 def _o_proj_saves_input(cfg: RunConfig, arch: Arch) -> bool:
@@ -104,10 +125,6 @@ def _o_proj_saves_input(cfg: RunConfig, arch: Arch) -> bool:
     if not cfg.use_peft:
         return True
     return any(lin.name.split(".")[-1] == "o_proj" for lin in lora_targets(cfg, arch))
-
-
-QK_NORM_MODEL_TYPES = ("qwen3", "qwen3_moe", "gemma3_text", "gemma3", "olmo2")
-GEMMA_NORM_MODEL_TYPES = ("gemma2", "gemma3_text", "gemma3")
 
 
 def qk_norm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -118,20 +135,28 @@ def qk_norm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     multiply with `rsqrt` (whose [T, heads, 1] fp32 output is saved too); with a trainable weight (full FT) `weight * hidden.to(input_dtype)` also saves the
     a-byte cast (Gemma3's `(1 + weight.float())` form saves the fp32 normalized value instead: 4 bytes). Rotary
     saves only cos/sin, so q and k themselves are counted once, by the attention kernel.
+
+    OLMo-2 (`qk_norm_scope` "full"): one RMSNorm over all of q_dim and one over kv_dim, before the head reshape
+    (`Olmo2Attention.forward`, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L227-L228),
+    so each keeps a single [T, 1] rsqrt; its `(weight * hidden).to(input_dtype)` saves the fp32 normalized value
+    when the weight trains (4 bytes), as Gemma3's does.
     """
-    if arch.model_type not in QK_NORM_MODEL_TYPES:
+    if not arch.family.qk_norm:
         return 0
     per = 4
     if not cfg.use_peft:
-        per += 4 if arch.model_type in GEMMA_NORM_MODEL_TYPES else linear_output_bytes(cfg)
-    rsqrt = 4 * (arch.num_heads + arch.num_kv_heads)  # [T, heads, 1] fp32 per norm
+        per += 4 if arch.family.fp32_norm_product else linear_output_bytes(cfg)
+    if arch.family.qk_norm_scope == "full":
+        rsqrt = 4 * 2  # [T, 1] fp32 per norm
+    else:
+        rsqrt = 4 * (arch.num_heads + arch.num_kv_heads)  # [T, heads, 1] fp32 per norm
     return per * (arch.q_dim + arch.kv_dim) + rsqrt
 
 
 def gemma_extra_norms_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     """Gemma2/3's post-attention and post-feedforward RMSNorms, whose outputs go into the residual add (unsaved):
     two of `gemma_post_norm_saved_per_token`. `Gemma2DecoderLayer` applies four norms per layer;
-    `layer_norms_saved_per_token` counts the two whose output feeds a linear."""
+    `layer_norms_saved_per_token` counts the two whose output feeds a linear. OLMo-2's only two norms are these."""
     return 2 * gemma_post_norm_saved_per_token(cfg, arch)
 
 
@@ -141,9 +166,12 @@ def gemma_post_norm_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
     transformers 5.23 `Gemma3RMSNorm.forward` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L128-L139;
     gemma2's is the same): `x.float()` is saved by the normalization (4·H, and rsqrt's [T, 1] fp32 output);
     `output * (1.0 + self.weight.float())` saves the fp32 normalized value when the weight trains (4·H more).
-    0 for other families.
+    OLMo-2's post_attention_layernorm / post_feedforward_layernorm (`Olmo2RMSNorm.forward`,
+    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L59-L64:
+    `x.to(float32)`, then `(self.weight * hidden_states).to(input_dtype)`) save the same. 0 for other families.
     """
-    if arch.model_type not in GEMMA_NORM_MODEL_TYPES:
+    fam = arch.family
+    if not (fam.fp32_norm_product and (fam.sandwich_norms or fam.norm_placement == "post")):
         return 0
     return (4 + (0 if cfg.use_peft else 4)) * arch.hidden_size + 4
 
@@ -301,8 +329,6 @@ def attention_mask_bytes(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -
         return batch * seq_len * seq_len  # bool
     if cfg.attn_implementation != "eager":
         return 0
-    from estimator.terms.generation import layer_kinds
-
     return layer_kinds(arch) * batch * seq_len * seq_len * residual_bytes(cfg)
 
 
@@ -450,18 +476,20 @@ def first_layer_unsaved_per_token(cfg: RunConfig, arch: Arch) -> int:
     """
     if not cfg.use_peft or cfg.gradient_checkpointing:
         return 0
-    out = rmsnorm_saved_per_token(cfg, arch)
+    # OLMo-2 has no input_layernorm: its frozen q/k/v read the embedding output and keep nothing anyway
+    out = rmsnorm_saved_per_token(cfg, arch) if arch.family.norm_placement == "pre" else 0
     wrapped = set()
     for lin in lora_targets(cfg, arch):
         if lora_input_source(lin.name) != "attn_norm":
             continue
         wrapped.add(lin.name.split(".")[-1])
         out += lora_dropout_mask_bytes(cfg, _lora_source_dtype(cfg, "attn_norm")) * lin.in_features
-    if arch.model_type in QK_NORM_MODEL_TYPES:
+    if arch.family.qk_norm:
+        full = arch.family.qk_norm_scope == "full"  # one [T, 1] rsqrt per norm (OLMo-2)
         if not wrapped & {"q_proj", "qkv_proj"}:
-            out += 4 * arch.q_dim + 4 * arch.num_heads
+            out += 4 * arch.q_dim + 4 * (1 if full else arch.num_heads)
         if not wrapped & {"k_proj", "qkv_proj"}:
-            out += 4 * arch.kv_dim + 4 * arch.num_kv_heads
+            out += 4 * arch.kv_dim + 4 * (1 if full else arch.num_kv_heads)
     return out
 
 
@@ -603,8 +631,46 @@ def lora_input_gradient_peak(cfg: RunConfig, x_dtype: str) -> int:
 def mlp_call_locals_per_token(cfg: RunConfig, arch: Arch) -> int:
     """What the decoder layer holds around its MLP call in a forward with grad, unsaved with a frozen norm:
     `residual` and the post-attention norm's output, 2·r·H (transformers 5.23
-    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/qwen2/modeling_qwen2.py#L283-L288)."""
-    return 2 * residual_bytes(cfg) * arch.hidden_size
+    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/qwen2/modeling_qwen2.py#L283-L288).
+    OLMo-2's MLP reads `residual` itself (`norm_placement` post,
+    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L311-L312):
+    r·H; beside it the layer's input, which the model's layer loop still binds, and `inputs_embeds`, which the
+    model's forward binds through the loop (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L390-L394),
+    r·H each: nothing saves them when q/k/v are frozen (no input_layernorm keeps a copy), unless they are
+    checkpoint inputs (GC, counted with `checkpoint_inputs`) or a LoRA on q/k/v keeps its input itself
+    (`lora_saved_per_token`)."""
+    r, h = residual_bytes(cfg), arch.hidden_size
+    if arch.family.norm_placement == "post":
+        kept = layer_input_saved_per_token(cfg, arch) > 0
+        inputs = 0 if cfg.gradient_checkpointing or kept else min(2, arch.num_layers)
+        return r * h * (1 + inputs)
+    return 2 * r * h
+
+
+def layer_input_saved_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """The decoder layer's input tensor itself among what the layer saves, per token: OLMo-2's q/k/v read it with no
+    norm in between, so trainable weights keep it when r = a (`residual_input_saved_per_token`), and a LoRA on
+    q/k/v whose `lora_A` makes no copy of it keeps it (`lora_saved_per_token`): r·H; 0 otherwise and for
+    families with an input_layernorm."""
+    if arch.family.norm_placement != "post":
+        return 0
+    r, h = residual_bytes(cfg), arch.hidden_size
+    if not cfg.use_peft:
+        return r * h if r == compute_bytes(cfg) else 0
+    kept = any(
+        lora_input_source(lin.name) == "attn_norm" and not lora_a_saved_input(cfg, cfg.dtype)[1]
+        for lin in lora_targets(cfg, arch)
+    )
+    return r * h if kept else 0
+
+
+def post_feedforward_norm_unsaved_per_token(cfg: RunConfig, arch: Arch) -> int:
+    """What a layer's post-feedforward norm has not yet saved while its MLP runs, per token: OLMo-2's
+    (`norm_placement` post) runs after the down projection, so an instant inside the MLP holds the layer's
+    saved set less `gemma_post_norm_saved_per_token`; 0 for other families (unchanged here)."""
+    if arch.family.norm_placement != "post":
+        return 0
+    return gemma_post_norm_saved_per_token(cfg, arch)
 
 
 def lora_input_chain(cfg: RunConfig, x_dtype: str) -> list[int]:
@@ -660,9 +726,16 @@ def lora_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
     # the adapter dtype) stays bound through the adapter's add (`lora_output_peak_per_out`)
     bound = chain[0] if len(chain) > 1 and lora_cast_input_dtype(cfg, x_dtype) != x_dtype else 0
     at_add = bound * n + lora_output_peak_per_out(cfg) * out
-    if cfg.gradient_checkpointing:  # the recompute stops once lora_B's saved inputs exist, before the add
+    # the recompute stops once lora_B's saved inputs exist, before the add; OLMo-2's post-feedforward norm saves
+    # after it, so its recompute runs the add too
+    if cfg.gradient_checkpointing and arch.family.norm_placement == "pre":
         at_add = 0
-    return nbytes(x_dtype) * n + max(at_lora_a, at_add) + mlp_call_locals_per_token(cfg, arch)
+    return (
+        nbytes(x_dtype) * n
+        + max(at_lora_a, at_add)
+        + mlp_call_locals_per_token(cfg, arch)
+        - post_feedforward_norm_unsaved_per_token(cfg, arch)
+    )
 
 
 def moe_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> int:
@@ -742,7 +815,7 @@ def lora_mlp_input_forward_transient_per_token(cfg: RunConfig, arch: Arch) -> in
             + mlp_call_locals_per_token(cfg, arch)
             + saved_before
         )
-        best = max(best, live - saved_after)
+        best = max(best, live - saved_after - post_feedforward_norm_unsaved_per_token(cfg, arch))
     return best
 
 
@@ -827,7 +900,8 @@ def recompute_waiting_gradients(cfg: RunConfig, arch: Arch, tokens: int) -> int:
     - Gemma2/3 instead: the post-feedforward norm's `output.type_as(x)` hands its fp32 `output` the gradient as a
       new fp32 tensor (4·H, unless x is fp32; the residual add's cast is freed once copied), and the norm's
       multiply unpacks next
-      (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L128-L139);
+      (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L128-L139;
+      OLMo-2's post_feedforward_layernorm the same with `.to(input_dtype)`);
     - otherwise, a LoRA-wrapped down projection: peft 0.21 `lora.Linear.forward`
       (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/layer.py#L1086-L1113;
       `result = result + lora_B(lora_A(dropout(x))) * scaling`, then `result.to(torch_result_dtype)`) unwinds
@@ -843,7 +917,9 @@ def recompute_waiting_gradients(cfg: RunConfig, arch: Arch, tokens: int) -> int:
     if not cfg.gradient_checkpointing or arch.is_moe:
         return 0
     d_dtype = linear_output_dtype(cfg)
-    if arch.model_type in GEMMA_NORM_MODEL_TYPES:  # the residual add's cast is consumed by type_as's backward
+    if gemma_post_norm_saved_per_token(
+        cfg, arch
+    ):  # the residual add's cast is consumed by type_as's backward
         return 0 if d_dtype == "float32" else tokens * 4 * arch.hidden_size
     per_token = nbytes(d_dtype) if nbytes(d_dtype) != residual_bytes(cfg) else 0
     if cfg.use_peft and any(lin.name.split(".")[-1] == "down_proj" for lin in lora_targets(cfg, arch)):
@@ -911,11 +987,14 @@ def recompute_layer(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int
     and, for fp32 weights under bf16 autocast, that layer's bf16 weight casts: torch.utils.checkpoint re-enters
     autocast for the recompute and each linear's matmul saves the cast weight for its input gradient, so they live
     until the layer's backward is done (`layer_weight_casts`; the no-GC case keeps every layer's,
-    `autocast_weight_cache`)."""
+    `autocast_weight_cache`).
+
+    An OLMo-2 layer whose q/k/v keep their input itself (`layer_input_saved_per_token`) keeps the checkpoint's own
+    input tensor, already counted by `checkpoint_inputs`: not counted twice."""
     if not cfg.gradient_checkpointing:
         return 0
     return (
-        batch * seq_len * layer_saved_per_token(cfg, arch, seq_len)
+        batch * seq_len * (layer_saved_per_token(cfg, arch, seq_len) - layer_input_saved_per_token(cfg, arch))
         + moe_lora.saved_per_layer(cfg, arch)
         + layer_weight_casts(cfg, arch)
     )
@@ -930,7 +1009,7 @@ def moe_nograd_per_token(cfg: RunConfig, arch: Arch) -> int:
     return a * k * max(4 * arch.hidden_size, arch.hidden_size + 3 * arch.moe_intermediate_size)
 
 
-def query_bytes(cfg: RunConfig) -> int:
+def query_bytes(cfg: RunConfig, arch: Arch | None = None) -> int:
     """Bytes of the query eager attention casts its probabilities to (`.to(query.dtype)`).
 
     Every catalog family applies rotary to q after its projection: `q * cos + rotate_half(q) * sin` (transformers
@@ -938,8 +1017,12 @@ def query_bytes(cfg: RunConfig) -> int:
     hidden states' r-byte dtype (`LlamaRotaryEmbedding.forward` returns `cos.to(x.dtype)`), and the multiply
     promotes: q takes the linear's output dtype when it equals the load dtype, else fp32 (bf16·fp32, fp16·bf16).
     Qwen3's q_norm (`weight * hidden.to(input_dtype)`, r-byte weight) promotes the same way before rotary.
+    OLMo-2 (`rotary_fp32`) keeps fp32 cos/sin and casts back, `q_embed.to(q_type)` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L172-L177),
+    after a q_norm that returns its input's dtype: q keeps the linear's output dtype.
     """
     out = linear_output_dtype(cfg)
+    if arch is not None and arch.family.rotary_fp32:
+        return nbytes(out)
     return nbytes(out) if out == cfg.dtype else 4
 
 
@@ -954,7 +1037,7 @@ def eager_nograd_bytes(cfg: RunConfig, arch: Arch) -> int:
     masked scores are still bound to `attn_weights` (rebound only after the cast): added + 4 + q, when the
     query's q bytes (`query_bytes`) are < 4.
     """
-    q = query_bytes(cfg)
+    q = query_bytes(cfg, arch)
     added = max(compute_bytes(cfg), residual_bytes(cfg))
     copy = 0 if added == 4 or softmax_half_to_float(cfg) else 4
     return max(added + copy + 4, added + 4 + (q if q != 4 else 0))
@@ -1078,7 +1161,7 @@ def pre_rotary_bytes(cfg: RunConfig, arch: Arch) -> int:
     r-byte weight times the projection's a-byte output promotes (bf16·fp32 -> fp32, fp16·bf16 -> fp32), the
     rotary output's dtype (`query_bytes`). Gemma3's norm returns `output.type_as(x)`: the projection's dtype.
     """
-    if arch.model_type in QK_NORM_MODEL_TYPES and arch.model_type not in GEMMA_NORM_MODEL_TYPES:
+    if arch.family.qk_norm and not arch.family.fp32_norm_product:
         return query_bytes(cfg)
     return linear_output_bytes(cfg)
 
@@ -1095,11 +1178,30 @@ def nograd_rotary_per_token(cfg: RunConfig, arch: Arch) -> int:
     output (r bytes each). In a generation's prefill the layer's own K/V are not yet in the cache
     (`past_key_values.update` runs after rotary): the prefill charges this instant with one layer less of cache.
     """
-    r, a, p, q = residual_bytes(cfg), linear_output_bytes(cfg), pre_rotary_bytes(cfg, arch), query_bytes(cfg)
+    r, a, p, q = (
+        residual_bytes(cfg),
+        linear_output_bytes(cfg),
+        pre_rotary_bytes(cfg, arch),
+        query_bytes(cfg, arch),
+    )
     projections = (
         a * (arch.q_dim + 2 * arch.kv_dim) if fused_qkv(arch) else p * arch.q_dim + (p + a) * arch.kv_dim
     )
-    return projections + 3 * q * arch.q_dim + 3 * r * arch.hidden_size
+    if arch.family.rotary_fp32:
+        # OLMo-2 (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L154-L177):
+        # fp32 cos/sin make fp32 products, and `q_embed` (fp32) waits for k's before both are cast back: the
+        # larger of q's sum (3 · 4 · q_dim), k's sum beside q_embed (4 · q_dim + 3 · 4 · kv_dim) and the casts
+        # beside both fp32 results ((4 + p) · (q_dim + kv_dim)); no norm output beside the layer's input
+        # (`norm_placement` post: q/k/v read the residual stream)
+        rot = max(12 * arch.q_dim, 4 * arch.q_dim + 12 * arch.kv_dim, (4 + p) * (arch.q_dim + arch.kv_dim))
+        return projections + rot + _residuals_at_attention(arch) * r * arch.hidden_size
+    return projections + 3 * q * arch.q_dim + _residuals_at_attention(arch) * r * arch.hidden_size
+
+
+def _residuals_at_attention(arch: Arch) -> int:
+    """[T, H] residual-dtype tensors live at attention in a no-grad forward: `inputs_embeds`, the layer's input and
+    input_layernorm's output (3); OLMo-2 has no input_layernorm (2)."""
+    return 3 if arch.family.norm_placement == "pre" else 2
 
 
 def nograd_rotary_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
@@ -1120,17 +1222,19 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int, ro
     # referenced through the whole layer loop (transformers 5.23 LlamaModel.forward: `hidden_states = inputs_embeds`,
     # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L388-L391; the same in every catalog family)
     resid = 3 * r * arch.hidden_size
+    # the MLP's input: post_attention_layernorm's output; OLMo-2's MLP reads the post-attention sum itself
+    norm_out = r * arch.hidden_size if arch.family.norm_placement == "pre" else 0
     # live at act·up: act, up and the product in the linears' output dtype (r with a 4-bit base, whose layer
     # casts its output back to the input dtype); fused: the [T, 2I] output lives beside act and product
     out = linear_output_bytes(cfg)
     mlp_live = (4 if fused_gate_up(arch) else 3) * out * inter
-    mlp = tokens * (resid + r * arch.hidden_size + max(mlp_live, lora_nograd_mlp_per_token(cfg, arch)))
+    mlp = tokens * (resid + norm_out + max(mlp_live, lora_nograd_mlp_per_token(cfg, arch)))
     if cfg.load_in_4bit:  # the down_proj call's instant, if larger
-        at_down = tokens * (resid + r * arch.hidden_size + nograd_4bit_down_proj_per_token(cfg, arch))
+        at_down = tokens * (resid + norm_out + nograd_4bit_down_proj_per_token(cfg, arch))
         down = "down_proj" if any(lin.name == "down_proj" for lin in arch.layer_linears) else None
         mlp = max(mlp, at_down + dequantized_weight_transient(cfg, arch, down))
     if arch.is_moe:  # + the wrapped expert stacks merged for this layer's forward (terms/moe_lora.py)
-        mlp = tokens * (resid + r * arch.hidden_size + moe_nograd_per_token(cfg, arch))
+        mlp = tokens * (resid + norm_out + moe_nograd_per_token(cfg, arch))
         mlp += moe_lora.merged_weights(cfg, arch) + moe_lora.factor_copies(cfg, arch)
     # the model's forward builds the mask once and holds it through the layer loop (transformers 5.23
     # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L380;
@@ -1144,18 +1248,20 @@ def nograd_forward_peak(cfg: RunConfig, arch: Arch, batch: int, seq_len: int, ro
     # (`repeat_kv` copies them when 1 < kv_heads < heads), the layer's input, its norm's output and `inputs_embeds`
     # (as above); Phi-3's fused projection output stays bound to the local `qkv` through the attention call
     # (transformers 5.23 https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/phi3/modeling_phi3.py#L218-L238), q/k/v being views of it
-    qkv = query_bytes(cfg) * arch.q_dim
+    qkv = query_bytes(cfg, arch) * arch.q_dim
     # (with one KV head `repeat_kv`'s reshape is a view, see `kv_heads_in_attention`; the copy eager's matmul
     # makes for bmm is freed when the matmul returns, before the softmax)
     qkv += 2 * r * arch.num_heads * arch.head_dim if 1 < arch.num_kv_heads < arch.num_heads else 0
     if fused_qkv(arch):
         qkv += linear_output_bytes(cfg) * (arch.q_dim + 2 * arch.kv_dim)
     attn = tokens * (
-        arch.num_heads * seq_len * eager_nograd_bytes(cfg, arch) + 3 * arch.hidden_size * r + qkv
+        arch.num_heads * seq_len * eager_nograd_bytes(cfg, arch)
+        + _residuals_at_attention(arch) * arch.hidden_size * r
+        + qkv
     )
     # the probabilities (in q's dtype) outlive the attention: every catalog decoder layer binds them to a local
     # (`hidden_states, _ = self.self_attn(...)`, transformers 5.23
     # https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L297)
     # until the layer returns, so they are live through the MLP
-    probs = tokens * arch.num_heads * seq_len * query_bytes(cfg)
+    probs = tokens * arch.num_heads * seq_len * query_bytes(cfg, arch)
     return max(max(mlp + probs, attn) + mask, rot)

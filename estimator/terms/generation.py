@@ -5,49 +5,25 @@ Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: e
 
 from __future__ import annotations
 
-from estimator.architecture import Arch
-from estimator.config import RunConfig
+from estimator.model.architecture import Arch, layer_kinds, layer_windows
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 from estimator.terms.activations import residual_bytes
 from estimator.units import nbytes
 
 
-def layer_windows(arch: Arch) -> list[int | None]:
-    """Per decoder layer, the sliding window its cache keeps (None = full attention), as transformers 5.23 decides.
-
-    `cache_utils.get_layer_types_and_kwargs`: `config.layer_types` when set, else "sliding_attention" wherever
-    `sliding_window` is not None (Phi-3). Config classes fill `layer_types` in `__post_init__`: Gemma2 alternates
-    (`(i + 1) % 2`, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma2/configuration_gemma2.py#L95-L98), Gemma3 is sliding except every `sliding_window_pattern`-th
-    (default 6, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/configuration_gemma3.py#L106-L112); Qwen2/Qwen3 use sliding windows only with `use_sliding_window`.
-    """
-    conf = (arch.extra or {}).get("config") or {}
-    window = conf.get("sliding_window")
-    n = arch.num_layers
-    types = conf.get("layer_types")
-    if not types:
-        if window is None or conf.get("use_sliding_window") is False:
-            types = ["full_attention"] * n
-        elif arch.model_type == "gemma2":
-            types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
-        elif arch.model_type in ("gemma3_text", "gemma3"):
-            pattern = int(conf.get("sliding_window_pattern") or 6)
-            types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
-        else:
-            types = ["sliding_attention"] * n
-    if window is None:
-        return [None] * n
-    return [int(window) if t == "sliding_attention" else None for t in list(types)[:n]] + [None] * (
-        n - len(types)
-    )
-
-
-def key_cache_dtype(cfg: RunConfig) -> str:
+def key_cache_dtype(cfg: RunConfig, arch: Arch | None = None) -> str:
     """The key cache's dtype: the residual's. Rotary promotes K to the dtype of cos/sin (the hidden states',
-    `LlamaRotaryEmbedding.forward` returns `cos.to(x.dtype)`), so an fp32 load keeps fp32 keys under autocast."""
+    `LlamaRotaryEmbedding.forward` returns `cos.to(x.dtype)`), so an fp32 load keeps fp32 keys under autocast.
+    OLMo-2 (`rotary_fp32`) casts K back to k_norm's output dtype, the linear's (`k_embed.to(k_type)`,
+    https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L172-L177):
+    bf16 keys under autocast with an fp32 load."""
+    if arch is not None and arch.family.rotary_fp32:
+        return act.linear_output_dtype(cfg)
     return cfg.dtype
 
 
-def value_cache_dtype(cfg: RunConfig) -> str:
+def value_cache_dtype(cfg: RunConfig, arch: Arch | None = None) -> str:
     """The value cache's dtype. transformers 5.23's `DynamicLayer` starts it as an empty tensor of the keys' dtype
     (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cache_utils.py#L113-L117), so the
     first `torch.cat` promotes V to K's dtype; 5.24 starts it in `value_states.dtype`
@@ -56,12 +32,12 @@ def value_cache_dtype(cfg: RunConfig) -> str:
     """
     if cfg.transformers.cache_values_own_dtype:
         return act.linear_output_dtype(cfg)
-    return key_cache_dtype(cfg)
+    return key_cache_dtype(cfg, arch)
 
 
-def _kv_bytes(cfg: RunConfig) -> tuple[int, int]:
+def _kv_bytes(cfg: RunConfig, arch: Arch | None = None) -> tuple[int, int]:
     """(bytes per key element, bytes per value element) in the cache."""
-    return nbytes(key_cache_dtype(cfg)), nbytes(value_cache_dtype(cfg))
+    return nbytes(key_cache_dtype(cfg, arch)), nbytes(value_cache_dtype(cfg, arch))
 
 
 def kv_cache(
@@ -77,7 +53,7 @@ def kv_cache(
     counts every layer at full length; `layers` counts only the first that many (a prefill's earlier layers).
     """
     length = cfg.sequence_length if seq_len is None else seq_len
-    per_position = cfg.generation_sequences * arch.kv_dim * sum(_kv_bytes(cfg))
+    per_position = cfg.generation_sequences * arch.kv_dim * sum(_kv_bytes(cfg, arch))
     if prefill:
         n = arch.num_layers if layers is None else layers
         return per_position * length * n
@@ -93,7 +69,7 @@ def kv_concat_transient(cfg: RunConfig, arch: Arch) -> int:
     doubled, the larger of K and V. `DynamicSlidingWindowLayer.update` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cache_utils.py#L242-L249)
     concatenates both K and V before rebinding either, so a sliding layer doubles both (5.24: the same code).
     """
-    k, v = _kv_bytes(cfg)
+    k, v = _kv_bytes(cfg, arch)
     per_position = cfg.generation_sequences * arch.kv_dim
     return max(
         (max(k, v) if w is None else k + v) * _kept(cfg.sequence_length, w) * per_position
@@ -124,8 +100,8 @@ def decode_attention_copies(cfg: RunConfig, arch: Arch) -> int:
     width = act.kv_heads_in_attention(cfg, arch, masked=False) * arch.head_dim
     repeats = width != arch.kv_dim and arch.num_kv_heads > 1  # one KV head: `repeat_kv` is a view
     compute = act.compute_dtype(cfg)
-    cast_k, cast_v = key_cache_dtype(cfg) != compute, value_cache_dtype(cfg) != compute
-    k, v = _kv_bytes(cfg)
+    cast_k, cast_v = key_cache_dtype(cfg, arch) != compute, value_cache_dtype(cfg, arch) != compute
+    k, v = _kv_bytes(cfg, arch)
     repeated = 0
     if repeats:  # the repeated K and V, each in its cache dtype
         repeated = _longest_layer_tensor(cfg, arch, arch.num_heads * arch.head_dim, k + v)
@@ -169,11 +145,6 @@ def rollout_buffers(cfg: RunConfig) -> int:
     return g * cfg.sequence_length * (8 + 8) + g * cfg.max_completion_length * 4 * 3
 
 
-def layer_kinds(arch: Arch) -> int:
-    """How many attention kinds the decoder layers use (full, sliding): 1 or 2 (`layer_windows`)."""
-    return len({w is None for w in layer_windows(arch)})
-
-
 def rotary_tables(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     """The rotary cos/sin of a prefill, held through the model's whole forward: [B, L, head_dim] each in the
     residual dtype, because `generate` passes batch-shaped position_ids (from the left-padded attention mask).
@@ -181,7 +152,10 @@ def rotary_tables(cfg: RunConfig, arch: Arch, batch: int, seq_len: int) -> int:
     transformers 5.23 `LlamaRotaryEmbedding.forward` (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/llama/modeling_llama.py#L108-L116)
     returns `cos.to(x.dtype), sin.to(x.dtype)`, bound to `position_embeddings` in the model's forward (:389);
     Gemma3 builds one pair per layer type (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/modeling_gemma3.py#L548-L550). Training and scoring pass
-    no position_ids, so there the tables are [1, L, head_dim]: negligible.
+    no position_ids, so there the tables are [1, L, head_dim]: negligible. OLMo-2's `Olmo2RotaryEmbedding.forward`
+    (https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/olmo2/modeling_olmo2.py#L108-L113)
+    returns them in fp32.
     """
-    pairs = layer_kinds(arch) if arch.model_type in ("gemma3_text", "gemma3") else 1
-    return pairs * 2 * batch * seq_len * arch.head_dim * residual_bytes(cfg)
+    pairs = layer_kinds(arch) if arch.family.rotary_per_layer_kind else 1
+    per = 4 if arch.family.rotary_fp32 else residual_bytes(cfg)
+    return pairs * 2 * batch * seq_len * arch.head_dim * per

@@ -10,8 +10,8 @@ Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: e
 
 from __future__ import annotations
 
-from estimator.architecture import Arch
-from estimator.config import RunConfig
+from estimator.model.architecture import Arch
+from estimator.settings.config import RunConfig
 from estimator.terms.activations import compute_bytes, residual_bytes
 from estimator.units import nbytes
 
@@ -125,7 +125,7 @@ def full_logits(cfg: RunConfig, arch: Arch, batch: int) -> int:
     return n * arch.vocab_size * (compute_bytes(cfg) + 4 + 4)
 
 
-# ---- materialized-logits paths of older TRL releases (estimator/trl_versions.py: rowwise, selective) ----
+# ---- materialized-logits paths of older TRL releases (estimator/settings/trl_versions.py: rowwise, selective) ----
 # Both run lm_head on the last C + 1 positions (`logits_to_keep = C + 1`) and keep a [B, C + 1, V] logits
 # tensor; `logits[:, :-1]` is a view. TRL 0.16-0.29 and 1.10-1.13 divide by the temperature out of place
 # (`logits = logits / T`: a second [B, C, V] tensor, after which the first is freed); 1.0-1.9 divide in place.

@@ -16,33 +16,19 @@ grouped matmul saves the merged weight as its weight operand, so each layer keep
 backward of the grouped matmul then produces the merged weight's full-size gradient before `baddbmm`'s backward
 reduces it to the factors' gradients.
 
-Data: the model types peft converts (transformers 5.23 `conversion_mapping._MODEL_TO_CONVERSION_PATTERN`, the
-entries mapped to "qwen2_moe" or "mixtral") and the transformers-4 names of each family.
+The transformers-4 names peft maps, per family: `Family.moe_expert_names` (estimator/model/families.py).
 """
 
 from __future__ import annotations
 
-from estimator.architecture import Arch
-from estimator.config import RunConfig
+from estimator.model.architecture import Arch
+from estimator.settings.config import RunConfig
 from estimator.units import nbytes
-
-# transformers-4 names peft maps onto the fused experts and the router, per conversion family
-_QWEN2_MOE = {"gate_up": ("gate_proj", "up_proj"), "down": ("down_proj",), "router": ("gate",)}
-_MIXTRAL = {"gate_up": ("w1", "w3"), "down": ("w2",), "router": ("gate",)}
-CONVERTED_MOE: dict[str, dict[str, tuple[str, ...]]] = {
-    "qwen2_moe": _QWEN2_MOE,
-    "qwen3_moe": _QWEN2_MOE,
-    "olmoe": _QWEN2_MOE,
-    "deepseek_v2": _QWEN2_MOE,
-    "deepseek_v3": _QWEN2_MOE,
-    "mixtral": _MIXTRAL,
-    "minimax": _MIXTRAL,
-}
 
 
 def wrapped_expert_params(cfg: RunConfig, arch: Arch) -> frozenset[str]:
     """Which of "gate_up", "down", "router" peft wraps in a ParamWrapper for this config (empty off MoE / PEFT)."""
-    names = CONVERTED_MOE.get(arch.model_type)
+    names = arch.family.moe_expert_names
     if not (cfg.use_peft and arch.is_moe and names):
         return frozenset()
     targets = cfg.lora_target_modules

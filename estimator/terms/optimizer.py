@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from estimator.architecture import Arch
-from estimator.config import RunConfig
+from estimator.model.architecture import Arch
+from estimator.settings.config import RunConfig
 from estimator.terms import moe_lora
-from estimator.terms.weights import head_fp32_extra_bytes, trainable_dtype, trainable_params
+from estimator.terms.weights import head_fp32_extra_bytes, lora_targets, trainable_dtype, trainable_params
 from estimator.units import nbytes
 
 BNB_BLOCK = 256  # bitsandbytes 8-bit optimizer blockwise quantization block
@@ -53,8 +53,6 @@ def gradients_before_first_layer(cfg: RunConfig, arch: Arch) -> int:
 def _trainable_tensors(cfg: RunConfig, arch: Arch) -> list[int]:
     """numel of every trainable tensor (for per-tensor optimizer rules)."""
     if cfg.use_peft:
-        from estimator.terms.weights import lora_targets
-
         out = []
         for lin in lora_targets(cfg, arch):
             out += [cfg.lora_r * lin.in_features * lin.count, cfg.lora_r * lin.out_features * lin.count]
@@ -107,8 +105,6 @@ def optimizer_state(cfg: RunConfig, arch: Arch) -> int:
 def _largest_trainable(cfg: RunConfig, arch: Arch) -> int:
     """numel of the largest single trainable tensor (a LoRA A/B matrix, a decoder weight, the embedding or head)."""
     if cfg.use_peft:
-        from estimator.terms.weights import lora_targets
-
         linears = [cfg.lora_r * max(lin.in_features, lin.out_features) for lin in lora_targets(cfg, arch)]
         return max(linears + moe_lora.factor_tensor_numels(cfg, arch), default=0)
     sizes = [arch.embedding_params] + [lin.in_features * lin.out_features for lin in arch.layer_linears]

@@ -8,7 +8,7 @@ where:
   loaded kernel modules, and NCCL's buffers per communicator;
 * inside it (in `memory_reserved`): the cuBLAS and cuBLASLt workspaces (allocated through the caching allocator,
   `at::cuda::getNewWorkspace` / `getCUDABlasLtWorkspace`), and the allocator's reserve beyond the allocated peak,
-  which comes from replaying the run's allocation stream through `estimator.allocator` (`allocator_overhead`).
+  which comes from replaying the run's allocation stream through `estimator.hardware.allocator` (`allocator_overhead`).
 
 `cuda_context(cfg)` and `allocator_overhead(cfg, peak)` keep the signatures `phases.py` calls; `non_tensor_items`
 gives the itemized view for the report.
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
+from estimator.terms import allocator_reserve as allocator_term
 from estimator.units import MIB
 
 # ---- CUDA context (unsloth-zoo PR #1053, pytorch PR #86509) ---------------------------------------------------------------------------------
@@ -113,7 +114,7 @@ def cuda_context(cfg: RunConfig) -> int:
     """Everything outside the caching allocator on one GPU: context + lazily loaded modules + cuBLAS/cuBLASLt
     workspaces (counted here until the reserve includes them) + NCCL. 0 on CPU.
 
-    On an H100 with one GPU: 426 + 362 + 32 + 32 = 852 MiB (was a flat 1000 MiB from AgileRL's arena).
+    On an H100 with one GPU: 426 + 362 + 32 + 32 = 852 MiB.
     """
     return sum(i.bytes for i in non_tensor_items(cfg))
 
@@ -121,10 +122,9 @@ def cuda_context(cfg: RunConfig) -> int:
 def allocator_overhead(cfg: RunConfig, peak_allocated: int) -> int:
     """The caching allocator's reserve beyond the allocated peak (max_memory_reserved - max_memory_allocated):
     from the simulated allocation stream of this config where one was traced, else from the model fitted over
-    the simulated streams (`estimator.allocator_term`), under the allocator settings the config carries
+    the simulated streams (`estimator.terms.allocator_reserve`), under the allocator settings the config carries
     (`pytorch_cuda_alloc_conf`, `torch_empty_cache_steps`). 0 on CPU."""
     if cfg.device != "cuda":
         return 0
-    from estimator import allocator_term
 
     return allocator_term.reserve(cfg, peak_allocated, allocator_term.config_variant(cfg)).bytes

@@ -15,35 +15,12 @@ bitsandbytes NF4 and 8-bit (quantized at load, not in the checkpoint) stay in `t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from estimator.model.architecture import Arch, Linear
+from estimator.model.quantized import QuantSpec, quant_spec
 
-from estimator.architecture import PACKED_BITS, Arch, Linear
-
-METHODS = tuple(PACKED_BITS)
+__all__ = ["QuantSpec", "quant_spec", "arch_quant_spec", "packed_linear_bytes", "packed_base_weights"]
 INT32 = 4
 FP16 = 2
-
-
-@dataclass(frozen=True)
-class QuantSpec:
-    """What `quantization_config` says: the method, bits per weight and the group size (-1 = per column)."""
-
-    method: str
-    bits: int = 4
-    group_size: int = 128
-
-
-def quant_spec(config: dict) -> QuantSpec | None:
-    """The GPTQ / AWQ spec in a config.json dict (`quantization_config.quant_method`, `bits` or AWQ's `w_bit`,
-    `group_size` or AWQ's `q_group_size`), or None for an unquantized or bitsandbytes checkpoint. The values were
-    checked when the config.json was read (architecture.check_quantization)."""
-    qc = config.get("quantization_config") or {}
-    method = str(qc.get("quant_method", "")).lower()
-    if method not in METHODS:
-        return None
-    bits = int(qc.get("bits", qc.get("w_bit", 4)))
-    group = int(qc.get("group_size", qc.get("q_group_size", 128)))
-    return QuantSpec(method, bits, group)
 
 
 def arch_quant_spec(arch: Arch) -> QuantSpec | None:

@@ -1,4 +1,4 @@
-"""What older TRL releases add to a step's phases (estimator/trl_versions.py says which release does what).
+"""What older TRL releases add to a step's phases (estimator/settings/trl_versions.py says which release does what).
 
 - Generation per micro-batch (TRL 0.14-0.16, `generation_unit == "micro_batch"`): every micro-batch after the
   first generates and scores with the gradients of the earlier ones resident (0.14 grpo_trainer.py L370-428
@@ -12,14 +12,14 @@
 
 from __future__ import annotations
 
-from estimator.architecture import Arch
-from estimator.config import RunConfig
-from estimator.phase_names import GENERATE, SCORE
+from estimator.model.architecture import Arch
+from estimator.settings.config import RunConfig
+from estimator.settings.trl_versions import TrlProfile
 from estimator.terms import activations as act
 from estimator.terms import logprob_head as head
 from estimator.terms import optimizer as opt
+from estimator.terms.phase_names import GENERATE, SCORE
 from estimator.terms.sharding import shard
-from estimator.trl_versions import TrlProfile
 
 
 def release_of(cfg: RunConfig) -> TrlProfile:

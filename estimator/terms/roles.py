@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from estimator.architecture import Arch
-from estimator.config import RunConfig
+from estimator.model.architecture import Arch
+from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
 from estimator.terms import logprob_head as head
 from estimator.terms import optimizer as opt

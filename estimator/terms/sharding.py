@@ -4,7 +4,7 @@ Rajbhandari et al. 2020 (ZeRO), Fig. 1: with mixed precision every parameter cos
 (bf16 grads) + K = 12 (fp32 master, m, v) bytes. ZeRO-2 shards gradients and optimizer state
 (2Ψ + (2 + K)Ψ/N); ZeRO-3 also shards the parameters ((2 + 2 + K)Ψ/N). DeepSpeed casts the module to bf16
 when `bf16=True`, so TRL's fp32 default load does not apply under ZeRO. FSDP (accelerate's FSDP2) is assembled
-in `estimator/phases_fsdp.py` from the FSDP2 terms below and held to rank-0 traces: accelerate upcasts trainable
+in `estimator/step/fsdp.py` from the FSDP2 terms below and held to rank-0 traces: accelerate upcasts trainable
 parameters to fp32 under mixed precision, so the shards are fp32 whatever the load dtype. Activations are never
 sharded: each rank runs its own micro-batch.
 
@@ -13,7 +13,7 @@ Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: e
 
 from __future__ import annotations
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
 
 SHARDED = {
     "zero2": {"gradients", "optimizer_state", "master_weights", "optimizer_temporaries"},
@@ -51,7 +51,7 @@ def shard(cfg: RunConfig, component: str, nbytes: int) -> int:
 
 def gathered_weights(cfg: RunConfig, full_weights: int) -> int:
     """ZeRO-3 gathers the full policy for generate (ds3_gather_for_generation=True, MU:141-150): full − own shard.
-    (FSDP2 does not: TRL's summon_full_params is a no-op for it, trl/distributed.py `DistributedBackend.summon_full_params`; see phases_fsdp.)"""
+    (FSDP2 does not: TRL's summon_full_params is a no-op for it, trl/distributed.py `DistributedBackend.summon_full_params`; see estimator/step/fsdp.py.)"""
     if cfg.sharding in ("zero3", "fsdp") and cfg.num_gpus > 1:
         return full_weights - shard(cfg, "weights", full_weights)
     return 0

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from estimator.architecture import Arch
+from estimator.model.architecture import Arch
 from estimator.terms.quantized import arch_quant_spec, packed_base_weights
 from estimator.units import GIB
 

@@ -5,8 +5,8 @@ Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: e
 
 from __future__ import annotations
 
-from estimator.architecture import Arch, Linear
-from estimator.config import RunConfig
+from estimator.model.architecture import Arch, Linear
+from estimator.settings.config import RunConfig
 from estimator.terms.moe_lora import expert_lora_params
 from estimator.terms.quantized import arch_quant_spec, packed_base_weights
 from estimator.units import nbytes
@@ -77,17 +77,11 @@ def lora_targets(cfg: RunConfig, arch: Arch) -> list[Linear]:
     linears = [lin for lin in arch.layer_linears if lin.is_nn_linear]
     targets = cfg.lora_target_modules
     if targets is None:
-        targets = _peft_defaults().get(arch.model_type, ("q_proj", "v_proj"))  # unknown: refused by compat
+        targets = arch.family.peft_default_targets or ("q_proj", "v_proj")  # none: refused by compat
     if tuple(targets) == ("all-linear",):
         return linears
     wanted = set(targets)
     return [lin for lin in linears if lin.name.split(".")[-1] in wanted]
-
-
-def _peft_defaults() -> dict[str, tuple[str, ...]]:
-    from estimator.compat import PEFT_DEFAULT_TARGETS
-
-    return PEFT_DEFAULT_TARGETS
 
 
 def lora_params(cfg: RunConfig, arch: Arch) -> int:

@@ -7,7 +7,7 @@ import functools
 import time
 from collections.abc import Callable
 
-from estimator.phase_names import GENERATE, OPTIMIZER, PHASES, SCORE, TRAIN  # noqa: F401 (PHASES re-exported)
+from estimator.terms.phase_names import GENERATE, OPTIMIZER, PHASES, SCORE, TRAIN  # noqa: F401 (PHASES re-exported)
 
 IDLE = "other"  # outside the four phases (setup, logging, zero_grad between steps)
 

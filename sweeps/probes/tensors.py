@@ -10,7 +10,7 @@ How it counts (works the same on real tensors and on FakeTensors):
 * ``round_to`` (512 for a CUDA-equivalent count, as the caching allocator's smallest block) rounds each storage up;
   the raw (unrounded) total is tracked next to it;
 * with ``record_events=True`` the ordered allocations and frees (raw bytes, default stream) and the phase labels
-  are kept in ``events`` in the format of ``estimator.allocator`` (replayed there through the caching-allocator
+  are kept in ``events`` in the format of ``estimator.hardware.allocator`` (replayed there through the caching-allocator
   model); an in-place resize is an alloc of the new size then a free of the old, as ``resize_`` does;
 * peaks are kept globally and per phase label (``set_phase`` / ``with probe.phase(name)``) and per step
   (``set_step``); the set of storages live at each peak is captured lazily — at the first decrease after the

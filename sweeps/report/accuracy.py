@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from estimator.config import NEWEST_TRL, RunConfig
-from estimator.estimate import Estimate, estimate
-from estimator.trl_versions import profile
+from estimator.settings.config import NEWEST_TRL, RunConfig
+from estimator.settings.trl_versions import profile
+from estimator.settings.versions import MODELLED_TRANSFORMERS, NEWEST_TRANSFORMERS, RECORDS_TRANSFORMERS
+from estimator.step.estimate import Estimate, estimate
 from estimator.units import MIB
-from estimator.versions import MODELLED_TRANSFORMERS, NEWEST_TRANSFORMERS, RECORDS_TRANSFORMERS
 from sweeps import records
 from sweeps.oneline import OneLineParser
 from sweeps.report.frames import method_of, model_label, summarize_config
@@ -241,7 +241,7 @@ def summary_lines(acc: pd.DataFrame) -> list[str]:
     old = old[old["trl_version"] != NEWEST_TRL]
     if len(
         old
-    ):  # rows measured under older TRL releases: one line per modelled range of estimator/trl_versions.py
+    ):  # rows measured under older TRL releases: one line per modelled range of estimator/settings/trl_versions.py
         old = old.assign(release=old["trl_version"].map(lambda v: f"TRL {profile(v).label}"))
         for _, m in summary_frame(old, ("source", "release")).iterrows():
             lines.append(f"accuracy[{m['source']}, {m['release']}]: {_stats(m)}")
@@ -296,8 +296,8 @@ def set_of(source: str | None, sweep: str | None) -> str:
 
 def split_lines_of(acc: pd.DataFrame, rows: Iterable[dict]) -> list[str]:
     """One summary line per set (in-sample, validation, held-out) over the traced lines of `acc`, before and
-    after the validated band of each row's regime (estimator/band.py)."""
-    from estimator.band import margin
+    after the validated band of each row's regime (estimator/step/band.py)."""
+    from estimator.step.band import margin
 
     configs = {
         (r.get("source"), r.get("key")): r.get("config") for r in rows if isinstance(r.get("config"), dict)

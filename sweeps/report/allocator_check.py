@@ -1,5 +1,5 @@
 """`make allocator-check`: replay recorded allocation streams on a real GPU through torch's own caching allocator
-and compare `torch.cuda.max_memory_reserved()` with the simulation (`estimator.allocator`).
+and compare `torch.cuda.max_memory_reserved()` with the simulation (`estimator.hardware.allocator`).
 
     python -m sweeps.report.allocator_check [--streams results/streams] [--conf "expandable_segments:True"]
 
@@ -40,7 +40,7 @@ def replay_on_gpu(path: Path) -> dict:
     """Replay one stream with the real allocator (in this process); peaks as torch reports them."""
     import torch
 
-    from estimator.allocator import ALLOC, EMPTY_CACHE, FREE, load_stream
+    from estimator.hardware.allocator import ALLOC, EMPTY_CACHE, FREE, load_stream
 
     live: dict[int, torch.Tensor] = {}
     torch.cuda.init()
@@ -69,7 +69,7 @@ def replay_on_gpu(path: Path) -> dict:
 
 def check(streams: Path, conf: str) -> list[dict]:
     """Replay every stream of `streams/index.jsonl` in a subprocess and pair it with its simulation."""
-    from estimator.allocator import AllocatorSettings, load_stream, simulate
+    from estimator.hardware.allocator import AllocatorSettings, load_stream, simulate
 
     rows = []
     for line in (streams / "index.jsonl").read_text().splitlines():

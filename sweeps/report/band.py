@@ -28,10 +28,10 @@ def _source(paths: tuple[Path, ...]) -> str:
 
 
 def compute(paths: tuple[Path, ...] = SEEN) -> dict:
-    """Per regime (estimator.band.regime) and over all rows: low / high relative error of the current estimator
+    """Per regime (estimator.step.band.regime) and over all rows: low / high relative error of the current estimator
     over the traced ok rows of `paths`, every transformers release's (a user may run any modelled one)."""
-    from estimator.band import REGIMES, regime
-    from estimator.config import RunConfig
+    from estimator.settings.config import RunConfig
+    from estimator.step.band import REGIMES, regime
 
     rows = [row for path in paths for row in records.load_rows(path)]
     df = accuracy_frame(rows, release=None)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
 from estimator.units import MIB
 from sweeps import records
 from sweeps.oneline import OneLineParser
@@ -85,7 +85,7 @@ def samples_from_rows(
 
 
 def _predict(cfg: RunConfig, hf_config: dict | None) -> tuple[int, int, int]:
-    from estimator.estimate import estimate
+    from estimator.step.estimate import estimate
 
     est = estimate(cfg, arch_for(cfg, hf_config))
     return est.peak_allocated_bytes, est.peak_device_bytes, est.outside_allocator_bytes
@@ -109,7 +109,7 @@ def report(samples: Sequence[Sample]) -> tuple[Fit, list[str]]:
         f"  C, outside the allocator  {got.cuda_context_bytes / MIB:8.0f} MiB (fitted); the estimator itemizes "
         f"{estimated} MiB (estimated: context, lazily loaded modules, NCCL)",
         f"  f, reserve beyond allocated {got.allocator_fraction:6.3f} (fitted); the estimator simulates it per "
-        "config (estimator/allocator_term.py)",
+        "config (estimator/terms/allocator_reserve.py)",
         f"  the estimator's nvidia-smi peak vs NVML: {_summary(own)}",
         f"  allocated (estimated) with the fitted C and f vs NVML: {_summary(after)}",
     ]

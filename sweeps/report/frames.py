@@ -15,9 +15,9 @@ from functools import lru_cache
 
 import pandas as pd
 
-from estimator.catalog import SHORTHANDS
-from estimator.config import NEWEST_TRL, RunConfig
-from estimator.estimate import Estimate, estimate
+from estimator.model.catalog import SHORTHANDS
+from estimator.settings.config import NEWEST_TRL, RunConfig
+from estimator.step.estimate import Estimate, estimate
 from estimator.units import GIB
 from sweeps import records
 
@@ -131,15 +131,15 @@ class Card:
 
 
 def cards(sizes: Iterable[int] = FIT_SIZES_GB) -> list[Card]:
-    """For each marketed size, the catalog GPU (estimator.gpus) with the smallest driver-reported memory, sized by
+    """For each marketed size, the catalog GPU (estimator.hardware.gpus) with the smallest driver-reported memory, sized by
     what torch can use on it (`usable_bytes`), as `vram-estimate`'s verdicts are."""
-    from estimator.gpus import GPUS
+    from estimator.hardware.gpus import GPUS
 
     out = []
     for gb in sizes:
         same = [g for g in GPUS if round(g.marketed_gb) == gb]
         if not same:
-            raise ValueError(f"no {gb} GB GPU in estimator.gpus")
+            raise ValueError(f"no {gb} GB GPU in estimator.hardware.gpus")
         g = min(same, key=lambda g: (g.memory_bytes, g.name))
         out.append(Card(gb, g.name, g.usable_bytes))
     return out

@@ -3,7 +3,7 @@
 The Oxen.ai H100 table that started this project was made with TRL 0.14: 1 prompt × 4 completions per device,
 gradient accumulation 4, prompt 256 and completion 786 tokens, bf16 weights, LoRA on q_proj, k_proj, o_proj,
 up_proj, down_proj. Every cell here is `estimated` (the estimator with TRL 0.14's profile,
-estimator/trl_versions.py), with vram-estimate's fit verdict for the H100 80GB: what the card must hold + the
+estimator/settings/trl_versions.py), with vram-estimate's fit verdict for the H100 80GB: what the card must hold + the
 validated error band of the config's regime ≤ the memory torch can use on it.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from estimator.estimate import estimate
-from estimator.release_config import for_release
+from estimator.settings.release_config import for_release
+from estimator.step.estimate import estimate
 from estimator.units import GIB
 
 VERSION = "0.14"
@@ -44,8 +44,8 @@ H100_GB = 80
 
 
 def h100_bytes() -> int:
-    """What torch can use on the catalog's H100 80GB (estimator/gpus.py `usable_bytes`), as vram-estimate decides."""
-    from estimator.gpus import GPUS
+    """What torch can use on the catalog's H100 80GB (estimator/hardware/gpus.py `usable_bytes`), as vram-estimate decides."""
+    from estimator.hardware.gpus import GPUS
 
     return min(g.usable_bytes for g in GPUS if round(g.marketed_gb) == H100_GB and "H100" in g.name)
 
@@ -104,8 +104,8 @@ def seed_markdown(frame: pd.DataFrame | None = None) -> str:
 
 
 def releases_markdown() -> str:
-    """The modelled TRL ranges (estimator/trl_versions.py) as a markdown table, with what changed at each."""
-    from estimator.trl_versions import TABLE
+    """The modelled TRL ranges (estimator/settings/trl_versions.py) as a markdown table, with what changed at each."""
+    from estimator.settings.trl_versions import TABLE
     from sweeps.report.frames import md_table
 
     recs = []
@@ -130,7 +130,7 @@ def releases_markdown() -> str:
     return "\n\n".join(
         [
             "### TRL releases modelled (`--trl-version`)",
-            "Each row is one range of `estimator/trl_versions.py`; every minor release from 0.14 to 1.16 "
+            "Each row is one range of `estimator/settings/trl_versions.py`; every minor release from 0.14 to 1.16 "
             "maps to one. Defaults as each release ships them (checked against the releases' own "
             "`grpo_config.py` by `tests/test_trl_versions.py`).",
             md_table(pd.DataFrame(recs)),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
 from estimator.units import GIB, MIB
 from sweeps.oneline import OneLineParser
 from sweeps.records import read_rows
@@ -236,7 +236,7 @@ def render(frame, head, fits, curves, acc, env, gpus, gpu80, base, splits: Seque
         f"![Estimated breakdown by component]({FIGURES['breakdown']})",
         legacy_table.seed_markdown(),
         "## Fits on which GPU (estimated)",
-        f"Same default setting; each size is the catalog GPU (`estimator/gpus.py`) with the least memory the "
+        f"Same default setting; each size is the catalog GPU (`estimator/hardware/gpus.py`) with the least memory the "
         f'driver reports, sized by what torch can use on it: {gpu_text}. "fits" = what the card must hold '
         "plus the validated error band (`vram-estimate`'s verdict) ≤ that memory. All estimated.",
         fits_markdown(fits, gpus),
@@ -286,7 +286,7 @@ def _splits_text() -> str:
         "In-sample: the grids the estimator was refined on; validation: seeded random grids over every axis "
         f"({files('validation')}, each row with its `seed`), used while fixing terms and for the error band; "
         f"held-out: a seed of its own ({files('held-out')}), never used to change a term. `after the band`: the "
-        "share still under-predicted by more than 2 % once each row's regime band (`estimator/band.py`) is "
+        "share still under-predicted by more than 2 % once each row's regime band (`estimator/step/band.py`) is "
         "applied."
     )
 

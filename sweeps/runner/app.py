@@ -15,7 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
 from sweeps.oneline import shown
 from sweeps.runner import schema
 from sweeps.runner.job import BadInput, first_line, name_problem, printable, resolution_problem, to_job
@@ -309,7 +309,7 @@ def check_overrides(args: list[str]) -> None:
                     continue
             group, _, name = key.partition(".")
             if group == "trainer" and name in RunConfig.field_names():
-                from estimator.config import check_value, schema_field
+                from estimator.settings.config import check_value, schema_field
 
                 v = OmegaConf.to_container(cfg, resolve=True)["trainer"][name]
                 f = schema_field(name)

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
 from sweeps.runner import data, tiny
 
 # Run settings that are not estimator fields (the run's `variant`), with their defaults.
@@ -119,14 +119,14 @@ def applied_settings() -> frozenset[str]:
 
 
 def grpo_config_values(cfg: RunConfig) -> dict:
-    """Every run setting TRL's GRPOConfig takes under its own name, from the schema (`estimator.config`: group
+    """Every run setting TRL's GRPOConfig takes under its own name, from the schema (`estimator.settings.config`: group
     GRPOConfig, not ours) and present in the installed GRPOConfig; a setting added to the schema reaches TRL here
     with no further edit. (ms-swift / OpenRLHF keys such as vllm_sleep_level are not GRPOConfig's: skipped.)"""
     from dataclasses import fields as dataclass_fields
 
     from trl import GRPOConfig
 
-    from estimator.config import schema
+    from estimator.settings.config import schema
 
     known = {f.name for f in dataclass_fields(GRPOConfig)}
     return {
@@ -167,8 +167,8 @@ def grpo_args(cfg: RunConfig, variant: dict, output_dir: Path):
 def release_problem(cfg: RunConfig) -> str | None:
     """Why this environment cannot run `cfg.trl_version` / `cfg.transformers_version` (it runs the installed
     releases only), or None."""
-    from estimator.trl_versions import fmt, installed_version
-    from estimator.versions import default_transformers
+    from estimator.settings.trl_versions import fmt, installed_version
+    from estimator.settings.versions import default_transformers
 
     here = installed_version()
     if here is not None and cfg.trl_version != fmt(here):

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from estimator import validate
-from estimator.architecture import ConfigError
-from estimator.catalog import UnknownModel, resolve_model
-from estimator.config import RunConfig
+from estimator.model.architecture import ConfigError
+from estimator.model.catalog import UnknownModel, resolve_model
+from estimator.settings import validate
+from estimator.settings.config import RunConfig
 from sweeps import records
 from sweeps.oneline import shown
 from sweeps.runner import grpo_setup, schema, tiny
@@ -76,10 +76,10 @@ def _check(value, accepted, what: str) -> None:
 
 
 def _check_settings(settings: dict) -> None:
-    """Every run setting against the one settings schema (`estimator.config`: kind, choices, bounds), the
+    """Every run setting against the one settings schema (`estimator.settings.config`: kind, choices, bounds), the
     checks vram-estimate's flags get."""
-    from estimator.config import check_value
-    from estimator.config import schema as run_settings
+    from estimator.settings.config import check_value
+    from estimator.settings.config import schema as run_settings
 
     for f in run_settings():
         if f.name not in settings:
@@ -179,7 +179,7 @@ def _check_run(variant: dict) -> None:
 
 def _check_runnable(settings: dict) -> None:
     """A setting the runner would silently not apply is one line (BadInput) instead of a mislabelled row."""
-    from estimator.config import schema
+    from estimator.settings.config import schema
 
     applied = grpo_setup.applied_settings()
     for f in schema():

@@ -44,7 +44,7 @@ def installed_trl() -> str:
 
 def grid(version: str) -> dict[str, dict]:
     """name -> settings in the release's own terms (per_device_train_batch_size: prompts in 0.14, else completions)."""
-    from estimator.trl_versions import profile
+    from estimator.settings.trl_versions import profile
 
     per_device = 1 if profile(version).batch_unit == "prompts" else 4
     base = {
@@ -65,7 +65,7 @@ def grid(version: str) -> dict[str, dict]:
 
 def configs(version: str) -> list[tuple[str, dict]]:
     """(name, RunConfig dict with trl_version) per grid point."""
-    from estimator.release_config import for_release
+    from estimator.settings.release_config import for_release
 
     return [(name, for_release(version, given).to_dict()) for name, given in grid(version).items()]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from estimator.architecture import from_config
-from estimator.config import RunConfig
+from estimator.model.architecture import from_config
+from estimator.settings.config import RunConfig
 
 
 def arch_for(cfg: RunConfig, hf_config: dict | None = None):
@@ -20,7 +20,7 @@ def arch_for(cfg: RunConfig, hf_config: dict | None = None):
 def predict(config: dict, hf_config: dict | None = None) -> tuple[dict | None, str | None]:
     """(Estimate.to_dict(), None), or (None, one-line error) when the estimator cannot size this run."""
     try:
-        from estimator.estimate import estimate
+        from estimator.step.estimate import estimate
 
         cfg = RunConfig.from_dict(config)  # rows carrying trl_version are modelled with that release
         return estimate(cfg, arch_for(cfg, hf_config)).to_dict(), None

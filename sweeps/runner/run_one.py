@@ -133,8 +133,8 @@ def _lengths(log_history: list[dict]) -> dict:
 def execute(spec: dict) -> dict:
     """Build the trainer, run the steps under the probes, return the result dict (raises on failure)."""
     _inject(spec.get("inject_failure"))
-    from estimator.config import RunConfig
-    from estimator.versions import default_transformers
+    from estimator.settings.config import RunConfig
+    from estimator.settings.versions import default_transformers
     from sweeps.probes import phases as phase_hooks
     from sweeps.records import environment_info
     from sweeps.runner import grpo_setup
@@ -196,7 +196,7 @@ def execute(spec: dict) -> dict:
     results = {name: p.result() for name, p in probes.items()}
     if "tensors" in results:
         results["tensors"].pop("phase_at_peak", None)
-        from estimator.allocator import simulate
+        from estimator.hardware.allocator import simulate
 
         # the caching allocator's reserve for the stream the probe saw (simulated)
         results["tensors"]["allocator"] = simulate(tensors.events).to_dict()

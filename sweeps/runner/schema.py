@@ -1,6 +1,6 @@
-"""The sweep's Hydra schema, derived from the one run-settings schema (`estimator.config.RunConfig`).
+"""The sweep's Hydra schema, derived from the one run-settings schema (`estimator.settings.config.RunConfig`).
 
-`register()` stores a structured config built field by field from `estimator.config.schema()` as the
+`register()` stores a structured config built field by field from `estimator.settings.config.schema()` as the
 `trainer/default` node, so the composed `trainer` group has RunConfig's defaults (the installed TRL and
 transformers releases for the release settings) and types (OmegaConf refuses
 `trainer.gradient_checkpointing=maybe` before any run starts). `model` and `device` come from their own
@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import field, make_dataclass
 from typing import Any, Optional
 
-from estimator.config import schema
-from estimator.trl_versions import default_version, fmt
-from estimator.versions import default_transformers
+from estimator.settings.config import schema
+from estimator.settings.trl_versions import default_version, fmt
+from estimator.settings.versions import default_transformers
 
 FROM_OTHER_GROUPS = ("model", "device")  # set by conf/model/*.yaml and conf/device/*.yaml
 # a run measures the releases installed where it runs: these settings default to them, not to the newest modelled

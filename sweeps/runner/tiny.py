@@ -138,7 +138,7 @@ _DROP_KEYS = ("transformers_version", "transformers.js_config", "quantization_co
 
 def catalog_config(name: str) -> dict:
     """The catalog's config.json for `name` with this tokenizer's special ids (ValueError if not in the catalog)."""
-    from estimator import catalog
+    from estimator.model import catalog
 
     hf_id = catalog.catalog_id(name)
     if hf_id is None:
@@ -183,7 +183,7 @@ def save_random(name: str, seed: int = 0, device: str = "cpu", cache_dir: Path |
     import shutil
     import tempfile
 
-    from estimator import catalog
+    from estimator.model import catalog
 
     root = Path(cache_dir) if cache_dir is not None else random_cache_dir()
     target = root / f"{catalog.catalog_id(name).replace('/', '--')}-seed{seed}"

@@ -49,7 +49,7 @@ def _print_row(row: dict) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The command and its subcommands; `one` takes the run settings' flags (the same schema-derived flags as
     `vram-estimate`)."""
-    from estimator.flags import OneLineParser, add_run_flags
+    from estimator.interface.flags import OneLineParser, add_run_flags
 
     p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}", parser_class=OneLineParser)
@@ -117,7 +117,7 @@ def _check_args(a: argparse.Namespace) -> str | None:
 
 
 def _one(a: argparse.Namespace) -> int:
-    from estimator.flags import FlagError, resolve_run
+    from estimator.interface.flags import FlagError, resolve_run
 
     try:
         cfg, _arch, notes = resolve_run(a)
@@ -135,7 +135,7 @@ def _one(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from estimator.flags import FlagError
+    from estimator.interface.flags import FlagError
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] not in (*COMMANDS, "child", "-h", "--help"):

@@ -45,7 +45,7 @@ from types import SimpleNamespace
 
 import torch
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
 from sweeps.probes.tensors import LiveStorageMode
 from sweeps.trace import step as single
 

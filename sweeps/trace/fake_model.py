@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from estimator import catalog as cat
+from estimator.model import catalog as cat
 
 GEMM_4BIT_CUSTOM_MAX_M = 1536  # bitsandbytes/backends/cuda/ops.py: dequant+F.linear past this many rows
 

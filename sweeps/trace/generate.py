@@ -28,7 +28,7 @@ def cache_kwarg() -> str:
     `past_key_values` before."""
     import transformers
 
-    from estimator.version_text import parse_version
+    from estimator.settings.version_text import parse_version
 
     return "cache" if parse_version(transformers.__version__) >= (5, 24) else "past_key_values"
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
 
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
 TRACED = REPO / "results" / "traced"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import random
 
-from estimator.config import OPTIMIZERS, RunConfig
+from estimator.settings.config import OPTIMIZERS, RunConfig
 
 # Depth cap: at ~0.3 of a core a full-depth trace takes 1-4 minutes, so a random grid traces each model at full
 # width, vocabulary, batch and lengths with its first DEPTH decoder layers (6 for gemma-3, whose every 6th layer
@@ -30,7 +30,7 @@ MAX_MICRO = (
 
 def layers_for(cfg: RunConfig) -> int:
     """Decoder layers a random grid traces for `cfg` (recorded in the row's variant and model.config)."""
-    from estimator.catalog import resolve_model
+    from estimator.model.catalog import resolve_model
 
     return DEPTH_BY_MODEL_TYPE.get(resolve_model(cfg.model).model_type, DEPTH)
 
@@ -118,8 +118,8 @@ def draw(rng: random.Random) -> RunConfig:
 
 
 def _as_accepted(cfg: RunConfig) -> RunConfig:
-    """What a user passes once TRL / PEFT refuse the drawn config (estimator.compat); no further random draws."""
-    from estimator.catalog import resolve_model
+    """What a user passes once TRL / PEFT refuse the drawn config (estimator.settings.compat); no further random draws."""
+    from estimator.model.catalog import resolve_model
 
     arch = resolve_model(cfg.model)
     if cfg.use_peft and arch.is_moe and cfg.lora_dropout != 0 and cfg.lora_target_modules == ("all-linear",):

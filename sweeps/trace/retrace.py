@@ -17,8 +17,8 @@ import signal
 import time
 from pathlib import Path
 
-from estimator.config import RunConfig
-from estimator.versions import default_transformers
+from estimator.settings.config import RunConfig
+from estimator.settings.versions import default_transformers
 from sweeps import records
 from sweeps.trace.rows import DECODE_K, make_row
 

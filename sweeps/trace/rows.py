@@ -9,8 +9,8 @@ import logging
 import traceback
 import warnings
 
-from estimator.config import RunConfig
-from estimator.versions import default_transformers
+from estimator.settings.config import RunConfig
+from estimator.settings.versions import default_transformers
 from sweeps import records
 
 DECODE_K = 2

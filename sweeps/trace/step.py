@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from estimator.allocator import simulate
-from estimator.config import RunConfig
+from estimator.hardware.allocator import simulate
+from estimator.settings.config import RunConfig
 from sweeps.probes.tensors import LiveStorageMode
 from sweeps.runner import tiny
 
@@ -83,7 +83,9 @@ class TraceResult:
     params: int
     trainable_params: int
     variant: dict = field(default_factory=dict)
-    events: list = field(default_factory=list)  # ordered alloc/free/phase events (estimator.allocator format)
+    events: list = field(
+        default_factory=list
+    )  # ordered alloc/free/phase events (estimator.hardware.allocator format)
 
 
 def _reward(completions, **kwargs):

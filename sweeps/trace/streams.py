@@ -2,7 +2,7 @@
 
     python -m sweeps.trace.streams [--grid core] [--index 0 2 4] [--steps 3] [--out results/streams]
 
-Per config: `<key>.txt.gz` (the event stream, `estimator.allocator.dump_stream` format) and one row appended to
+Per config: `<key>.txt.gz` (the event stream, `estimator.hardware.allocator.dump_stream` format) and one row appended to
 `index.jsonl`: the config, the traced peak, and the simulation of the stream under the default allocator, with
 `expandable_segments:True` and with `max_split_size_mb:128` (source "simulated", stream "traced"). A rerun skips
 configs whose stream and row exist. Streams are kept to a handful of representative configs (repo size).
@@ -14,8 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from estimator import allocator_term
-from estimator.allocator import (
+from estimator.hardware.allocator import (
     AllocatorSettings,
     dump_stream,
     load_stream,
@@ -23,7 +22,8 @@ from estimator.allocator import (
     simulate,
     with_empty_cache_steps,
 )
-from estimator.config import RunConfig
+from estimator.settings.config import RunConfig
+from estimator.terms import allocator_reserve as allocator_term
 from sweeps.oneline import OneLineParser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,7 +149,7 @@ def build_table(out: Path) -> dict:
             by_variant.setdefault("need:" + name, []).append((cfg, pa, (limits[name] - pa) / pa))
         streams.append({"config": idx["config"], "events": len(events), "variants": variants})
     fit = {name: fit_variant(rows) for name, rows in by_variant.items()}
-    src = "simulated (estimator.allocator) on traced streams (results/streams)"
+    src = "simulated (estimator.hardware.allocator) on traced streams (results/streams)"
     return {"source": src, "streams": streams, "fit": fit}
 
 

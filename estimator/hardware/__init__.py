@@ -1,0 +1,1 @@
+"""The hardware: GPU cards as data, and PyTorch's CUDA caching allocator."""

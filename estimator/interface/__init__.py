@@ -1,0 +1,1 @@
+"""What the user touches: the CLI, its flags, their config files and launch commands, and the report."""

@@ -1,0 +1,348 @@
+"""`vram-estimate`: how much GPU memory a TRL 1.16 GRPO run needs, what to change to make it fit.
+
+With reward / reference / value models or vLLM it also lays the run out per GPU and per role (estimator/plan/layout.py)
+and checks vLLM's start-up the way vLLM does. Exit codes: 0 fits (or no --gpu given), 1 does not fit on --gpu
+(the policy's step, a GPU of the layout or vLLM's start-up; or --solve finds nothing), 2 bad input, 3 the answer
+could not be written (stdout closed or full).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+from estimator.interface.flags import TRL_SPELLING_HELP, FlagError, add_run_flags, resolve_run
+from estimator.model.architecture import Arch
+from estimator.plan.solve import SOLVABLE
+from estimator.settings.config import RunConfig
+
+PROG = "vram-estimate"
+
+
+class UsageError(ValueError):
+    """Bad input: reported as one line on stderr, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports errors in one line and lets main() choose the exit code."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The run settings' flags (from the schema, shared with the tracer) and this command's output flags."""
+    p = _Parser(
+        prog=PROG,
+        description="Estimate the GPU memory of one GRPO step with TRL 1.16's GRPOTrainer (every number is estimated).",
+        epilog="Exit codes: 0 fits (or no --gpu), 1 does not fit on --gpu / --solve finds nothing, 2 bad input, "
+        "3 the answer could not be written (stdout closed or full). "
+        + TRL_SPELLING_HELP
+        + ". "
+        + _band_help(),
+        argument_default=argparse.SUPPRESS,
+    )
+    add_run_flags(p)
+    o = p.add_argument_group("output")
+    o.add_argument(
+        "--gpu", metavar="NAME", help="check one GPU (e.g. H100, A100-40, 4090): exit 0 fits, 1 not"
+    )
+    o.add_argument("--json", action="store_true", default=False, help="the whole breakdown as JSON")
+    o.add_argument("--advice", action="store_true", default=False, help="show what to change even if it fits")
+    o.add_argument(
+        "--solve",
+        choices=SOLVABLE,
+        help="largest value of this setting that fits on --gpu",
+    )
+    o.add_argument(
+        "--trace", action="store_true", default=False, help="also trace real GRPO steps (sweep extra)"
+    )
+    o.add_argument(
+        "--version",
+        action="version",
+        version=version_text(),
+        help="print the tool's version and the upstream releases it models, then exit",
+    )
+    return p
+
+
+def version_text() -> str:
+    """`vram-estimate 0.1.0 (grpo-vram); models TRL 0.14-1.16; transformers 5.23-5.24; ...`."""
+    from importlib import metadata
+
+    from estimator.settings import versions
+
+    try:
+        tool = metadata.version("grpo-vram")
+    except metadata.PackageNotFoundError:
+        tool = "(not installed: run from a checkout)"
+    return f"{PROG} {tool} (grpo-vram); models {versions.describe()}"
+
+
+@dataclass
+class Request:
+    """A parsed command line: the run, the GPU to check and what to print."""
+
+    cfg: RunConfig
+    arch: Arch
+    gpu: object | None
+    as_json: bool
+    advice: bool
+    solve: str | None
+    trace: bool
+    notes: list[str]
+    sources: dict = dataclasses.field(default_factory=dict)  # field -> the file / key / flags that set it
+
+
+def parse(argv: list[str]) -> Request:
+    """argv -> Request; UsageError (one line) for anything bad."""
+    from estimator.hardware import gpus
+
+    argv, command = split_command(argv)
+    ns = build_parser().parse_args(argv)
+    if command is not None:
+        if getattr(ns, "from_command", None) is not None:
+            raise UsageError("give the command once: --from-command CMD or -- CMD ...")
+        ns.from_command = command
+    gpu, gpu_note = None, None
+    if getattr(ns, "gpu", None) is not None:
+        try:
+            gpu, gpu_note = gpus.resolve(ns.gpu)  # an ambiguous name: the smaller card, and a note saying so
+        except gpus.UnknownGPU as e:
+            raise UsageError(str(e)) from None
+    try:
+        defaults = {"gpu_memory_gib": gpu.memory_gib} if gpu is not None else None
+        sources: dict = {}
+        cfg, arch, notes = resolve_run(ns, defaults, sources)
+    except FlagError as e:
+        raise UsageError(str(e)) from None
+    if gpu is None and getattr(ns, "gpu_memory_gib", None) is not None:  # --gpu-memory-gib N: a card of N GiB
+        try:
+            gpu = gpus.for_memory_gib(cfg.gpu_memory_gib)
+        except gpus.UnknownGPU as e:
+            raise UsageError(str(e)) from None
+    if gpu_note:
+        notes.append(gpu_note)
+    if gpu is not None and gpu.overheads_note:
+        notes.append(f"{gpu.name}: {gpu.overheads_note}")
+    solve = getattr(ns, "solve", None)
+    if solve and gpu is None:
+        raise UsageError("--solve needs --gpu NAME (the memory to fit in)")
+    if solve == "vllm_gpu_memory_utilization" and not (cfg.use_vllm and cfg.vllm_mode == "colocate"):
+        raise UsageError("--solve vllm_gpu_memory_utilization needs --use-vllm with --vllm-mode colocate")
+    if gpu is not None and cfg.device == "cpu":
+        raise UsageError("--gpu checks a GPU; drop it with --device cpu")
+    return Request(cfg, arch, gpu, ns.json, ns.advice, solve, ns.trace, notes, sources)
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """`vram-estimate [flags] -- accelerate launch ...`: the words after the first `--` are a launch command."""
+    if "--" not in argv:
+        return argv, None
+    i = argv.index("--")
+    if i + 1 >= len(argv):
+        raise UsageError(
+            "nothing after '--'; accepted: -- followed by a launch command (accelerate launch ...)"
+        )
+    return argv[:i], argv[i + 1 :]
+
+
+def render_sources(cfg: RunConfig, sources: dict) -> str | None:
+    """Which file set which setting, compactly; None when one file at most (everything else is a flag then)."""
+    by: dict[str, list[str]] = {}
+    for name, label in sources.items():
+        origin, _, key = label.partition(" ")
+        value = getattr(cfg, name, None)
+        value = ",".join(value) if isinstance(value, tuple) else value
+        by.setdefault(origin, []).append(f"{name}={value}" + (f" ({key})" if key and key != name else ""))
+    if len([o for o in by if o != "flags"]) < 2:
+        return None
+    lines = ["settings read from:"] + [f"  {origin}: {', '.join(items)}" for origin, items in by.items()]
+    lines.append("  every other setting: TRL's default (--json lists the whole config)")
+    return "\n".join(lines)
+
+
+TRACER_GROUP = "grpo_vram.tracers"  # entry points: callables (RunConfig, sweep=str) -> result row
+
+
+def run_trace(cfg: RunConfig) -> dict:
+    """Trace real GRPO steps under fake tensors with a tracer found by entry point (the sweep extra's)."""
+    from importlib.metadata import entry_points
+
+    need = "--trace needs the sweep extra (torch, transformers, trl): pip install 'grpo-vram[sweep]'"
+    found = list(entry_points(group=TRACER_GROUP))
+    if not found:
+        raise UsageError(need)
+    try:
+        make_row = found[0].load()
+    except ImportError:
+        raise UsageError(need) from None
+    row = make_row(cfg, sweep="vram-estimate")
+    if row.get("status") != "ok":
+        return {"source": "traced", "status": row.get("status"), "error": row.get("error")}
+    obs = row["observed"]
+    return {"source": "traced", "status": "ok", **{k: obs[k] for k in ("peak_bytes", "peak_phase", "phases")}}
+
+
+def render_trace(traced: dict) -> str:
+    """Traced per-phase peaks (fake tensors through TRL's real GRPO step), labelled `traced`."""
+    from estimator.units import gib
+
+    if traced.get("status") != "ok":
+        return f"trace failed: {traced.get('error')}"
+    lines = ["traced (TRL GRPO step under fake tensors, tensor bytes):"]
+    lines += [f"  {ph:<10}{gib(b):8.2f} GiB  traced" for ph, b in traced["phases"].items()]
+    lines.append(f"  {'peak':<10}{gib(traced['peak_bytes']):8.2f} GiB  traced, in {traced['peak_phase']}")
+    return "\n".join(lines)
+
+
+def execute(req: Request) -> tuple[str, int]:
+    """Estimate, lay out every role and vLLM per GPU, check fits, advise / solve; returns (stdout text, exit code).
+
+    Models beside the policy (reward / reference / value) placed on the training GPUs are part of the estimate
+    that the fit checks, advice and --solve see (`layout.with_roles`); the layout (present with roles or vLLM)
+    adds the per-GPU, per-role bytes, the GPU count and vLLM's own start-up checks.
+    """
+    from estimator.hardware import gpus
+    from estimator.interface import report
+    from estimator.model import catalog
+    from estimator.plan import advice as adv
+    from estimator.plan.layout import VllmSettings, plan, with_roles
+    from estimator.plan.solve import solve
+    from estimator.settings.role_spec import config_roles
+    from estimator.step import band
+    from estimator.step.estimate import estimate
+    from estimator.units import GIB
+
+    def policy_fn(c: RunConfig, arch: Arch):
+        return estimate(c, arch)
+
+    cfg = req.cfg
+    roles = config_roles(cfg)
+    est_fn = with_roles(policy_fn, roles, catalog.resolve_model) if roles else policy_fn
+    est = est_fn(cfg, req.arch)
+
+    def layout_on(c: RunConfig, total: int):
+        return plan(estimate(c, req.arch), roles, VllmSettings.of(c), catalog.resolve_model, total, policy_fn)
+
+    def fit_on(g):
+        """The step on card `g` (a colocated vLLM takes its share of that card), blocked if the layout fails."""
+        c, e = cfg, est
+        if cfg.use_vllm and cfg.vllm_mode == "colocate" and cfg.gpu_memory_gib != g.memory_gib:
+            c = cfg.with_(gpu_memory_gib=g.memory_gib)
+            e = est_fn(c, req.arch)
+        fit = report.check_fit(e, g)
+        if roles or cfg.use_vllm:  # the training GPU's bytes are the step's own, already in free_bytes
+            why = [
+                b for b in layout_on(c, g.usable_bytes).blockers if b != "training GPU" or fit.free_bytes >= 0
+            ]
+            fit = dataclasses.replace(fit, blocked=", ".join(why))
+        return fit
+
+    fits = [] if cfg.device == "cpu" else [fit_on(g) for g in gpus.GPUS]
+    target = fit_on(req.gpu) if req.gpu is not None else None
+    # what torch can use (report.FIT_BASIS); candidates are compared by Estimate.fit_bytes (band included)
+    budget = req.gpu.usable_bytes if req.gpu is not None else None
+    layout, fixes, starts = None, [], True
+    if roles or cfg.use_vllm:
+        total = req.gpu.usable_bytes if req.gpu is not None else int((cfg.gpu_memory_gib or 80.0) * GIB)
+        layout = layout_on(cfg, total)
+        fixes = adv.layout_fixes(layout, cfg) + adv.role_moves(layout)
+        starts = layout.vllm is None or layout.vllm.failure is None or "start-up" not in layout.vllm.failure
+        if not layout.fits:
+            budget = total
+    fails = (target is not None and not target.fits) or (layout is not None and not layout.fits)
+    advice = None
+    if req.advice or fails:  # vLLM failing at start-up is not fixed by saving training memory: no target then
+        advice = adv.advise(cfg, req.arch, est_fn, budget if starts else None)
+    solution = solve(cfg, req.arch, req.solve, budget, est_fn) if req.solve else None
+    traced = run_trace(cfg) if req.trace else None
+    code = 1 if req.gpu is not None and fails else 0
+    if solution is not None:
+        code = 0 if solution.value is not None else 1
+    if req.as_json:
+        d = report.to_json(est, fits, target, advice, solution, layout, fixes)
+        d["band"] = band.to_json(cfg)
+        if req.sources:
+            d["settings_from"] = req.sources
+        if traced is not None:
+            d["trace"] = traced
+        return json.dumps(d, indent=2), code
+    parts = [report.render(est, fits, target), band.describe(cfg)]
+    if (block := render_sources(cfg, req.sources)) is not None:
+        parts.append(block)
+    if layout is not None:
+        parts.append(report.render_layout(layout, fixes))
+    if advice is not None:
+        if not starts:
+            parts.append(
+                "(vLLM fails before the first step: the changes below save memory but do not fix that)"
+            )
+        parts.append(report.render_advice(advice))
+    if solution is not None:
+        parts.append(report.render_solution(solution))
+    if traced is not None:
+        parts.append(render_trace(traced))
+    return "\n".join(parts), code
+
+
+def _band_help() -> str:
+    from estimator.step.band import MIN_MARGIN_LOW, band, regime_band
+
+    b = band()
+    per = ", ".join(f"{name} {r['low'] * 100:+.1f}%" for name, r in b["regimes"].items())
+    return (
+        f" Error band: the worst under-prediction per regime on {regime_band()[1]['n']} off-grid traces "
+        f"({b['source']}): {per}; --gpu, --solve, the advice and the fits list raise the estimated tensor "
+        f"peak by the band of the config's regime, at least {-MIN_MARGIN_LOW * 100:.0f}% (estimator/step/band.py)."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `vram-estimate`; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        req = parse(argv)
+        for note in req.notes:
+            print(f"{PROG}: note: {note}", file=sys.stderr)
+        text, code = execute(req)
+    except UsageError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    return write_answer(text, code)
+
+
+NOT_WRITTEN = 3  # the answer could not be written: not a verdict, so neither 0 (fits) nor 1 (does not fit)
+
+
+def write_answer(text: str, code: int) -> int:
+    """Print the answer; `code`, or NOT_WRITTEN with one stderr line when stdout is closed or full. A reader that
+    left (`| head -1`) took what it wanted: no message then (the Python docs' recipe, library/signal.html
+    #note-on-sigpipe, pointing stdout at /dev/null so the interpreter's final flush is quiet)."""
+    out = sys.stdout
+    if out is None:  # started with stdout closed (`>&-`)
+        print(f"{PROG}: error: stdout is closed; the answer was not written", file=sys.stderr)
+        return NOT_WRITTEN
+    try:
+        print(text, file=out)
+        out.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        return NOT_WRITTEN
+    except (OSError, ValueError) as e:  # a full disk (ENOSPC), a closed descriptor (EBADF)
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        except (OSError, ValueError):
+            pass
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        print(f"{PROG}: error: could not write the answer to stdout ({reason})", file=sys.stderr)
+        return NOT_WRITTEN
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

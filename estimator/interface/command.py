@@ -1,0 +1,456 @@
+"""`vram-estimate --from-command "<launch command>"` (or `vram-estimate [flags] -- <command>`): read what a TRL
+GRPO launch command would run.
+
+The command is split with `shlex.split` (POSIX shell words); leading `NAME=value` environment assignments are
+skipped (PYTORCH_CUDA_ALLOC_CONF is read). Launchers:
+
+- `accelerate launch [options] SCRIPT ARGS`: `--config_file` is the accelerate YAML and its options override it
+  as `accelerate launch` does (an option given on the command line wins over the config file's value;
+  https://github.com/huggingface/accelerate/blob/v1.15.0/src/accelerate/commands/launch.py#L1263-L1291);
+  `--num_processes` counts every process; `--use_deepspeed` / `--use_fsdp` / `--multi_gpu` pick the
+  distributed type; `--zero_stage`, `--offload_*_device`, `--deepspeed_config_file`, `--fsdp_*` as the YAML's.
+  Options are spelled with `_` or `-`, as accelerate accepts.
+- `torchrun` / `python -m torch.distributed.run`: `--nproc_per_node N` x `--nnodes M` processes.
+- `deepspeed`: `--num_gpus N` x `--num_nodes M`.
+- `python SCRIPT` / `python -m MODULE`: one process.
+- `trl grpo ARGS`: TRL's CLI, itself `accelerate launch` of trl/scripts/grpo.py: arguments its parser does not
+  know go to accelerate launch, and `--accelerate_config NAME|PATH` is its `--config_file`
+  (trl 1.16.0 trl/cli/commands/training.py and trl/cli/accelerate_config.py).
+
+The script's arguments are read as TRL's HfArgumentParser reads them (`--key value`, `--key=value`, a bare
+`--flag` for a true boolean, `--no_flag`, several values for a list; transformers v5.24.0 hf_argparser.py
+`_parse_dataclass_field`), with `--config FILE` the TRL config (trl scripts/utils.py parse_args_and_config), and
+then go through the same key rules as a TRL config file (`estimator/interface/configfile.py`). Paths are relative to the
+working directory. Anything it cannot read is one CommandError line naming the word and what is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from estimator.interface.configfile import (
+    FileSettings,
+    _from_launch,
+    file_keys,
+    kind_of,
+    settings_of,
+    translate,
+)
+from estimator.interface.files import ConfigFileError, clip, load_file, suggestion
+from estimator.interface.known_keys import LAUNCH_BOOL_FLAGS, LAUNCH_VALUE_FLAGS, TRL_KEYS
+from estimator.interface.launchfile import LaunchFileError, translate_accelerate
+
+MAX_COMMAND_CHARS = 100_000
+TORCHRUN_BOOL = {"--standalone", "--no_python", "--no-python", "--run_path", "--run-path", "-m", "--module"}
+DEEPSPEED_BOOL = {
+    "--no_python",
+    "--no-python",
+    "--module",
+    "-m",
+    "--no_local_rank",
+    "--no_ssh_check",
+    "--force_multi",
+    "--autotuning",
+    "--bind_cores_to_rank",
+    "--enable_each_rank_log",
+    "--save_pid",
+    "--elastic_training",
+}
+PYTHON_BOOL = {"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-b", "-bb", "-q", "-v", "-d", "-i", "-P"}
+TRL_ACCELERATE_CONFIGS = ("fsdp1", "fsdp2", "multi_gpu", "single_gpu", "zero1", "zero2", "zero3")
+
+
+class CommandError(ValueError):
+    """A launch command this tool cannot read (one line)."""
+
+
+@dataclass
+class CommandSettings:
+    """What a command runs: its files and arguments as FileSettings (kinds as in configfile), and notes."""
+
+    files: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    launcher: str = "python"
+
+
+def _norm(opt: str) -> str:
+    """accelerate / torchrun accept `--num-processes` and `--num_processes`."""
+    return "--" + opt[2:].replace("-", "_") if opt.startswith("--") else opt
+
+
+def _options(tokens: list[str], i: int, bools: set[str], what: str) -> tuple[dict, int]:
+    """`--opt value` / `--opt=value` / bare boolean options from tokens[i:] up to the first word that is not one;
+    returns ({normalized option: value or True}, index of that word)."""
+    opts: dict = {}
+    while i < len(tokens) and tokens[i].startswith("-") and tokens[i] != "-":
+        tok = tokens[i]
+        if tok == "--":
+            return opts, i + 1
+        name, eq, value = tok.partition("=")
+        name = _norm(name)
+        if eq:
+            opts[name] = value
+            i += 1
+        elif name in bools or tok in bools:
+            opts[name] = True
+            i += 1
+        else:
+            if i + 1 >= len(tokens):
+                raise CommandError(f"{what} option {clip(tok)} needs a value")
+            opts[name] = tokens[i + 1]
+            i += 2
+    return opts, i
+
+
+def _count(what: str, opt: str, value) -> int:
+    try:
+        n = int(str(value))
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise CommandError(
+            f"{what} {opt} {clip(value)}: not a process count this tool can read; accepted: an integer >= 1 "
+            "(or give --gpus N)"
+        )
+    return n
+
+
+def _launcher_settings(where: str, gpus: int, key: str) -> FileSettings:
+    return FileSettings(values={"num_gpus": gpus}, kind="launcher", where=where, sources={"num_gpus": key})
+
+
+ACCEL_DS_OPTS = {
+    "--zero_stage": "zero_stage",
+    "--offload_optimizer_device": "offload_optimizer_device",
+    "--offload_param_device": "offload_param_device",
+    "--deepspeed_config_file": "deepspeed_config_file",
+    "--gradient_accumulation_steps": "gradient_accumulation_steps",
+    "--zero3_init_flag": "zero3_init_flag",
+    "--zero3_save_16bit_model": "zero3_save_16bit_model",
+}
+
+
+def _yaml_scalar(text):
+    """A command-line value as YAML reads it ('4' -> 4, 'true' -> True, 'cpu' -> 'cpu')."""
+    import yaml
+
+    if not isinstance(text, str):
+        return text
+    try:
+        return yaml.safe_load(text)
+    except Exception:
+        return text
+
+
+def _accelerate(opts: dict, cwd: Path) -> FileSettings | None:
+    """`accelerate launch` options (+ its --config_file) -> the accelerate config they make, as one FileSettings."""
+    known = {_norm(o) for o in (*LAUNCH_BOOL_FLAGS, *LAUNCH_VALUE_FLAGS)}
+    for opt in opts:
+        if opt not in known and opt not in ("-m", "-q"):
+            near = suggestion(opt, sorted(known))
+            hint = f"; did you mean {near}?" if near else "; accepted: accelerate launch's options"
+            raise CommandError(f"accelerate launch: unknown option {clip(opt)}{hint}")
+    data: dict = {}
+    where = "accelerate launch"
+    path = None
+    if "--config_file" in opts:
+        path = Path(str(opts["--config_file"]))
+        path = path if path.is_absolute() else cwd / path
+        data = load_file(str(path), "accelerate launch --config_file")
+        where = f"{path.name} + accelerate launch options"
+        if kind_of(data) != "accelerate":
+            raise CommandError(
+                f"accelerate launch --config_file {clip(str(path))}: not an accelerate config (no distributed_type)"
+            )
+    elif not any(
+        o in opts for o in ("--num_processes", "--use_deepspeed", "--use_fsdp", "--multi_gpu", "--cpu")
+    ):
+        return FileSettings(kind="accelerate", where="accelerate launch", needs_processes=True)
+    if opts.get("--use_deepspeed"):
+        data["distributed_type"] = "DEEPSPEED"
+    elif opts.get("--use_fsdp"):
+        data["distributed_type"] = "FSDP"
+    elif opts.get("--multi_gpu"):
+        data["distributed_type"] = "MULTI_GPU"
+    elif "distributed_type" not in data:
+        n = opts.get("--num_processes")
+        data["distributed_type"] = "MULTI_GPU" if n is not None and str(n) != "1" else "NO"
+    if "--num_processes" in opts:
+        data["num_processes"] = _count("accelerate launch", "--num_processes", opts["--num_processes"])
+    if "--mixed_precision" in opts:
+        data["mixed_precision"] = str(opts["--mixed_precision"])
+    if opts.get("--cpu"):
+        data["use_cpu"] = True
+    for opt, key in ACCEL_DS_OPTS.items():
+        if opt in opts:
+            data.setdefault("deepspeed_config", {})
+            data["deepspeed_config"] = {**(data["deepspeed_config"] or {}), key: _yaml_scalar(opts[opt])}
+    for opt, value in opts.items():
+        if opt.startswith("--fsdp_"):
+            data["fsdp_config"] = {**(data.get("fsdp_config") or {}), opt[2:]: _yaml_scalar(value)}
+    try:
+        launch = translate_accelerate(data, where, path.parent if path else cwd)
+    except LaunchFileError as e:
+        raise CommandError(str(e)) from None
+    return _from_launch(launch, "accelerate", where, str(path) if path else "")
+
+
+def script_args(tokens: list[str]) -> tuple[dict, str | None]:
+    """HfArgumentParser-style arguments -> ({key: value}, the --config path). Values stay strings (typed later)."""
+    out: dict = {}
+    config = None
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if not tok.startswith("--"):
+            raise CommandError(
+                f"script argument {clip(tok)} is not --key [value]; accepted: TRL's --key value arguments"
+            )
+        name, eq, value = tok[2:].partition("=")
+        values = [value] if eq else []
+        i += 1
+        while not eq and i < len(tokens) and not (tokens[i].startswith("--") and len(tokens[i]) > 2):
+            values.append(tokens[i])
+            i += 1
+        if name == "config":
+            if len(values) != 1:
+                raise CommandError("script --config needs one file")
+            config = values[0]
+            continue
+        if not name:
+            raise CommandError("script argument '--' is not --key [value]")
+        out[name] = True if not values else values[0] if len(values) == 1 else values
+    return out, config
+
+
+def typed_args(args: dict) -> dict:
+    """Script argument strings typed as HfArgumentParser would for the settings the estimate reads: numbers,
+    booleans (transformers string_to_bool), lists; `--no_X` is X false; JSON for dict arguments."""
+    top, nested = file_keys()
+    bools = {k for k, f in top.items() if f.kind == "bool"} | {"use_cpu", "fp16"}
+    out: dict = {}
+    for key, value in args.items():
+        if key.startswith("no_") and key[3:] in bools and value is True:
+            out[key[3:]] = False
+            continue
+        f = top.get(key)
+        if key in bools:
+            if value is True:
+                out[key] = True
+                continue
+            v = str(value).lower()
+            if v in ("yes", "true", "t", "y", "1"):
+                out[key] = True
+            elif v in ("no", "false", "f", "n", "0"):
+                out[key] = False
+            else:
+                raise CommandError(f"--{key} {clip(value)}: accepted: true or false (yes/no, 1/0)")
+        elif key in nested and isinstance(value, str):
+            try:
+                out[key] = json.loads(value)
+            except ValueError:
+                raise CommandError(f"--{key} {clip(value)}: not a JSON mapping") from None
+        elif f is not None and f.kind == "strs":
+            out[key] = [value] if isinstance(value, str) else value
+        elif f is not None and f.kind in ("int", "float") and isinstance(value, str):
+            try:
+                out[key] = int(value) if f.kind == "int" else float(value)
+            except ValueError:
+                want = "an integer" if f.kind == "int" else "a number"
+                raise CommandError(f"--{key} {clip(value)}: must be {want}") from None
+        else:
+            out[key] = value
+    return out
+
+
+def _script(tokens: list[str], i: int, module: bool) -> tuple[str, int]:
+    if i >= len(tokens):
+        raise CommandError(
+            "the command names no training script; accepted: trl grpo, python -m trl.scripts.grpo, SCRIPT.py"
+        )
+    return (("-m " if module else "") + tokens[i]), i + 1
+
+
+def read_command(command: str | list[str], cwd: Path | None = None) -> CommandSettings:
+    """A launch command (a string, split with shlex, or its words) -> CommandSettings; CommandError if unreadable."""
+    cwd = cwd or Path(".")
+    if isinstance(command, str):
+        if len(command) > MAX_COMMAND_CHARS:
+            raise CommandError(
+                f"--from-command: {len(command)} characters, more than a command ({MAX_COMMAND_CHARS})"
+            )
+        try:
+            tokens = shlex.split(command)
+        except ValueError as e:
+            raise CommandError(f"--from-command {clip(command)}: {e} (shell quoting)") from None
+    else:
+        tokens = list(command)
+    out = CommandSettings()
+    env: dict = {}
+    while (
+        tokens
+        and "=" in tokens[0]
+        and not tokens[0].startswith("-")
+        and tokens[0].split("=", 1)[0].isidentifier()
+    ):
+        k, _, v = tokens.pop(0).partition("=")
+        env[k] = v
+    if tokens and tokens[0] == "env":
+        tokens.pop(0)
+        while tokens and "=" in tokens[0] and tokens[0].split("=", 1)[0].isidentifier():
+            k, _, v = tokens.pop(0).partition("=")
+            env[k] = v
+    if not tokens:
+        raise CommandError(
+            "--from-command names no command; accepted: accelerate launch / torchrun / python / trl grpo ..."
+        )
+    if env.get("PYTORCH_CUDA_ALLOC_CONF"):
+        out.files.append(
+            FileSettings(
+                values={"pytorch_cuda_alloc_conf": env["PYTORCH_CUDA_ALLOC_CONF"]},
+                kind="launcher",
+                where="environment",
+                sources={"pytorch_cuda_alloc_conf": "PYTORCH_CUDA_ALLOC_CONF"},
+            )
+        )
+    prog = Path(tokens[0]).name
+    i = 1
+    accel_opts: dict | None = None
+    if prog == "accelerate":
+        if len(tokens) < 2 or tokens[1] != "launch":
+            raise CommandError(
+                f"accelerate {clip(tokens[1] if len(tokens) > 1 else '')}: accepted: accelerate launch"
+            )
+        accel_opts, i = _options(
+            tokens, 2, {_norm(o) for o in LAUNCH_BOOL_FLAGS} | {"-m", "-q"}, "accelerate launch"
+        )
+        out.launcher = "accelerate launch"
+        module = bool(accel_opts.get("-m") or accel_opts.get("--module"))
+        script, i = _script(tokens, i, module)
+    elif prog == "torchrun" or (
+        prog.startswith("python")
+        and tokens[1:3] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"])
+    ):
+        start = 1 if prog == "torchrun" else 3
+        opts, i = _options(tokens, start, TORCHRUN_BOOL, "torchrun")
+        per = opts.get("--nproc_per_node", 1)
+        nodes = opts.get("--nnodes", 1)
+        n = _count("torchrun", "--nproc_per_node", per) * _count("torchrun", "--nnodes", nodes)
+        out.files.append(_launcher_settings("torchrun", n, "--nproc_per_node x --nnodes"))
+        out.launcher = "torchrun"
+        module = bool(opts.get("-m") or opts.get("--module"))
+        script, i = _script(tokens, i, module)
+    elif prog == "deepspeed":
+        opts, i = _options(tokens, 1, DEEPSPEED_BOOL, "deepspeed")
+        if "--num_gpus" not in opts:
+            raise CommandError(
+                "deepspeed without --num_gpus uses every GPU of the machine; give --num_gpus N (or --gpus N)"
+            )
+        n = _count("deepspeed", "--num_gpus", opts["--num_gpus"]) * _count(
+            "deepspeed", "--num_nodes", opts.get("--num_nodes", 1)
+        )
+        out.files.append(_launcher_settings("deepspeed", n, "--num_gpus x --num_nodes"))
+        out.launcher = "deepspeed"
+        script, i = _script(tokens, i, bool(opts.get("--module") or opts.get("-m")))
+    elif prog.startswith("python"):
+        j = 1
+        while j < len(tokens) and tokens[j] in PYTHON_BOOL:
+            j += 1
+        if j < len(tokens) and tokens[j] == "-m":
+            script, i = _script(tokens, j + 1, True)
+        else:
+            script, i = _script(tokens, j, False)
+        out.files.append(_launcher_settings("python", 1, "one process"))
+        out.launcher = "python"
+    elif prog == "trl":
+        script, i = "trl", 1
+        out.launcher = "trl"
+    else:
+        raise CommandError(
+            f"{clip(tokens[0])}: not a launcher this tool reads; accepted: accelerate launch, torchrun, deepspeed, "
+            "python, trl grpo"
+        )
+    rest = tokens[i:]
+    if Path(script).name == "trl":  # `trl grpo ...` (also as accelerate launch's script)
+        if not rest or rest[0] != "grpo":
+            raise CommandError(f"trl {clip(rest[0] if rest else '')}: accepted: trl grpo")
+        rest = rest[1:]
+        script = "trl grpo"
+    args, trl_config = script_args(rest)
+    if script == "trl grpo":  # arguments the GRPO parser does not know go to accelerate launch
+        launch_names = {_norm(o)[2:] for o in (*LAUNCH_BOOL_FLAGS, *LAUNCH_VALUE_FLAGS)}
+        top, nested = file_keys()
+        accel_opts = dict(accel_opts or {})
+        for key in list(args):
+            if key == "accelerate_config":
+                accel_opts["--config_file"] = _trl_accelerate_config(str(args.pop(key)), cwd)
+            elif key in launch_names and key not in TRL_KEYS and key not in top and key not in nested:
+                accel_opts["--" + key] = args.pop(key)
+        if accel_opts or out.launcher == "trl":
+            out.launcher = "trl grpo (accelerate launch)"
+    name = script.split()[-1]
+    if "grpo" not in name:
+        out.notes.append(
+            f"command: {clip(script)} is estimated as TRL's GRPO trainer (its arguments read as TRL's)"
+        )
+    if accel_opts is not None:
+        acc = _accelerate(accel_opts, cwd)
+        if acc is not None:
+            out.files.append(acc)
+    if trl_config is not None:
+        p = Path(trl_config)
+        p = p if p.is_absolute() else cwd / p
+        data = load_file(str(p), "script --config")
+        s = settings_of(data, p, "script --config")
+        if s.kind != "trl":
+            raise CommandError(f"script --config {clip(trl_config)}: a {s.kind} file, not a TRL config")
+        out.files.append(s)
+        if s.deepspeed_file:
+            out.files.append(
+                settings_of(load_file(s.deepspeed_file, f"{s.where}: deepspeed"), Path(s.deepspeed_file))
+            )
+    if args:
+        typed = typed_args(args)
+        s = translate(typed, "command", cwd)
+        s.kind = "trl-args"
+        s.sources = {k: "--" + v.split(".")[0] for k, v in s.sources.items()}
+        out.files.append(s)
+        if s.deepspeed_file:
+            p = Path(s.deepspeed_file)
+            out.files.append(settings_of(load_file(str(p if p.is_absolute() else cwd / p), "--deepspeed"), p))
+    return out
+
+
+def _trl_accelerate_config(value: str, cwd: Path) -> str:
+    """`trl grpo --accelerate_config NAME|PATH`: a file, else a config shipped in the trl package."""
+    p = Path(value)
+    if (p if p.is_absolute() else cwd / p).is_file():
+        return value
+    if value in TRL_ACCELERATE_CONFIGS:
+        try:
+            from importlib import resources
+
+            shipped = resources.files("trl.accelerate_configs").joinpath(f"{value}.yaml")
+            if shipped.is_file():
+                return str(shipped)
+        except (ImportError, ModuleNotFoundError, OSError):
+            pass
+        raise CommandError(
+            f"--accelerate_config {value}: a config shipped with trl, which is not installed here; give its path "
+            f"(trl/accelerate_configs/{value}.yaml)"
+        )
+    raise CommandError(
+        f"--accelerate_config {clip(value)}: neither a file nor one of trl's configs; accepted: a path or "
+        + ", ".join(TRL_ACCELERATE_CONFIGS)
+    )
+
+
+def command_files(command, cwd: Path | None = None) -> CommandSettings:
+    """read_command with every file / key problem as a CommandError line."""
+    try:
+        return read_command(command, cwd)
+    except (ConfigFileError, LaunchFileError) as e:
+        raise CommandError(str(e)) from None

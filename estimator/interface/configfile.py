@@ -1,0 +1,427 @@
+"""Read the files of a TRL GRPO run -- TRL config, accelerate config, DeepSpeed JSON -- into RunConfig values.
+
+`vram-estimate --config FILE` repeats; each file's kind is recognised from its keys (`kind_of`):
+
+- "trl": a TRL GRPOConfig / ModelConfig / ScriptArguments YAML or JSON -- one file may mix their keys, as
+  `trl grpo --config` accepts (trl/scripts/grpo.py make_parser: GRPOScriptArguments, GRPOConfig, ModelConfig,
+  DatasetMixtureConfig) -- or an open-r1 recipe (the same plus open-r1's own keys, `known_keys.OPEN_R1_KEYS`);
+- "accelerate": an `accelerate config` YAML (distributed_type / compute_environment);
+- "deepspeed": a DeepSpeed JSON (zero_optimization / train_micro_batch_size_per_gpu / train_batch_size); also
+  reached from an accelerate YAML's deepspeed_config_file or a TRL config's `deepspeed:` key.
+
+Two files of one kind are refused. `merge` combines them as the libraries do (the rules and their upstream code
+paths are in `estimator/interface/launchfile.py`'s docstring and `merge`'s), and flags override files.
+
+Keys: a key the estimate uses maps to its RunConfig field (the schema's `trl=` / `file_keys`, `estimator/settings/config.py`);
+a TRL / accelerate key the estimate does not use is listed as known and not modelled; a key within a small edit
+distance of a known key (`suggestion`) is an error naming it; anything else is listed as unknown (another tool's).
+Files are read with a size cap (`MAX_FILE_BYTES`), regular files only; every problem is one ConfigFileError line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from estimator.interface import launchfile
+from estimator.interface.files import (
+    ConfigFileError,
+    clip,
+    load_file,
+    suggestion,
+)
+from estimator.interface.known_keys import OPEN_R1_KEYS, TRL_KEYS
+from estimator.interface.launchfile import LaunchFileError
+from estimator.settings.config import Field, schema
+
+DTYPE_ALIASES = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "fp32": "float32",
+    "float": "float32",
+}
+KINDS = {
+    "trl": "TRL config (GRPOConfig / ModelConfig / ScriptArguments)",
+    "accelerate": "accelerate config",
+    "deepspeed": "DeepSpeed JSON",
+}
+
+
+@dataclass
+class FileSettings:
+    """RunConfig field values read from one file (or a command's arguments), and what was ignored or translated.
+
+    `sources`: field -> the key that set it; `known` / `unknown`: keys not used (known to TRL or accelerate / not);
+    `must_match`, `mixed_precision`, `needs_processes`, `deepspeed_file`, `train_batch_size`: as in
+    launchfile.LaunchSettings."""
+
+    values: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    kind: str = "trl"
+    where: str = ""
+    path: str = ""
+    sources: dict = field(default_factory=dict)
+    known: list = field(default_factory=list)
+    unknown: list = field(default_factory=list)
+    must_match: set = field(default_factory=set)
+    mixed_precision: str | None = None
+    needs_processes: bool = False
+    deepspeed_file: str | None = None
+    train_batch_size: tuple[int, str] | None = None
+    flavour: str = ""
+
+
+def normalize_dtype(value: str) -> str:
+    """'torch.bfloat16', 'bf16', 'BFloat16' -> 'bfloat16'; unknown names pass through (validated later)."""
+    v = str(value).strip().lower().removeprefix("torch.")
+    return DTYPE_ALIASES.get(v, v)
+
+
+def check_type(f: Field, value, where: str):
+    """`value` converted for setting `f`, or ConfigFileError naming the key, the value and the type wanted."""
+    if value is None and f.nullable:
+        return None
+    ok = {
+        "bool": isinstance(value, bool),
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "str": isinstance(value, str),
+        "strs": isinstance(value, str)
+        or (isinstance(value, list) and all(isinstance(v, str) for v in value)),
+    }[f.kind]
+    if not ok:
+        want = {
+            "strs": "a string or a list of strings",
+            "str": "a string",
+            "int": "an integer",
+            "float": "a number",
+            "bool": "true or false",
+        }[f.kind]
+        raise ConfigFileError(f"{where}: {f.name} must be {want}, got {clip(value)}")
+    if f.kind == "float":
+        return float(value)
+    if f.kind == "strs":
+        return (value,) if isinstance(value, str) else tuple(value)
+    return value
+
+
+def file_keys() -> tuple[dict[str, Field], dict[str, dict[str, Field]]]:
+    """Top-level keys and nested keys (`model_init_kwargs.dtype`) a config file may use, to schema fields."""
+    top: dict[str, Field] = {}
+    nested: dict[str, dict[str, Field]] = {}
+    for f in schema():
+        for key in f.file_keys:
+            if "." in key:
+                parent, child = key.split(".", 1)
+                nested.setdefault(parent, {})[child] = f
+            else:
+                top.setdefault(key, f)
+    nested.setdefault("model_init_kwargs", {}).setdefault("torch_dtype", nested["model_init_kwargs"]["dtype"])
+    nested["model_init_kwargs"].setdefault("attn_implementation", top["attn_implementation"])
+    return top, nested
+
+
+SPECIAL_KEYS = ("use_cpu", "fsdp", "fp16", "deepspeed")  # TrainingArguments keys translated by hand below
+
+
+def kind_of(data: dict) -> str:
+    """'deepspeed', 'accelerate' or 'trl' from a file's keys."""
+    if launchfile.is_deepspeed_config(data):
+        return "deepspeed"
+    if launchfile.is_accelerate_config(data):
+        return "accelerate"
+    return "trl"
+
+
+def _fsdp_option(value, where: str, out: FileSettings) -> None:
+    """TrainingArguments `fsdp`: "full_shard auto_wrap" / a list; "" or false is off."""
+    if value in (None, False, "", []):
+        return
+    words = value.split() if isinstance(value, str) else value if isinstance(value, list) else None
+    if value is True:
+        words = ["full_shard"]
+    if words is None or not all(isinstance(w, str) for w in words):
+        raise ConfigFileError(
+            f"{where}: fsdp must be a string such as 'full_shard auto_wrap', got {clip(value)}"
+        )
+    words = [w.lower() for w in words]
+    if any(w.startswith("hybrid_shard") for w in words):
+        raise ConfigFileError(
+            f"{where}: fsdp {clip(value)}: hybrid_shard is not modelled; accepted: full_shard, shard_grad_op, offload, auto_wrap"
+        )
+    out.values["sharding"], out.sources["sharding"] = "fsdp", "fsdp"
+    if "shard_grad_op" in words:
+        out.values["fsdp_sharding_strategy"], out.sources["fsdp_sharding_strategy"] = "SHARD_GRAD_OP", "fsdp"
+    if "offload" in words:
+        out.values["offload_param"], out.sources["offload_param"] = True, "fsdp"
+
+
+def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
+    """Map TRL GRPOConfig / ModelConfig / ScriptArguments keys to RunConfig fields (module docstring's key rules)."""
+    top, nested = file_keys()
+    out = FileSettings(kind="trl", where=where)
+    open_r1: list[str] = []
+
+    def put(f: Field, value, key: str) -> None:
+        out.values[f.name] = check_type(f, value, where)
+        out.sources[f.name] = key
+
+    for key, value in data.items():
+        key = str(key)
+        if key in nested:
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise ConfigFileError(f"{where}: {key} must be a mapping, got {clip(value)}")
+            for sub, subval in value.items():
+                if sub in nested[key]:
+                    put(nested[key][sub], subval, f"{key}.{sub}")
+                else:
+                    out.known.append(f"{key}.{sub}")
+        elif key == "use_cpu":
+            if not isinstance(value, bool):
+                raise ConfigFileError(f"{where}: use_cpu must be true or false, got {clip(value)}")
+            if value:
+                out.values["device"], out.sources["device"] = "cpu", "use_cpu"
+        elif key == "fsdp":
+            _fsdp_option(value, where, out)
+        elif key == "fp16":
+            if not isinstance(value, bool):
+                raise ConfigFileError(f"{where}: fp16 must be true or false, got {clip(value)}")
+            if value:  # GRPOConfig: bf16 defaults to `not fp16`; both are 2-byte autocast for the estimate
+                out.values["bf16"], out.sources["bf16"] = True, "fp16"
+                out.notes.append(f"{where}: fp16 is estimated as bf16 (same 2-byte sizes)")
+        elif key == "deepspeed":
+            if value in (None, ""):
+                continue
+            if not isinstance(value, str):
+                raise ConfigFileError(
+                    f"{where}: deepspeed must be the path of a DeepSpeed JSON, got {clip(value)}"
+                )
+            p = Path(value)  # TrainingArguments opens it from the working directory
+            if not p.exists() and base is not None and (base / p).exists():
+                out.notes.append(
+                    f"{where}: deepspeed {value} is not in the working directory; read it beside {where}"
+                )
+                p = base / p
+            out.deepspeed_file = str(p)
+        elif key in top:
+            put(top[key], value, key)
+        elif key in TRL_KEYS:
+            out.known.append(key)
+        elif key in OPEN_R1_KEYS:
+            open_r1.append(key)
+        else:
+            near = suggestion(key, [*top, *nested, *SPECIAL_KEYS, *TRL_KEYS, *OPEN_R1_KEYS])
+            if near:
+                raise ConfigFileError(f"{where}: unknown key {clip(key)}; did you mean {near}?")
+            out.unknown.append(key)
+    if "dtype" in out.values:
+        out.values["dtype"] = normalize_dtype(out.values["dtype"])
+    if open_r1:
+        out.flavour = "open-r1 recipe"
+        out.known += open_r1
+    if out.known:
+        out.notes.append(f"{where}: known keys that do not change the estimate: {', '.join(out.known)}")
+    if out.unknown:
+        out.notes.append(
+            f"{where}: unknown keys (not TRL 1.16's GRPOConfig / ModelConfig / ScriptArguments: another tool's?), "
+            f"not read: {', '.join(map(str, out.unknown))}"
+        )
+    return out
+
+
+def _from_launch(launch, kind: str, where: str, path: str) -> FileSettings:
+    out = FileSettings(
+        values=dict(launch.values),
+        notes=list(launch.notes),
+        kind=kind,
+        where=where,
+        path=path,
+        sources=dict(launch.sources),
+        unknown=list(launch.ignored),
+        must_match=set(launch.must_match),
+        mixed_precision=launch.mixed_precision,
+        needs_processes=launch.needs_processes,
+        deepspeed_file=launch.deepspeed_file,
+        train_batch_size=launch.train_batch_size,
+    )
+    if launch.ignored:
+        out.notes.append(f"{where}: keys this tool does not read: {', '.join(map(str, launch.ignored))}")
+    return out
+
+
+def settings_of(data: dict, p: Path, flag: str = "--config") -> FileSettings:
+    """One parsed file -> FileSettings of its kind."""
+    kind = kind_of(data)
+    if kind == "trl":
+        out = translate(data, p.name, p.parent)
+        out.path = str(p)
+        return out
+    try:
+        launch = launchfile.translate_file(data, p)
+    except LaunchFileError as e:
+        raise ConfigFileError(f"{flag} {e}".strip()) from None
+    return _from_launch(launch, kind, p.name, str(p))
+
+
+def read_config_file(path: str, flag: str = "--config") -> FileSettings:
+    """Read one TRL / accelerate / DeepSpeed file; one-line ConfigFileError on any problem."""
+    data = load_file(path, flag)
+    return settings_of(data, Path(path), flag)
+
+
+def read_files(paths, flag: str = "--config") -> list[FileSettings]:
+    """Every file, plus the DeepSpeed JSON a TRL config's `deepspeed:` key names; two of one kind are refused."""
+    files: list[FileSettings] = []
+    for path in paths:
+        files.append(read_config_file(path, flag))
+        ds = files[-1].deepspeed_file if files[-1].kind == "trl" else None
+        if ds:
+            inner = read_config_file(ds, f"{files[-1].where}: deepspeed")
+            if inner.kind != "deepspeed":
+                raise ConfigFileError(
+                    f"{files[-1].where}: deepspeed {clip(ds)} is not a DeepSpeed JSON (no zero_optimization)"
+                )
+            files.append(inner)
+    check_kinds(files)
+    return files
+
+
+def _same(a: FileSettings, b: FileSettings) -> bool:
+    try:
+        return bool(a.path and b.path and Path(a.path).resolve() == Path(b.path).resolve())
+    except OSError:
+        return False
+
+
+def check_kinds(files: list[FileSettings]) -> None:
+    """At most one file of each kind (an accelerate YAML's deepspeed_config_file counts as the DeepSpeed one)."""
+    seen: dict[str, FileSettings] = {}
+    for f in files:
+        kinds = [f.kind]
+        if f.kind == "accelerate" and f.deepspeed_file:
+            kinds.append("deepspeed")
+        for kind in kinds:
+            if kind in seen and not _same(seen[kind], f):
+                raise ConfigFileError(
+                    f"two {KINDS[kind]} files: {clip(seen[kind].where)} and {clip(f.where)}; give one "
+                    f"(the run reads one {KINDS[kind]})"
+                )
+            seen.setdefault(kind, f)
+
+
+def _label(f: FileSettings, name: str) -> str:
+    """'acc.yaml num_processes'; a key read from a file the first one points at keeps that file's name."""
+    src = f.sources.get(name, "")
+    if src.split(" ")[0].endswith((".json", ".yaml", ".yml")):
+        return src
+    return f"{f.where} {src}".strip()
+
+
+@dataclass
+class Merged:
+    """The run's values from every file and the command, with who set each one (`sources`) and notes."""
+
+    values: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    sources: dict = field(default_factory=dict)
+    needs_processes: str | None = None
+    train_batch_sizes: list[tuple[int, str]] = field(
+        default_factory=list
+    )  # DeepSpeed's, to check when all is known
+
+
+def check_train_batch_size(total: int, where: str, gpus: int, micro: int, accumulation: int) -> None:
+    """ConfigFileError when a DeepSpeed train_batch_size is not GPUs x micro-batch x accumulation: the HF Trainer
+    fills it as world_size x per_device_train_batch_size x gradient_accumulation_steps and refuses another value
+    (transformers integrations/deepspeed.py `trainer_config_process`, "train_batch_size (calculated)")."""
+    product = gpus * micro * accumulation
+    if total != product:
+        raise ConfigFileError(
+            f"{where}: train_batch_size {total} is not {gpus} GPU(s) x per_device_train_batch_size {micro} x "
+            f"gradient_accumulation_steps {accumulation} = {product}, and the HF Trainer refuses the mismatch; "
+            f'set it to "auto" or {product}'
+        )
+
+
+def merge(files: list[FileSettings], flag_values: dict) -> Merged:
+    """Combine launch files (accelerate, DeepSpeed, a launcher's process count), the TRL config / arguments and the
+    flags, as the libraries do:
+
+    - TRL arguments on a command line override the TRL config file (TrlParser.parse_args_and_config sets the file's
+      values as defaults; https://github.com/huggingface/trl/blob/v1.16.0/trl/scripts/utils.py#L303-L359), and
+      vram-estimate's flags override everything.
+    - Mixed precision: GRPOConfig's bf16 (TRL's default True; fp16 counts as the same 2-byte autocast) decides;
+      accelerate's mixed_precision applies only where the GRPOConfig's bf16 and fp16 are false
+      (TrainingArguments.__post_init__, transformers v5.24.0 training_args.py#L1612-L1618).
+    - DeepSpeed values that are not "auto" (bf16.enabled, fp16.enabled, train_micro_batch_size_per_gpu,
+      gradient_accumulation_steps) must equal TrainingArguments': a TRL file or argument that contradicts one is
+      refused, as the HF Trainer refuses it (transformers v5.24.0 integrations/deepspeed.py#L108-L191, raised in
+      trainer_config_finalize); given alone, the DeepSpeed value is the run's.
+    - The same setting from two files with different values is refused (which one wins is not a rule either
+      library has); a flag settles it.
+    """
+    out = Merged()
+    out.train_batch_sizes = [f.train_batch_size for f in files if f.train_batch_size is not None]
+    launch = [f for f in files if f.kind in ("accelerate", "deepspeed", "launcher")]
+    trl = [f for f in files if f.kind in ("trl", "trl-args")]
+    mixed = None
+    must: dict[str, tuple] = {}
+    for f in launch:
+        for name, value in f.values.items():
+            label = _label(f, name)
+            if name == "bf16" and name not in f.must_match:
+                continue  # accelerate's mixed_precision: a fallback, below
+            if name in f.must_match:
+                must[name] = (value, label)
+                continue
+            if name in out.values and out.values[name] != value and f.kind != "launcher":
+                raise ConfigFileError(
+                    f"{out.sources[name]} sets {name} {clip(out.values[name])} but {label} sets {clip(value)}; "
+                    "give one (or settle it with a flag)"
+                )
+            out.values[name], out.sources[name] = value, label
+        if f.mixed_precision is not None:
+            mixed = (f.mixed_precision, f.where)
+        if f.needs_processes:
+            out.needs_processes = f.where
+        out.notes += f.notes
+    trl_values: dict = {}
+    trl_sources: dict = {}
+    for f in trl:  # the file first, then a command's TRL arguments
+        for name, value in f.values.items():
+            trl_values[name] = value
+            trl_sources[name] = _label(f, name)
+        out.notes += f.notes
+    for name, value in trl_values.items():
+        if name in out.values and out.values[name] != value:
+            raise ConfigFileError(
+                f"{out.sources[name]} sets {name} {clip(out.values[name])} but {trl_sources[name]} sets {clip(value)}; "
+                "give one (or settle it with a flag)"
+            )
+    for name, (value, label) in must.items():
+        if name in trl_values and trl_values[name] != value:
+            raise ConfigFileError(
+                f"{label} is {clip(value)} but {trl_sources[name]} is {clip(trl_values[name])}: the HF Trainer stops "
+                'on this DeepSpeed / TrainingArguments mismatch (set the DeepSpeed value to "auto")'
+            )
+        if name == "bf16" and value is False and "bf16" not in trl_values and "bf16" not in flag_values:
+            out.notes.append(
+                f"{label} is false: GRPOConfig's bf16 must be false too (TRL's default is true, and the HF Trainer "
+                "stops on the mismatch); estimated without bf16"
+            )
+        out.values[name], out.sources[name] = value, label
+    out.values.update(trl_values)
+    out.sources.update(trl_sources)
+    out.values.update(flag_values)
+    out.sources.update({name: "flags" for name in flag_values})
+    if mixed is not None and mixed[0] != "no" and out.values.get("bf16") is False:
+        out.values["bf16"] = True
+        out.sources["bf16"] = f"{mixed[1]} mixed_precision"
+        out.notes.append(
+            f"{mixed[1]}: mixed_precision {mixed[0]} applies because GRPOConfig's bf16 is false (transformers "
+            f"TrainingArguments then reads accelerate's ACCELERATE_MIXED_PRECISION); estimated with 2-byte autocast"
+        )
+    return out

@@ -1,0 +1,298 @@
+"""A decoder-only model's shapes, read from its `config.json`, and its exact parameter count.
+
+Parameter counts follow the module layout transformers 5.x builds for each `model_type` (checked in
+`tests/test_architecture.py` against transformers instantiating the same config on the meta device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from estimator.model.families import MODEL_TYPES, Family, UnknownFamily
+from estimator.model.families import family as family_record
+from estimator.model.quantized import QuantizationError, check_quantization
+from estimator.text import printable
+
+
+class ConfigError(ValueError):
+    """A config.json that does not describe a decoder this estimator can size."""
+
+
+@dataclass(frozen=True)
+class Linear:
+    """One linear projection inside a decoder layer: `count` copies of [out, in] (+ bias)."""
+
+    name: str
+    in_features: int
+    out_features: int
+    bias: bool = False
+    count: int = 1  # > 1 for MoE experts stored as one 3D parameter
+    is_nn_linear: bool = True  # False for fused 3D expert weights (LoRA's all-linear skips them)
+
+    @property
+    def params(self) -> int:
+        """count × (in × out + out·bias)."""
+        return self.count * (self.in_features * self.out_features + (self.out_features if self.bias else 0))
+
+
+@dataclass(frozen=True)
+class Arch:
+    """Shapes of a decoder-only transformer, enough to size every memory term."""
+
+    name: str
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool
+    layer_linears: tuple[Linear, ...]  # the linear projections of ONE decoder layer
+    layer_norm_params: int  # norm weights of one layer (incl. q/k norms)
+    final_norm_params: int
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    # ---- parameter counts ----
+    @property
+    def embedding_params(self) -> int:
+        """vocab × hidden."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        """vocab × hidden when untied, 0 when tied to the embedding."""
+        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def layer_params(self) -> int:
+        """Σ linears + norms of one decoder layer."""
+        return sum(lin.params for lin in self.layer_linears) + self.layer_norm_params
+
+    @property
+    def total_params(self) -> int:
+        """embedding + layers × layer + final norm + untied lm_head."""
+        return (
+            self.embedding_params
+            + self.num_layers * self.layer_params
+            + self.final_norm_params
+            + self.lm_head_params
+        )
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def family(self) -> Family:
+        """The family record of this model_type (estimator/model/families.py)."""
+        return family_record(self.model_type)
+
+
+# Sane upper bounds for the sizes that enter a formula (generous: the largest open models are far below them).
+LIMITS = {
+    "hidden_size": 2**18,
+    "num_hidden_layers": 10_000,
+    "num_attention_heads": 2**14,
+    "num_key_value_heads": 2**14,
+    "head_dim": 2**14,
+    "intermediate_size": 2**20,
+    "moe_intermediate_size": 2**20,
+    "shared_expert_intermediate_size": 2**20,
+    "vocab_size": 2**24,
+    "num_experts": 2**14,
+    "num_local_experts": 2**14,
+    "n_routed_experts": 2**14,
+    "num_experts_per_tok": 2**14,
+    "max_position_embeddings": 2**31,
+}
+BOOL_FIELDS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "qkv_bias")
+
+
+def _size(cfg: dict, *keys: str, default=None, minimum: int = 1) -> int:
+    """The first of `keys` present, as a positive integer within LIMITS; a float, bool, string, NaN, infinity,
+    zero, negative or absurd value is a ConfigError naming the field (never truncated or guessed)."""
+    key = next((k for k in keys if cfg.get(k) is not None), None)
+    if key is None:
+        if default is None:
+            raise ConfigError(f"config has no {keys[0]!r}; need hidden_size, num_hidden_layers, ...")
+        return default
+    v = cfg[key]
+    limit = LIMITS.get(key, 2**31)
+    if not isinstance(v, int) or isinstance(v, bool) or not minimum <= v <= limit:
+        raise ConfigError(f"config {key} = {v!r}: accepted values are integers from {minimum} to {limit}")
+    return v
+
+
+def _flag(cfg: dict, key: str, default: bool) -> bool:
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ConfigError(f"config {key} = {v!r}: accepted values are true or false")
+    return v
+
+
+def check_model_type(cfg: dict) -> str:
+    """The config's model_type when this estimator models it, else a ConfigError naming the ones it does."""
+    model_type = cfg.get("model_type")
+    try:
+        return family_record(model_type).model_type
+    except UnknownFamily:
+        pass
+    what = f"model_type {model_type!r}" if model_type else "a config without model_type"
+    raise ConfigError(
+        f"{what} is not a decoder-only architecture this estimator models; supported: {', '.join(MODEL_TYPES)}"
+    )
+
+
+def from_config(cfg: dict, name: str | None = None) -> Arch:
+    """Build an Arch from a Hugging Face config.json dict (dense and MoE decoders of MODEL_TYPES)."""
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"config is a JSON {type(cfg).__name__}, not an object")
+    text = cfg.get("text_config")
+    if text is not None and not isinstance(text, dict):
+        raise ConfigError("config text_config is not an object")
+    cfg = dict(text or {}) | {k: v for k, v in cfg.items() if k != "text_config"}
+    model_type = check_model_type(cfg)
+    try:
+        check_quantization(cfg)
+    except QuantizationError as e:
+        raise ConfigError(str(e)) from None
+    h = _size(cfg, "hidden_size")
+    n_layers = _size(cfg, "num_hidden_layers")
+    n_heads = _size(cfg, "num_attention_heads")
+    vocab = _size(cfg, "vocab_size")
+    n_kv = _size(cfg, "num_key_value_heads", default=n_heads)
+    if n_heads % n_kv:
+        raise ConfigError(
+            f"config num_attention_heads = {n_heads} is not a multiple of num_key_value_heads = {n_kv}"
+        )
+    if cfg.get("head_dim") is None and h % n_heads:
+        raise ConfigError(
+            f"config hidden_size = {h} is not a multiple of num_attention_heads = {n_heads} (and no head_dim)"
+        )
+    head_dim = _size(cfg, "head_dim", default=h // n_heads)
+    inter = _size(cfg, "intermediate_size", default=4 * h)
+    if cfg.get("max_position_embeddings") is not None:
+        _size(cfg, "max_position_embeddings")
+    tie = _flag(cfg, "tie_word_embeddings", family_record(model_type).tie_word_embeddings_default)
+    fam = family_record(model_type)
+    attn_bias = _flag(cfg, fam.attention_bias_key, fam.attention_bias_default)
+    o_bias = attn_bias and fam.o_proj_bias_follows
+    mlp_bias = _flag(cfg, "mlp_bias", False)
+    q_dim, kv_dim = n_heads * head_dim, n_kv * head_dim
+
+    linears: list[Linear] = []
+    # input + post-attention layernorms (+ Gemma's pre/post feed-forward ones); OLMo-2: post-attention + post-feedforward
+    norms = fam.layer_norms * h
+    if fam.fused_qkv:
+        linears.append(Linear("qkv_proj", h, q_dim + 2 * kv_dim, attn_bias))
+    else:
+        linears += [
+            Linear("q_proj", h, q_dim, attn_bias),
+            Linear("k_proj", h, kv_dim, attn_bias),
+            Linear("v_proj", h, kv_dim, attn_bias),
+        ]
+    linears.append(Linear("o_proj", q_dim, h, o_bias))
+    if fam.qk_norm and fam.qk_norm_scope == "full":
+        norms += q_dim + kv_dim  # OLMo-2: q_norm over q_dim, k_norm over kv_dim
+    elif fam.qk_norm:
+        norms += 2 * head_dim  # q_norm, k_norm over head_dim
+
+    n_experts = _size(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0, minimum=0)
+    top_k = _size(cfg, "num_experts_per_tok", default=0, minimum=0)
+    if n_experts and not 1 <= top_k <= n_experts:
+        raise ConfigError(
+            f"config num_experts_per_tok = {top_k}: accepted values are 1 to num_experts ({n_experts})"
+        )
+    moe_inter = _size(cfg, "moe_intermediate_size", default=inter)
+    if n_experts:
+        # transformers 5.x stores experts as fused 3D parameters (e.g. Qwen3MoeExperts): not nn.Linear.
+        linears += [
+            Linear("router", h, n_experts, False, is_nn_linear=False),
+            Linear("experts.gate_up_proj", h, 2 * moe_inter, False, count=n_experts, is_nn_linear=False),
+            Linear("experts.down_proj", moe_inter, h, False, count=n_experts, is_nn_linear=False),
+        ]
+        shared = _size(cfg, "shared_expert_intermediate_size", default=0, minimum=0)
+        if shared:
+            linears += [
+                Linear("shared_expert.gate_proj", h, shared, False),
+                Linear("shared_expert.up_proj", h, shared, False),
+                Linear("shared_expert.down_proj", shared, h, False),
+                Linear("shared_expert_gate", h, 1, False),
+            ]
+    elif fam.fused_gate_up:
+        linears += [Linear("gate_up_proj", h, 2 * inter, mlp_bias), Linear("down_proj", inter, h, mlp_bias)]
+    else:
+        linears += [
+            Linear("gate_proj", h, inter, mlp_bias),
+            Linear("up_proj", h, inter, mlp_bias),
+            Linear("down_proj", inter, h, mlp_bias),
+        ]
+
+    return Arch(
+        name=printable(str(name or cfg.get("_name_or_path") or model_type or "custom")),
+        model_type=model_type,
+        hidden_size=h,
+        num_layers=n_layers,
+        num_heads=n_heads,
+        num_kv_heads=n_kv,
+        head_dim=head_dim,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        tie_word_embeddings=tie,
+        layer_linears=tuple(linears),
+        layer_norm_params=norms,
+        final_norm_params=h,
+        num_experts=n_experts,
+        num_experts_per_tok=top_k,
+        moe_intermediate_size=moe_inter if n_experts else 0,
+        extra={"config": cfg},
+    )
+
+
+def layer_windows(arch: Arch) -> list[int | None]:
+    """Per decoder layer, the sliding window its cache keeps (None = full attention), as transformers 5.23 decides.
+
+    `cache_utils.get_layer_types_and_kwargs`: `config.layer_types` when set, else "sliding_attention" wherever
+    `sliding_window` is not None (Phi-3). Config classes fill `layer_types` in `__post_init__`: Gemma2 alternates
+    (`(i + 1) % 2`, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma2/configuration_gemma2.py#L95-L98), Gemma3 is sliding except every `sliding_window_pattern`-th
+    (default 6, https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/models/gemma3/configuration_gemma3.py#L106-L112); Qwen2/Qwen3 use sliding windows only with `use_sliding_window`.
+    """
+    conf = (arch.extra or {}).get("config") or {}
+    window = conf.get("sliding_window")
+    n = arch.num_layers
+    types = conf.get("layer_types")
+    if not types:
+        if window is None or conf.get("use_sliding_window") is False:
+            types = ["full_attention"] * n
+        elif arch.family.sliding_layers == "alternate":
+            types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+        elif arch.family.sliding_layers == "pattern":
+            pattern = int(conf.get("sliding_window_pattern") or 6)
+            types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+        else:
+            types = ["sliding_attention"] * n
+    if window is None:
+        return [None] * n
+    return [int(window) if t == "sliding_attention" else None for t in list(types)[:n]] + [None] * (
+        n - len(types)
+    )
+
+
+def layer_kinds(arch: Arch) -> int:
+    """How many attention kinds the decoder layers use (full, sliding): 1 or 2 (`layer_windows`)."""
+    return len({w is None for w in layer_windows(arch)})

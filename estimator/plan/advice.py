@@ -1,0 +1,581 @@
+"""What to change to make a run fit: single changes re-estimated and ranked, then the smallest set that fits.
+
+Every change is re-estimated at this configuration: only changes that save memory are listed (a change that adds
+memory, e.g. ZeRO-3's gathers on a small model, is dropped), each with what it costs in throughput or quality, and
+sizing changes never go below a floor where the run would stop being the run the user asked for.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from estimator.model.architecture import Arch
+from estimator.model.catalog import UnknownModel, resolve_model
+from estimator.plan.layout import VllmSettings, smallest_utilization
+from estimator.plan.solve import EstimateFn, PeakCache, is_valid, largest_fitting
+from estimator.settings.config import RunConfig
+from estimator.step.estimate import estimate
+from estimator.terms import allocator_reserve as allocator_term
+from estimator.terms.quantized import arch_quant_spec
+from estimator.units import GIB
+
+FitsFn = Callable[[RunConfig], bool]
+MIN_SAVED_FRACTION = (
+    0.001  # a change saving less than 0.1 % of the peak is not worth listing (or rounds to 0.00 GiB)
+)
+MAX_EXTRA_GPUS = (2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One edit of the run: a short key, what to do (in TRL terms), its cost rank and the resulting config."""
+
+    key: str
+    label: str
+    cost: int  # 1 = no effect on the result, higher = changes training more (used to break ties)
+    config: RunConfig
+    tradeoff: str = ""  # what the change costs: throughput, GPUs or quality
+
+
+@dataclass
+class Option:
+    """A set of changes with its re-estimated nvidia-smi peak, what the card must hold and the bytes it saves."""
+
+    changes: tuple[Change, ...]
+    peak_device_bytes: int  # the estimated nvidia-smi peak
+    saved_bytes: int  # on what the card must hold (`need_bytes`)
+    fits: bool | None  # None when there is no budget
+    need_bytes: int = 0  # what the card must hold (Estimate.need_bytes): what `fits` compares with the budget
+
+    @property
+    def label(self) -> str:
+        return " + ".join(c.label for c in self.changes)
+
+    @property
+    def config(self) -> RunConfig:
+        return self.changes[-1].config
+
+    @property
+    def tradeoff(self) -> str:
+        return "; ".join(c.tradeoff for c in self.changes if c.tradeoff)
+
+
+@dataclass
+class Advice:
+    """Single changes ranked by bytes saved, and the smallest set of changes that fits (if one was found)."""
+
+    baseline_bytes: int
+    budget_bytes: int | None
+    singles: list[Option] = field(default_factory=list)
+    plan: Option | None = None
+
+
+# ---- the single changes; each takes (cfg, arch, fits) and returns the changed config(s) ----
+
+
+def _load_bf16(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    if cfg.dtype != "float32" or cfg.load_in_4bit:
+        return []
+    return [
+        Change(
+            "bf16",
+            "load in bf16 (model_init_kwargs dtype: bfloat16)",
+            1,
+            cfg.with_(dtype="bfloat16"),
+            "bf16 weights and optimizer state instead of fp32 (bf16 autocast already computes in bf16)",
+        )
+    ]
+
+
+def _grad_ckpt(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    if cfg.gradient_checkpointing:
+        return []
+    return [
+        Change(
+            "gc",
+            "--gradient-checkpointing",
+            1,
+            cfg.with_(gradient_checkpointing=True),
+            "each layer's forward runs twice: the training step is roughly a third slower",
+        )
+    ]
+
+
+def _adam8bit(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    if cfg.device != "cuda" or cfg.optim not in ("adamw_torch_fused", "adamw_torch", "paged_adamw_32bit"):
+        return []
+    return [
+        Change(
+            "adam8",
+            "--optim adamw_bnb_8bit",
+            2,
+            cfg.with_(optim="adamw_bnb_8bit"),
+            "8-bit AdamW moments (block-wise quantized): usually no visible quality change",
+        )
+    ]
+
+
+def _lora(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    if cfg.use_peft:
+        return []
+    return [
+        Change(
+            "lora",
+            f"--use-peft (LoRA r={cfg.lora_r})",
+            4,
+            cfg.with_(use_peft=True),
+            "trains adapters only: fewer trainable parameters, may learn less than a full fine-tune",
+        )
+    ]
+
+
+def _prequantized(cfg: RunConfig) -> bool:
+    """The model is a GPTQ / AWQ checkpoint (already packed: bitsandbytes 4-bit does not apply to it)."""
+    try:
+        return arch_quant_spec(resolve_model(cfg.model)) is not None
+    except (UnknownModel, ValueError):
+        return False
+
+
+def _qlora(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    if cfg.load_in_4bit or cfg.device != "cuda" or _prequantized(cfg):
+        return []
+    return [
+        Change(
+            "qlora",
+            "--qlora (LoRA on a 4-bit base)",
+            5,
+            cfg.with_(use_peft=True, load_in_4bit=True),
+            "4-bit NF4 base: slower (dequantized every matmul), a small quality loss",
+        )
+    ]
+
+
+def _vllm_sleep(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    if not (cfg.use_vllm and cfg.vllm_mode == "colocate") or cfg.vllm_sleeps:
+        return []
+    return [
+        Change(
+            "sleep",
+            "--vllm-enable-sleep-mode",
+            1,
+            cfg.with_(vllm_enable_sleep_mode=True, vllm_sleep_level=None),
+            "vLLM frees its weights and KV cache while training (level 2): every step re-pushes the weights",
+        )
+    ]
+
+
+def _vllm_share(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """A smaller vLLM share: the largest that fits, never below what holds one prompt + completion request."""
+    if not (cfg.use_vllm and cfg.vllm_mode == "colocate"):
+        return []
+    floor = vllm_floor(cfg)
+    u = cfg.vllm_gpu_memory_utilization
+    shares = [x / 100 for x in range(int(round(floor * 100)), int(round(u * 100)))]
+    if not shares:
+        return []
+    pick = largest_fitting(shares, lambda x: fits(cfg.with_(vllm_gpu_memory_utilization=x))) if fits else None
+    pick = pick if pick is not None else shares[0]
+    return [
+        Change(
+            "vllm_share",
+            f"--vllm-gpu-memory-utilization {pick}",
+            1,
+            cfg.with_(vllm_gpu_memory_utilization=pick),
+            f"a smaller KV cache (down to {floor} still holds one {cfg.sequence_length}-token request, with "
+            "vllm_max_model_length set to it): fewer sequences at once, generation may run in waves",
+        )
+    ]
+
+
+def _offload_optimizer(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """DeepSpeed ZeRO-Offload of the optimizer state, when RunConfig carries `offload_optimizer`."""
+    if "offload_optimizer" not in RunConfig.field_names() or cfg.sharding not in ("zero2", "zero3"):
+        return []
+    if getattr(cfg, "offload_optimizer", False):
+        return []
+    return [
+        Change(
+            "offload",
+            "--offload-optimizer (DeepSpeed offload_optimizer: cpu)",
+            3,
+            cfg.with_(offload_optimizer=True),
+            "AdamW state and step on the CPU: slower optimizer steps, needs host RAM for the fp32 state",
+        )
+    ]
+
+
+def _vllm_server(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """Move vLLM to a GPU of its own (`trl vllm-serve`): the training GPUs keep none of its share."""
+    if not (cfg.use_vllm and cfg.vllm_mode == "colocate"):
+        return []
+    return [
+        Change(
+            "vllm_server",
+            "--vllm-mode server (vLLM on a GPU of its own: trl vllm-serve)",
+            3,
+            cfg.with_(vllm_mode="server"),
+            "needs one more GPU for vLLM; generation no longer waits on the training GPUs' memory",
+        )
+    ]
+
+
+def _micro_batch(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """Same generation batch and same sequences per optimizer step, in smaller micro-batches."""
+    bs = cfg.per_device_train_batch_size
+    options = []
+    for b in range(bs - 1, 0, -1):
+        if bs % b:
+            continue
+        k = bs // b
+        changes: dict = {
+            "per_device_train_batch_size": b,
+            "gradient_accumulation_steps": cfg.gradient_accumulation_steps * k,
+        }
+        if cfg.steps_per_generation is not None:
+            changes["steps_per_generation"] = cfg.steps_per_generation * k
+        c = cfg.with_(**changes)
+        if is_valid(c):
+            options.append(c)
+    if not options:
+        return []
+    pick = next((c for c in options if fits(c)), options[-1]) if fits else options[len(options) // 2]
+    b, ga = pick.per_device_train_batch_size, pick.gradient_accumulation_steps
+    return [
+        Change(
+            "micro",
+            f"--per-device-train-batch-size {b} --gradient-accumulation-steps {ga}",
+            2,
+            pick,
+            "same sequences per optimizer step in smaller micro-batches: slower, same result",
+        )
+    ]
+
+
+def _fewer_generations(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """Fewer completions per prompt, same prompts per generation batch (so fewer sequences at once)."""
+    g, seq = cfg.num_generations, cfg.generation_sequences
+    options = []
+    for g2 in range(g - 1, min_generations(g) - 1, -1):
+        if (seq * g2) % g:
+            continue
+        c = _with_sequences(cfg.with_(num_generations=g2), seq * g2 // g)
+        if c is not None:
+            options.append(c)
+    if not options:
+        return []
+    pick = next((c for c in options if fits(c)), None) if fits else options[len(options) // 2]
+    if pick is None:
+        return []
+    return [
+        Change(
+            "gens",
+            f"--num-generations {pick.num_generations} ({_geometry(pick)})",
+            6,
+            pick,
+            "fewer completions per prompt: noisier group-relative advantages",
+        )
+    ]
+
+
+def _with_sequences(cfg: RunConfig, seq: int) -> RunConfig | None:
+    """`cfg` generating `seq` sequences per device: the largest micro-batch <= the current one dividing it."""
+    bs = max(b for b in range(1, min(cfg.per_device_train_batch_size, seq) + 1) if seq % b == 0)
+    spg = seq // bs
+    if cfg.steps_per_generation is None and cfg.generation_batch_size is None:
+        c = cfg.with_(per_device_train_batch_size=bs, gradient_accumulation_steps=spg)
+    else:
+        c = cfg.with_(per_device_train_batch_size=bs, steps_per_generation=spg, generation_batch_size=None)
+    return c if is_valid(c) else None
+
+
+def _geometry(c: RunConfig) -> str:
+    return f"bs {c.per_device_train_batch_size}, generation batch {c.generation_sequences}"
+
+
+def _shorter_completions(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    n = cfg.max_completion_length
+    floor = min_completion_length(n)
+    if n <= floor:
+        return []
+    if fits:
+        best = largest_fitting(range(floor, n), lambda m: fits(cfg.with_(max_completion_length=m)))
+        if best is None:  # even the floor does not fit: length is not what to change
+            return []
+    else:
+        best = max(floor, n // 2)
+    return [
+        Change(
+            "len",
+            f"--max-completion-length {best}",
+            6,
+            cfg.with_(max_completion_length=best),
+            f"completions cut at {best} tokens instead of {n}: long answers are truncated",
+        )
+    ]
+
+
+def _more_gpus(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    if cfg.device != "cuda":
+        return []
+    sharding = "fsdp" if cfg.sharding == "fsdp" else "zero3"
+    options = [cfg.with_(num_gpus=n, sharding=sharding) for n in MAX_EXTRA_GPUS if n > cfg.num_gpus]
+    options = [c for c in options if is_valid(c)]
+    if not options:
+        return []
+    pick = next((c for c in options if fits(c)), options[-1]) if fits else options[0]
+    how = "--fsdp" if sharding == "fsdp" else "--zero 3"
+    return [
+        Change(
+            "gpus",
+            f"--gpus {pick.num_gpus} {how}",
+            3,
+            pick,
+            f"{pick.num_gpus} GPUs; gathers and reduce-scatters every layer (slower per GPU)",
+        )
+    ]
+
+
+ALLOCATOR_KEYS = {
+    "expandable_segments": "expandable",
+    "max_split_size_mb_128": "max_split",
+    "torch_empty_cache_steps_1": "empty_cache",
+}
+
+
+def _allocator_settings(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """The settings that fight the caching allocator's fragmentation (`allocator_term.setting_savings`), each
+    proposed only where the simulation says it lowers what the card must hold at this config (the re-estimate
+    then measures it). `expandable_segments` is not proposed with a sleeping colocated vLLM: its CuMemAllocator
+    pool asserts that expandable segments are off (vllm/device_allocator/cumem.py, pytorch#147851)."""
+    if cfg.device != "cuda":
+        return []
+    try:
+        peak = estimate(cfg).peak_allocated_bytes
+    except (ValueError, KeyError):
+        return []
+    default = allocator_term.config_variant(cfg) == "default"
+    saves = {s.setting: s for s in allocator_term.setting_savings(cfg, peak)}
+    conf = cfg.pytorch_cuda_alloc_conf
+
+    def joined(item: str) -> str:
+        return f"{conf},{item}" if conf else item
+
+    candidates = []
+    if "expandable_segments" not in conf and not (
+        cfg.use_vllm and cfg.vllm_mode == "colocate" and cfg.vllm_sleeps
+    ):
+        candidates.append(
+            (
+                "expandable_segments",
+                "expandable_segments:True",
+                cfg.with_(pytorch_cuda_alloc_conf=joined("expandable_segments:True")),
+            )
+        )
+    if "max_split_size_mb" not in conf:
+        candidates.append(
+            (
+                "max_split_size_mb_128",
+                "max_split_size_mb:128",
+                cfg.with_(pytorch_cuda_alloc_conf=joined("max_split_size_mb:128")),
+            )
+        )
+    if cfg.torch_empty_cache_steps != 1:
+        candidates.append(("torch_empty_cache_steps_1", "", cfg.with_(torch_empty_cache_steps=1)))
+    out = []
+    for variant, item, changed in candidates:
+        s = saves[allocator_term.SETTINGS[variant]]
+        if default and s.saves_bytes <= 0:  # the simulation says it saves nothing here
+            continue
+        label = f"PYTORCH_CUDA_ALLOC_CONF={changed.pytorch_cuda_alloc_conf}" if item else s.setting
+        cost = s.caveat or "none at this config"
+        out.append(
+            Change(
+                ALLOCATOR_KEYS[variant],
+                label,
+                1,
+                changed,
+                f"{cost} ({s.source.split(' ', 1)[0]})",
+            )
+        )
+    return out
+
+
+MIN_COMPLETION_TOKENS = 64
+
+
+def min_completion_length(n: int) -> int:
+    """Shortest completion advice proposes: an eighth of the asked length, at least 64 tokens (or n itself)."""
+    return min(n, max(MIN_COMPLETION_TOKENS, n // 8))
+
+
+def min_generations(g: int) -> int:
+    """Fewest completions per prompt advice proposes: a quarter of the asked group, at least 2 (or g itself)."""
+    return min(g, max(2, g // 4))
+
+
+def vllm_floor(cfg: RunConfig) -> float:
+    """Smallest vLLM share (2 decimals) whose KV cache holds one prompt + completion request (layout.py)."""
+    try:
+        arch = resolve_model(cfg.model)
+    except (UnknownModel, ValueError):
+        return 0.01
+    total = int((cfg.gpu_memory_gib or 80.0) * GIB)
+    settings = replace(VllmSettings.of(cfg), max_model_length=cfg.sequence_length)
+    u = smallest_utilization(cfg, arch, settings, total, False)
+    return u if u is not None else cfg.vllm_gpu_memory_utilization
+
+
+GENERATORS = (
+    _allocator_settings,
+    _load_bf16,
+    _grad_ckpt,
+    _vllm_sleep,
+    _vllm_share,
+    _vllm_server,
+    _offload_optimizer,
+    _adam8bit,
+    _lora,
+    _qlora,
+    _more_gpus,
+    _micro_batch,
+    _shorter_completions,
+    _fewer_generations,
+)
+CONFLICTS = (
+    {"expandable", "max_split"},
+    {"lora", "qlora"},
+    {"bf16", "qlora"},
+    {"vllm_share", "vllm_server"},
+    {"sleep", "vllm_server"},
+)
+
+
+def single_changes(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """Every single change that applies to `cfg` (sizing changes pick the largest value that fits)."""
+    return [ch for gen in GENERATORS for ch in gen(cfg, fits)]
+
+
+def apply_keys(cfg: RunConfig, keys: tuple[str, ...], fits: FitsFn | None) -> tuple[Change, ...] | None:
+    """Apply changes by key in GENERATORS order, each re-derived on the config so far; None if one no longer applies."""
+    applied: list[Change] = []
+    current = cfg
+    for gen in GENERATORS:
+        for ch in gen(current, fits):
+            if ch.key in keys:
+                applied.append(ch)
+                current = ch.config
+    if len(applied) != len(keys):
+        return None
+    return tuple(applied)
+
+
+def advise(
+    cfg: RunConfig, arch: Arch, estimate_fn: EstimateFn, budget_bytes: int | None = None, max_set: int = 2
+) -> Advice:
+    """Rank single changes by bytes saved; with a budget, find the smallest set that fits (exhaustive up to
+    `max_set` changes, then greedy)."""
+    peak = PeakCache(arch, estimate_fn)
+    fits: FitsFn | None = (lambda c: peak(c) <= budget_bytes) if budget_bytes is not None else None
+    base = peak(cfg)
+
+    def option(changes: tuple[Change, ...]) -> Option:
+        c = changes[-1].config
+        p = peak(c)
+        fit = (p <= budget_bytes) if budget_bytes is not None else None
+        return Option(changes, peak.estimate(c).peak_device_bytes, base - p, fit, p)
+
+    tried = (option((ch,)) for ch in single_changes(cfg, fits))
+    floor = max(1, int(MIN_SAVED_FRACTION * base))
+    singles = sorted((o for o in tried if o.saved_bytes >= floor), key=lambda o: -o.saved_bytes)
+    advice = Advice(base, budget_bytes, singles)
+    if fits is None or base <= budget_bytes:
+        return advice
+    keys = [o.changes[0].key for o in singles]
+    for size in range(1, max_set + 1):
+        found = []
+        for combo in itertools.combinations(keys, size):
+            if any(pair <= set(combo) for pair in CONFLICTS):
+                continue
+            changes = apply_keys(cfg, combo, fits)
+            if changes is not None and fits(changes[-1].config):
+                o = option(changes)
+                if o.saved_bytes > 0:
+                    found.append(o)
+        if found:
+            advice.plan = min(found, key=lambda o: (sum(c.cost for c in o.changes), o.peak_device_bytes))
+            return advice
+    advice.plan = _greedy(cfg, fits, option)
+    return advice
+
+
+def _greedy(cfg: RunConfig, fits: FitsFn, option: Callable[[tuple[Change, ...]], Option]) -> Option | None:
+    """Add the change that saves most until the run fits or nothing applies; the last set tried."""
+    chosen: tuple[str, ...] = ()
+    best: Option | None = None
+    while True:
+        tried = []
+        for ch in single_changes(best.config if best else cfg, fits):
+            keys = chosen + (ch.key,)
+            if ch.key in chosen or any(pair <= set(keys) for pair in CONFLICTS):
+                continue
+            changes = apply_keys(cfg, keys, fits)
+            if changes is not None and option(changes).saved_bytes > 0:
+                tried.append(option(changes))
+        if not tried:
+            return best
+        pick = max(tried, key=lambda o: o.saved_bytes)
+        if best is not None and pick.saved_bytes <= best.saved_bytes:
+            return best
+        best, chosen = pick, tuple(c.key for c in pick.changes)
+        if best.fits:
+            return best
+
+
+def layout_fixes(layout, cfg: RunConfig) -> list[str]:
+    """The change that fixes the real cause when vLLM fails by its own accounting (layout.py), with what it frees."""
+    v = layout.vllm
+    if v is None or v.failure is None:
+        return []
+    lines: list[str] = []
+    if "one max_model_len" in v.failure:
+        need = cfg.sequence_length
+        lines.append(
+            f"--vllm-max-model-length {need} (TRL vllm_max_model_length, ms-swift vllm_max_model_len) = prompt + "
+            f"completion: vLLM sizes "
+            f"its start-up check for one request of max_model_len={v.max_model_len} tokens "
+            f"({v.one_sequence / GIB:.2f} GiB of KV), the run never needs more than {need}"
+        )
+    if "no memory left for the KV cache" in v.failure:
+        lo = f" (at least {v.smallest_utilization})" if v.smallest_utilization else ""
+        lines.append(
+            f"vLLM's share {v.utilization} does not hold its own weights ({v.weights / GIB:.2f} GiB) and buffers: "
+            f"raise vllm_gpu_memory_utilization{lo}, or load fewer weights into vLLM (LoRA-only / quantized)"
+        )
+    if "it asks" in v.failure or "training step" in v.failure:
+        if v.largest_safe_utilization is not None:
+            lines.append(
+                f"lower vllm_gpu_memory_utilization to {v.largest_safe_utilization} (the largest that starts and "
+                f"leaves the step room); frees {(v.utilization - v.largest_safe_utilization) * v.requested / max(v.utilization, 1e-9) / GIB:.2f} GiB of vLLM's share"
+            )
+        else:
+            lines.append(
+                "no vllm_gpu_memory_utilization leaves the step room: move vLLM to its own GPU (server mode)"
+            )
+    return lines
+
+
+def role_moves(layout) -> list[str]:
+    """When the training GPUs do not fit: each role beside the policy moved to a GPU of its own, with the bytes it
+    frees on every training GPU (its resident bytes, at least) and the GPU it costs; largest first."""
+    training = layout.groups[0]
+    if training.fits:
+        return []
+    rows = sorted(training.roles[1:], key=lambda r: -r.resident)
+    return [
+        f"move {r.role} to a GPU of its own (MODEL@own): frees at least {r.resident / GIB:.2f} GiB on each "
+        "training GPU, costs one more GPU"
+        for r in rows
+    ]

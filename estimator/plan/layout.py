@@ -1,0 +1,427 @@
+"""Every role on the card: the policy's Estimate plus reward, reference and value models and vLLM, per GPU.
+
+`plan(est, roles, vllm_settings)` places each role on the training GPUs (sharded like the policy under ZeRO-3 /
+FSDP) or on GPUs of its own, and checks vLLM the way vLLM checks itself (terms/vllm.py): in colocate mode whether
+it starts (its request must be free when it starts, after the policy has loaded) and whether the training step
+then fits beside it; in server mode a report for the vLLM card(s). Every number is `estimated`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from estimator.model.architecture import Arch
+from estimator.settings.config import RunConfig
+from estimator.settings.role_spec import PLACEMENTS, ROLE_KINDS, Role, config_roles  # noqa: F401 (re-exported)
+from estimator.step.estimate import Estimate, allocator_layers
+from estimator.step.single import resident
+from estimator.terms import overhead
+from estimator.terms import roles as rt
+from estimator.terms import vllm as vt
+from estimator.terms import weights as wt
+from estimator.terms.sharding import deepspeed_dtype_config, shard
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """vLLM's settings as the layout reads them (`VllmSettings.of(cfg)`: RunConfig's vllm_* fields)."""
+
+    max_model_length: int | None = (
+        None  # TRL vllm_max_model_length / ms-swift vllm_max_model_len; None = model's
+    )
+    tensor_parallel_size: int = 1  # TRL vllm_tensor_parallel_size
+    sleep_level: int = (
+        2  # TRL 1.16 always sleeps at level 2 when vllm_enable_sleep_mode; ms-swift sleep_level
+    )
+    share_base: bool = False  # vLLM loads only the LoRA weights and shares the base (Unsloth fast_inference)
+    server_gpus: int = 1  # server mode: GPUs running `trl vllm-serve` (data parallel × tensor parallel)
+    server_utilization: float = vt.TRL_SERVE_UTILIZATION  # `trl vllm-serve --gpu_memory_utilization`
+    starts_first: bool = (
+        False  # colocate: vLLM reserves its share before the trainer loads (OpenRLHF/ORZ Ray order)
+    )
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> VllmSettings:
+        """The vLLM settings a RunConfig carries (its vllm_* fields)."""
+        return cls(
+            max_model_length=cfg.vllm_max_model_length,
+            tensor_parallel_size=cfg.vllm_tensor_parallel_size,
+            sleep_level=cfg.resolved_vllm_sleep_level or 2,
+            share_base=cfg.vllm_share_base,
+            server_gpus=cfg.vllm_server_gpus,
+            server_utilization=cfg.vllm_server_utilization,
+            starts_first=cfg.vllm_starts_first,
+        )
+
+
+@dataclass(frozen=True)
+class RoleBytes:
+    """One role on one GPU: bytes it holds all step, and bytes its own work adds at its peak."""
+
+    role: str
+    resident: int
+    working: int
+    loaded: int = 0  # bytes held at start-up, before any optimizer state exists (the weights)
+
+
+@dataclass(frozen=True)
+class GpuGroup:
+    """GPUs that hold the same roles: how many, what each holds, and the estimated nvidia-smi peak of each."""
+
+    name: str
+    count: int
+    roles: tuple[RoleBytes, ...]
+    peak_device_bytes: int
+    total_bytes: int
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_device_bytes <= self.total_bytes
+
+
+@dataclass(frozen=True)
+class VllmCheck:
+    """vLLM's own accounting on one of its GPUs, and the verdict: where it fails, if it does."""
+
+    mode: str
+    utilization: float
+    requested: int
+    weights: int
+    activation_peak: int
+    non_torch: int
+    cuda_graphs: int
+    kv_cache: int
+    kv_tokens: int
+    max_model_len: int
+    one_sequence: int
+    free_at_start: int | None  # colocate only: free memory when vLLM starts
+    failure: str | None
+    largest_safe_utilization: float | None = None
+    smallest_utilization: float | None = None
+    sleep_residue: int = 0  # colocate with sleep mode: what stays on the GPU while vLLM sleeps
+    host_bytes: int = 0  # sleep level 1: vLLM's weights parked in pinned host RAM
+
+
+@dataclass(frozen=True)
+class Layout:
+    groups: tuple[GpuGroup, ...]
+    vllm: VllmCheck | None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    @property
+    def fits(self) -> bool:
+        return all(g.fits for g in self.groups) and (self.vllm is None or self.vllm.failure is None)
+
+    @property
+    def blockers(self) -> tuple[str, ...]:
+        """What fails, in a few words each: vLLM's start-up or the models loading after it, or a GPU group."""
+        out = []
+        failure = self.vllm.failure if self.vllm is not None else None
+        if failure and "start-up" in failure:
+            out.append("vLLM start-up")
+        elif failure and failure.startswith("loading"):
+            out.append("loading the models after vLLM's share")
+        out += [f"{g.name} GPU" for g in self.groups if not g.fits]
+        return tuple(out)
+
+
+ArchFn = Callable[[str], Arch]
+
+
+def _role_bytes(cfg: RunConfig, role: Role, arch: Arch, shards: int) -> RoleBytes:
+    """Resident (sharded over `shards` GPUs under ZeRO-3 / FSDP) and working bytes of one role."""
+    sharded = cfg.sharding in ("zero3", "fsdp") and shards > 1
+
+    def part(n: int) -> int:
+        return -(-n // shards) if sharded else n
+
+    if role.kind == "reward":
+        return RoleBytes(
+            f"reward {role.model}", part(rt.reward_weights(cfg, arch)), rt.reward_forward_peak(cfg, arch)
+        )
+    if role.kind == "reference":
+        ref = part(rt.frozen_weights(cfg, arch))
+        return RoleBytes(f"reference {role.model}", ref, rt.reference_forward_peak(cfg, arch), ref)
+    states = rt.critic_states(cfg, arch)
+    if cfg.sharding in ("zero2", "zero3", "fsdp") and shards > 1:
+        c = cfg.with_(num_gpus=shards)
+        states = {k: shard(c, k, v) for k, v in states.items()}
+    return RoleBytes(
+        f"value {role.model}", sum(states.values()), rt.critic_train_peak(cfg, arch), states["weights"]
+    )
+
+
+def _device(cfg: RunConfig, allocated: int) -> int:
+    """allocated + the allocator's reserve + one CUDA context (terms/overhead.py)."""
+    return allocated + overhead.allocator_overhead(cfg, allocated) + overhead.cuda_context(cfg)
+
+
+def policy_resident(cfg: RunConfig, arch: Arch) -> int:
+    """What the policy holds through its step (weights, adapters, optimizer state, vLLM's share) on one GPU."""
+    return sum(resident(deepspeed_dtype_config(cfg), arch).values())
+
+
+def training_peak(est: Estimate, roles: list[RoleBytes]) -> int:
+    """nvidia-smi peak of a training GPU: the policy's peak with every role resident beside it, or a role's own work
+    while the policy holds only its resident state, whichever is larger."""
+    cfg, arch = est.config, est.arch
+    held = sum(r.resident for r in roles)
+    candidates = [est.peak_allocated_bytes + held]
+    base = policy_resident(cfg, arch) + held
+    candidates += [base + r.working for r in roles]
+    return _device(cfg, max(candidates))
+
+
+def vllm_weights(cfg: RunConfig, arch: Arch, settings: VllmSettings) -> int:
+    """vLLM's own copy per rank: packed GPTQ/AWQ, bitsandbytes 4-bit (TRL passes quantization='bitsandbytes'),
+    the checkpoint's 16-bit weights, or only LoRA slots when it shares the trainer's base."""
+    tp = settings.tensor_parallel_size
+    if settings.share_base and cfg.use_peft:
+        targets = [(lin.in_features, lin.out_features) for lin in wt.lora_targets(cfg, arch)]
+        return vt.lora_buffer_bytes(arch, cfg.lora_r, targets, tp)
+    if cfg.load_in_4bit:
+        return -(-wt.qlora_base_weights(arch, "bfloat16") // tp)
+    return vt.checkpoint_weight_bytes(arch, tp)
+
+
+def max_model_len(arch: Arch, settings: VllmSettings) -> int:
+    """vllm_max_model_length, or the model's max_position_embeddings (vLLM's derived default; 2048 if none)."""
+    if settings.max_model_length:
+        return settings.max_model_length
+    return int((arch.extra or {}).get("config", {}).get("max_position_embeddings") or 2048)
+
+
+def vllm_budget(
+    cfg: RunConfig, arch: Arch, settings: VllmSettings, total: int, utilization: float, server: bool
+) -> tuple[int, int, int, int, int, int]:
+    """(requested, weights, activation peak, non-torch, CUDA graphs, KV) of one vLLM rank at `utilization`."""
+    tp = settings.tensor_parallel_size
+    requested = vt.requested_memory(total, utilization)
+    weights = vllm_weights(cfg, arch, settings)
+    if server:
+        tokens, seqs = vt.SERVER_MAX_NUM_BATCHED_TOKENS, vt.SERVER_MAX_NUM_SEQS
+    else:
+        tokens, seqs = vt.TRL_MAX_NUM_BATCHED_TOKENS, cfg.generation_sequences * tp
+    activation = vt.profile_activation_peak(arch, tokens, seqs, tp)
+    non_torch = vt.non_torch_bytes(tp)
+    kv = vt.kv_pool(requested, weights, activation, non_torch, vt.CUDA_GRAPH_BYTES)
+    return requested, weights, activation, non_torch, vt.CUDA_GRAPH_BYTES, kv
+
+
+def _kv_failure(kv: int, one: int, length: int) -> str | None:
+    if kv <= 0:
+        return "vLLM start-up: no memory left for the KV cache (weights, activations and graphs exceed its share)"
+    if kv < one:
+        return (
+            f"vLLM start-up: one max_model_len={length} request needs {one / 2**30:.2f} GiB of KV cache, "
+            f"only {kv / 2**30:.2f} GiB is left"
+        )
+    return None
+
+
+def smallest_utilization(
+    cfg: RunConfig, arch: Arch, settings: VllmSettings, total: int, server: bool
+) -> float | None:
+    """Smallest gpu_memory_utilization (2 decimals) whose KV pool holds one max_model_len request."""
+    one = vt.one_sequence_kv(arch, max_model_len(arch, settings), settings.tensor_parallel_size)
+    for u100 in range(1, 100):
+        if vllm_budget(cfg, arch, settings, total, u100 / 100, server)[5] >= one:
+            return u100 / 100
+    return None
+
+
+def init_resident(cfg: RunConfig, arch: Arch, roles: list[RoleBytes]) -> int:
+    """What a training GPU holds when TRL starts vLLM (GRPOTrainer.__init__): context + weights, reference,
+    adapters and roles' weights; no optimizer state yet (it appears at the first optimizer step)."""
+    held = resident(deepspeed_dtype_config(cfg), arch)
+    loaded = held.get("weights", 0) + held.get("reference_weights", 0) + held.get("lora_adapters", 0)
+    return overhead.cuda_context(cfg) + loaded + sum(r.loaded for r in roles)
+
+
+def plan(
+    est: Estimate,
+    roles: list[Role],
+    settings: VllmSettings,
+    arch_of: ArchFn,
+    total_bytes: int,
+    estimate_fn: Callable[[RunConfig, Arch], Estimate] | None = None,
+) -> Layout:
+    """Per-GPU, per-role bytes of a layout and the number of GPUs it needs; vLLM checked as vLLM checks itself."""
+    cfg, arch = est.config, est.arch
+    on_policy = [
+        _role_bytes(cfg, r, arch_of(r.model), cfg.num_gpus) for r in roles if r.placement == "policy"
+    ]
+    policy_row = RoleBytes(
+        "policy (TRL step)", policy_resident(cfg, arch), est.peak_allocated_bytes - policy_resident(cfg, arch)
+    )
+    groups = [
+        GpuGroup(
+            "training",
+            cfg.num_gpus,
+            (policy_row, *on_policy),
+            banded_training_peak(est, on_policy),
+            total_bytes,
+        )
+    ]
+    own: dict[str, list[Role]] = {}
+    for i, r in enumerate(roles):
+        if r.placement == "own":
+            own.setdefault(r.group or f"#{i}", []).append(r)
+    for name, members in own.items():
+        gpus = max(r.gpus for r in members)
+        rows = tuple(_role_bytes(cfg, r, arch_of(r.model), gpus) for r in members)
+        held = sum(b.resident for b in rows)
+        peak = _device(cfg, held + max(b.working for b in rows))
+        label = name if not name.startswith("#") else f"{members[0].kind} ({members[0].model})"
+        groups.append(GpuGroup(label, gpus, rows, peak, total_bytes))
+    check = None
+    notes: list[str] = []
+    if cfg.use_vllm:
+        server = cfg.vllm_mode == "server"
+        util = settings.server_utilization if server else cfg.vllm_gpu_memory_utilization
+        requested, weights, activation, non_torch, graphs, kv = vllm_budget(
+            cfg, arch, settings, total_bytes, util, server
+        )
+        length = max_model_len(arch, settings)
+        one = vt.one_sequence_kv(arch, length, settings.tensor_parallel_size)
+        failure = None
+        free = None
+        largest = None
+        if server:
+            free = total_bytes - overhead.cuda_context(cfg)
+            if not vt.starts(free, total_bytes, util):
+                failure = "vLLM start-up: its request exceeds the free memory of its card"
+            failure = failure or _kv_failure(kv, one, length)
+            row = RoleBytes(f"vLLM server (TP {settings.tensor_parallel_size})", requested, 0)
+            groups.append(
+                GpuGroup(
+                    "vLLM server",
+                    settings.server_gpus,
+                    (row,),
+                    requested + overhead.cuda_context(cfg),
+                    total_bytes,
+                )
+            )
+        else:
+            loaded = init_resident(cfg, arch, on_policy)
+            free = total_bytes - (overhead.cuda_context(cfg) if settings.starts_first else loaded)
+            if settings.starts_first and requested + loaded > total_bytes:
+                failure = (
+                    f"loading the models after vLLM took {util} × {total_bytes / 2**30:.2f} GiB = "
+                    f"{requested / 2**30:.2f} GiB: they need {(loaded - overhead.cuda_context(cfg)) / 2**30:.2f} GiB, "
+                    f"{(total_bytes - requested - overhead.cuda_context(cfg)) / 2**30:.2f} GiB is left"
+                )
+            elif not vt.starts(free, total_bytes, util):
+                failure = (
+                    f"vLLM start-up: it asks {util} × {total_bytes / 2**30:.2f} GiB = {requested / 2**30:.2f} GiB, "
+                    f"only {free / 2**30:.2f} GiB is free after the trainer loaded"
+                )
+            failure = failure or _kv_failure(kv, one, length)
+            if failure is None and not groups[0].fits:
+                failure = f"training step (step 1, {est.peak_phase} phase): the trainer and vLLM's share exceed the card"
+            start_cap = total_bytes - loaded if settings.starts_first else free
+            largest = _largest_safe(est, roles, settings, arch_of, total_bytes, start_cap, estimate_fn)
+        check = VllmCheck(
+            "server" if server else "colocate",
+            util,
+            requested,
+            weights,
+            activation,
+            non_torch,
+            graphs,
+            max(kv, 0),  # vLLM's arithmetic may leave nothing: the failure says so
+            vt.kv_tokens(kv, arch, settings.tensor_parallel_size),
+            length,
+            one,
+            free,
+            failure,
+            largest,
+            smallest_utilization(cfg, arch, settings, total_bytes, server),
+            *_sleep(cfg, settings, weights, server),
+        )
+        if check.kv_tokens and check.kv_tokens < cfg.generation_sequences * cfg.sequence_length:
+            notes.append(
+                f"vLLM's KV cache holds {check.kv_tokens} tokens, less than the generation batch's "
+                f"{cfg.generation_sequences} × {cfg.sequence_length}: it generates in waves (slower, not OOM)"
+            )
+    return Layout(tuple(groups), check, tuple(notes))
+
+
+def _sleep(cfg: RunConfig, settings: VllmSettings, weights: int, server: bool) -> tuple[int, int]:
+    """(GPU residue, pinned host bytes) of a sleeping colocated vLLM; (0, 0) when it never sleeps."""
+    if server or not cfg.vllm_sleeps:
+        return 0, 0
+    level = settings.sleep_level
+    return vt.sleep_residue(level, settings.tensor_parallel_size), vt.sleep_host_bytes(level, weights)
+
+
+def banded_training_peak(est: Estimate, on_policy: list[RoleBytes]) -> int:
+    """A training GPU's peak with the estimated tensor peak raised by the validated error band of its regime
+    (`Estimate.band_bytes`, estimator/step/band.py), as report.check_fit decides fits; vLLM's share is not raised."""
+    return training_peak(est, on_policy) + est.band_bytes
+
+
+def _largest_safe(
+    est: Estimate,
+    roles: list[Role],
+    settings: VllmSettings,
+    arch_of: ArchFn,
+    total: int,
+    free_at_start: int,
+    estimate_fn: Callable[[RunConfig, Arch], Estimate] | None,
+) -> float | None:
+    """Largest gpu_memory_utilization (2 decimals) that starts and leaves the training step room on the card."""
+    if estimate_fn is None:
+        return None
+    cfg, arch = est.config, est.arch
+    cap = vt.largest_startable_utilization(free_at_start, total)
+    best = None
+    lo, hi = 1, min(99, int(math.floor(cap * 100)))
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        e = estimate_fn(cfg.with_(vllm_gpu_memory_utilization=mid / 100), arch)
+        on_policy = [
+            _role_bytes(cfg, r, arch_of(r.model), cfg.num_gpus) for r in roles if r.placement == "policy"
+        ]
+        if banded_training_peak(e, on_policy) <= total:
+            best, lo = mid / 100, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def with_roles(
+    estimate_fn: Callable[[RunConfig, Arch], Estimate], roles: list[Role], arch_of: ArchFn
+) -> Callable[[RunConfig, Arch], Estimate]:
+    """An estimate function whose training-GPU phases also hold the roles placed on the policy's GPUs: every
+    role's resident bytes in every phase, the reward/reference passes in `score`, the critic's step in `optimizer`
+    (so advice and --solve see the whole card)."""
+    placed = [r for r in roles if r.placement == "policy"]
+
+    def fn(cfg: RunConfig, arch: Arch) -> Estimate:
+        est = estimate_fn(cfg, arch)
+        if not placed:
+            return est
+        rows = [(r.kind, _role_bytes(cfg, r, arch_of(r.model), cfg.num_gpus)) for r in placed]
+        held = sum(b.resident for _, b in rows)
+        nograd = max((b.working for k, b in rows if k != "value"), default=0)
+        critic = max((b.working for k, b in rows if k == "value"), default=0)
+        phases = {p: dict(c) for p, c in est.phases.items()}
+        for p, comps in phases.items():
+            comps["roles"] = held + (nograd if p == "score" else 0) + (critic if p == "optimizer" else 0)
+        allocated = max(sum(c.values()) for c in phases.values())
+        return dataclasses.replace(
+            est,
+            phases=phases,
+            notes=(*est.notes, f"roles on the training GPUs: {', '.join(b.role for _, b in rows)}"),
+            **allocator_layers(cfg, allocated),
+        )
+
+    return fn
