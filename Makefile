@@ -176,26 +176,26 @@ sweep-legacy:
 	    nice -n 10 .venvs/trl-$$v/bin/python -m sweeps.runner.legacy --out results/raw/legacy.jsonl || exit 1; \
 	done
 
-# Real-size GRPO steps under FakeTensorMode (no GPU needed).
+# Real-size GRPO steps under FakeTensorMode (no GPU needed): the tuned grids (sweeps/trace/grids.py) into
+# results/traced/tuned/. Every grid resumes: a rerun traces what has no finished row.
+TRACE := HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace
 trace: install
-	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-trace --grid default
-	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-trace --grid headline
+	$(TRACE) grid default
+	$(TRACE) grid headline
 
-# Rank 0 of 2/4/8 FSDP2 ranks on a fake process group (results/traced/multigpu.jsonl; resumes).
+# Rank 0 of 2/4/8 FSDP2 ranks on a fake process group (results/traced/tuned/multigpu.jsonl).
 trace-multigpu: install
-	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -m sweeps.trace.multigpu
+	$(TRACE) grid multigpu
 
-# The out-of-sample grids (seeded, resumable: rerun to continue; skips are recorded with their reason).
+# The seeded random grids: validation (results/traced/random/validation.jsonl, several seeds, a `seed` column)
+# and held-out (results/traced/random/heldout.jsonl); skips are recorded with their reason.
 validate: install
-	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set validation
+	$(TRACE) grid validation
 
-HELDOUT_SETS ?= heldout heldout-c heldout-d heldout-e heldout-f heldout-g heldout-h heldout-i
 heldout: install
-	for s in $(HELDOUT_SETS); do \
-	  HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 nice -n 10 $(PY) -W ignore -m sweeps.trace.run_random --set $$s || exit 1; \
-	done
+	$(TRACE) grid heldout
 
-# estimator/band.json from the validation rows (never from the held-out ones)
+# estimator/band.json from the validation grid's rows (never from the held-out grid's)
 band: install
 	$(PY) -m sweeps.report.band
 

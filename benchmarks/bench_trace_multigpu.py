@@ -22,7 +22,7 @@ def main() -> None:
     a = p.parse_args()
     t_import = time.perf_counter()
     from sweeps.trace import distributed
-    from sweeps.trace.grid import _config
+    from sweeps.trace.grids import config as _config
 
     imports = time.perf_counter() - t_import
     cfg = _config(model=a.model, dtype="bfloat16").with_(

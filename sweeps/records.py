@@ -31,6 +31,12 @@ KEY_VERSIONS = VERSION_PACKAGES
 # Every field of a row's `versions` that describes the environment (environment_info adds CUDA and the driver).
 VERSION_FIELDS = ("python", *VERSION_PACKAGES, "cuda", "driver")
 REPO = Path(__file__).resolve().parent.parent
+# the committed rows: measured (results/raw/) and traced (the tuned and random grids' folders)
+RESULT_DIRS = (
+    REPO / "results" / "raw",
+    REPO / "results" / "traced" / "tuned",
+    REPO / "results" / "traced" / "random",
+)
 
 
 def canonical_json(obj) -> str:
@@ -466,9 +472,19 @@ def versions_match(row_versions: dict | None, versions: dict | None) -> bool:
     return all(row_versions.get(k) == versions.get(k) for k in KEY_VERSIONS)
 
 
-def done_keys(path: str | os.PathLike, versions: dict | None = None) -> set[str]:
-    """Keys of rows already in `path` (any status) produced with the same package versions."""
-    return {row["key"] for row in load_rows(path) if versions_match(row.get("versions"), versions)}
+FINISHED = ("ok", "oom", "skipped")  # a measurement, an out-of-memory, or not runnable here (with the reason)
+
+
+def finished_keys(rows: Iterable[dict], versions: dict | None = None) -> set[str]:
+    """The one "already done" rule of every sweep and grid: keys of rows that finished (`FINISHED`) under the
+    same package versions (`versions_match`; None accepts any). An error row never skips a rerun."""
+    return {
+        r["key"]
+        for r in rows
+        if isinstance(r.get("key"), str)
+        and r.get("status") in FINISHED
+        and versions_match(r.get("versions"), versions)
+    }
 
 
 def package_versions() -> dict[str, str | None]:
@@ -576,7 +592,6 @@ def base_row(
         "config": config,
         "model": None,
         "observed": None,
-        "prediction": None,
         "step_seconds": [],
         "versions": None,
         "device": None,
@@ -598,7 +613,6 @@ REQUIRED_FIELDS = (
     "config",
     "model",
     "observed",
-    "prediction",
     "step_seconds",
     "versions",
     "device",
@@ -675,7 +689,7 @@ def validate_row(row) -> list[str]:
                 out.append("observed.peak_phase is not a phase name")
             if not isinstance(obs.get("probes"), dict):
                 out.append("observed.probes is not an object")
-    pred = row["prediction"]
+    pred = row.get("prediction")  # rows written before the estimate was left to sweeps/report/accuracy.py
     if pred is not None and (not isinstance(pred, dict) or pred.get("source") != "estimated"):
         out.append('prediction is neither null nor an Estimate dict with source "estimated"')
     steps = row["step_seconds"]

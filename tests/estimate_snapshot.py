@@ -23,7 +23,9 @@ def current() -> dict[str, dict]:
     from sweeps.runner.predict import predict
 
     out: dict[str, dict] = {}
-    for path in sorted((REPO / "results").glob("*/*.jsonl")):
+    for path in sorted((REPO / "results").glob("*/*.jsonl")) + sorted(
+        (REPO / "results").glob("traced/*/*.jsonl")
+    ):
         for row in records.load_rows(path):
             if not isinstance(row.get("config"), dict):
                 continue

@@ -1,4 +1,4 @@
-// Test driver (tests/test_web.py), not part of the site: opens the built page in headless Chromium (the system's
+// Test driver (tests/contracts/test_web.py), not part of the site: opens the built page in headless Chromium (the system's
 // /usr/bin/chromium through playwright-core), with every request that would leave 127.0.0.1 aborted and recorded,
 // then sets each case's URL hash and collects what the page answered and showed.
 // usage: node web/drive.mjs JOB.json   JOB = {url, cases: [hash, ...], chromium?, screenshot?, timeout_ms?}

@@ -1,14 +1,12 @@
 """The estimator's validated error band, per regime, and "fits" decided on its safe side.
 
 The band is data (`estimator/band.json`), computed by `make band` (`python -m sweeps.report.band`) from the
-traced rows of the seen off-grid grids (`results/traced/validation.jsonl`, seed A of
-`sweeps/trace/random_grid.py`, and `heldout.jsonl`, `heldout-c.jsonl` to `heldout-h.jsonl`, seeds B to H, held
-out in earlier rounds and seen since; the list is `sweeps/report/accuracy.py` OUT_OF_SAMPLE_FILES): per regime,
-the lowest and highest (estimated − traced) / traced over those rows. A
+traced rows of the validation grids (`results/traced/random/validation.jsonl`, the seeded random grids of
+`sweeps/trace/grids.py`): per regime, the lowest and highest (estimated − traced) / traced over those rows. A
 negative `low` is the worst under-prediction seen in that regime; `--gpu`, `--solve`, the advice and the "fits
 on" list compare the estimate with the GPU's memory shrunk by that regime's margin, so a run the band says might
-not fit is never reported as fitting. The held-out grid (seed I) checks that the bands hold on configs nobody
-tuned on.
+not fit is never reported as fitting. The held-out grid (`results/traced/random/heldout.jsonl`) checks that the
+bands hold on configs nobody tuned on.
 
 Regimes split the validation rows where the errors differ most (see `make accuracy`): mixture-of-experts
 models, eager attention, sdpa with a 16-bit bf16 base, and sdpa otherwise (fp16 / fp32 weights or an fp32
@@ -16,9 +14,8 @@ head). A regime is a grouping of the validation rows, not a fitted factor: its b
 A regime with fewer than MIN_ROWS rows uses the band over all validation rows.
 
 Every regime keeps a safe-side margin of at least MIN_MARGIN_LOW (2 %): the worst of n validation rows
-understates the worst of the next rows (about one new row in n + 1 falls below it), and held-out seed B showed
-one (SmolLM2-360M, −5.4 % under a −0.2 % sdpa-bf16 band). The floor was decided from that before seed C was
-traced, not fitted to any row.
+understates the worst of the next rows (about one new row in n + 1 falls below it). The floor is a decision,
+not fitted to any row (docs/HISTORY.md says which row prompted it).
 """
 
 from __future__ import annotations

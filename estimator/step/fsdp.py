@@ -1,6 +1,6 @@
 """The phases of one GRPO step on rank 0 of N FSDP2 ranks (accelerate fsdp_version 2, FULL_SHARD or SHARD_GRAD_OP).
 
-Held to rank-0 traces (`results/traced/multigpu.jsonl`, `sweeps/trace/distributed.py`). What differs from one GPU:
+Held to rank-0 traces (`results/traced/tuned/multigpu.jsonl`, `sweeps/trace/distributed.py`). What differs from one GPU:
 
 * resident: fp32 parameter shards (accelerate upcasts trainable parameters under mixed precision) and fp32 AdamW
   shards, Σ ceil(dim0/N)·rest elements (`sharding.fsdp_sharded_params`);

@@ -38,7 +38,7 @@ def build_phases(cfg: RunConfig, arch: Arch) -> tuple[Phases, list[str], RunConf
         notes.append(
             f"rank 0 of {given.num_gpus} FSDP2 ranks ({given.fsdp_sharding_strategy}): accelerate upcasts trainable "
             "parameters to fp32 under mixed precision, so shards, gradients and AdamW state are fp32; "
-            "held to traced rank-0 steps (results/traced/multigpu.jsonl)"
+            "held to traced rank-0 steps (results/traced/tuned/multigpu.jsonl)"
         )
     else:
         part = single.parts(cfg, arch)

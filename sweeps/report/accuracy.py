@@ -24,6 +24,7 @@ from sweeps import records
 from sweeps.oneline import OneLineParser
 from sweeps.report.frames import method_of, model_label, summarize_config
 from sweeps.runner.predict import arch_for, predict
+from sweeps.trace.grids import SPLITS, split_of
 
 SOURCES = ("traced", "measured-cpu", "measured-gpu")
 SETS = {  # set name -> (source, sweep), reported on its own line as well
@@ -36,7 +37,7 @@ SETS = {  # set name -> (source, sweep), reported on its own line as well
 # sets compared only on their own line: the padded runs are estimated at the maximum lengths on purpose (an upper
 # bound of natural-length batches), so they are not a like-for-like error and stay out of the per-source summaries
 OWN_LINE_ONLY = {SETS["padded"]}
-DEFAULT_DIRS = ("results/raw", "results/traced")
+DEFAULT_DIRS = tuple(str(p) for p in records.RESULT_DIRS)
 
 # (row config dict, stored config.json of a model built in code) -> (Estimate.to_dict()-like dict, error)
 Predictor = Callable[[dict, dict | None], tuple[dict | None, str | None]]
@@ -261,32 +262,7 @@ def _stats(s) -> str:
     )
 
 
-SPLITS = ("in-sample", "validation", "held-out")
-OUT_OF_SAMPLE_FILES = {
-    "validation": "validation",
-    "heldout": "validation",  # seed B: held out for two rounds, seen since the third
-    "heldout-c": "validation",  # seed C: held out for one round, seen since the third
-    "heldout-d": "validation",  # seed D: held out for one round, seen since the fourth
-    "heldout-e": "validation",  # seed E: held out for one round, seen since the fifth
-    "heldout-f": "validation",  # seed F: held out for one round, seen since the sixth
-    "heldout-g": "validation",  # seed G: held out for one round, seen since the seventh
-    "heldout-h": "validation",  # seed H: held out for one round, seen since the eighth
-    "heldout-i": "held-out",
-}  # results/traced/<stem>.jsonl
 UNDER_LIMIT = 0.02  # an under-prediction beyond 2 % is the failure the accuracy targets count
-
-
-def out_of_sample_stems(split: str) -> list[str]:
-    """The result files (stems under results/traced/) of one out-of-sample set, in seed order (A, B, ...)."""
-    return [stem for stem, s in OUT_OF_SAMPLE_FILES.items() if s == split]
-
-
-def split_of(path: str | Path) -> str:
-    """Which accuracy set a result file's rows belong to, by file name: validation.jsonl (seed A, seen while
-    fixing terms), heldout.jsonl and heldout-c.jsonl to heldout-h.jsonl (seeds B to H, held out for earlier
-    rounds and seen since), heldout-i.jsonl (seed I, never used to change a term), anything
-    else in-sample (tuned grids)."""
-    return OUT_OF_SAMPLE_FILES.get(Path(path).stem, "in-sample")
 
 
 def split_summary(name: str, rel_errors: pd.Series, after_band: pd.Series | None = None) -> str:
@@ -310,16 +286,12 @@ def split_summary(name: str, rel_errors: pd.Series, after_band: pd.Series | None
 
 def set_of(source: str | None, sweep: str | None) -> str:
     """The set a row is reported in: a SETS entry (multi-gpu, padded), else in-sample / validation / held-out
-    for traced rows (by sweep), else its source's own rows (measured rows were never tuned on one by one)."""
+    for traced rows (by the grid that wrote them, sweeps/trace/grids.py), else its source's own rows (measured
+    rows were never tuned on one by one)."""
     for name, key in SETS.items():
         if (source, sweep) == key:
             return name
-    return split_of_sweep(sweep) if source == "traced" else str(source)
-
-
-def split_of_sweep(sweep: str | None) -> str:
-    """The accuracy set of a traced row by its sweep (the grids write <sweep>.jsonl, so as `split_of`)."""
-    return OUT_OF_SAMPLE_FILES.get(str(sweep), "in-sample")
+    return split_of(sweep) if source == "traced" else str(source)
 
 
 def split_lines_of(acc: pd.DataFrame, rows: Iterable[dict]) -> list[str]:
@@ -334,7 +306,7 @@ def split_lines_of(acc: pd.DataFrame, rows: Iterable[dict]) -> list[str]:
     by_split: dict[str, list[float]] = {s: [] for s in SPLITS}
     banded: dict[str, list[float]] = {s: [] for s in SPLITS}
     for _, line in df.iterrows():
-        split = split_of_sweep(line["sweep"])
+        split = split_of(line["sweep"])
         by_split[split].append(line["rel_error"])
         m = margin(RunConfig.from_dict(configs[("traced", line["key"])]))
         raised = line["predicted_bytes"] * (1 + m)

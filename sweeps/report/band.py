@@ -1,5 +1,5 @@
-"""`make band`: compute estimator/band.json from the seen grids' traced rows (validation seed A, and seeds B to H
-since they were used to fix terms), never the held-out one (seed I)."""
+"""`make band`: compute estimator/band.json from the traced rows of the grids whose split is `validation`
+(sweeps/trace/grids.py: the rows read while terms were fixed), never the held-out grid's."""
 
 from __future__ import annotations
 
@@ -8,13 +8,11 @@ import sys
 from pathlib import Path
 
 from sweeps import records
-from sweeps.report.accuracy import accuracy_frame, out_of_sample_stems
+from sweeps.report.accuracy import accuracy_frame
+from sweeps.trace.grids import GRIDS
 
 REPO = Path(__file__).resolve().parents[2]
-TRACED = REPO / "results" / "traced"
-SEEN = tuple(
-    TRACED / f"{stem}.jsonl" for stem in out_of_sample_stems("validation")
-)  # seeds A, B, ... in order
+SEEN = tuple(grid.path for grid in GRIDS.values() if grid.split == "validation")
 BAND_FILE = REPO / "estimator" / "band.json"
 
 
@@ -23,10 +21,10 @@ def _stats(err) -> dict:
 
 
 def _source(paths: tuple[Path, ...]) -> str:
-    """`traced, seeds A-G: results/traced/validation.jsonl, heldout.jsonl, ...`: the seeds are lettered in order."""
-    last = chr(ord("A") + len(paths) - 1)
-    names = ", ".join(p.name for p in paths)
-    return f"traced, seeds A-{last}: results/traced/{names}"
+    """`traced: results/traced/random/validation.jsonl`: where the band's rows come from."""
+    return "traced: " + ", ".join(
+        str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p) for p in paths
+    )
 
 
 def compute(paths: tuple[Path, ...] = SEEN) -> dict:

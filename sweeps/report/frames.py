@@ -60,14 +60,19 @@ def generations_config(cfg: RunConfig, g: int) -> RunConfig:
     return cfg.with_(num_generations=g, per_device_train_batch_size=g)
 
 
+_DEFAULT_FIELDS = RunConfig().to_dict()
+
+
 def method_of(config: dict) -> str:
-    """A short label for how a config trains: QLoRA, LoRA, or full fine-tune ± 8-bit AdamW ± grad. ckpt."""
+    """A short label for how a config trains: QLoRA, LoRA, or full fine-tune ± 8-bit AdamW ± grad. ckpt (a field
+    the row lacks has RunConfig's default)."""
+    config = {**_DEFAULT_FIELDS, **config}
     if config.get("use_peft"):
         return "QLoRA" if config.get("load_in_4bit") else "LoRA"
     label = "full fine-tune"
     if "8bit" in str(config.get("optim", "")):
         label = "+ 8-bit AdamW"
-    if config.get("gradient_checkpointing", True):
+    if config.get("gradient_checkpointing"):
         label = "+ 8-bit AdamW + grad. ckpt" if label != "full fine-tune" else "full fine-tune + grad. ckpt"
     return label
 
@@ -78,9 +83,6 @@ def model_label(name: str) -> str:
     if name.upper() in SHORTHANDS:
         return name.upper()
     return by_id.get(str(name).lower(), str(name))
-
-
-_DEFAULT_FIELDS = RunConfig().to_dict()
 
 
 def normalize_config(config: dict) -> dict:
@@ -402,7 +404,9 @@ def fits_frame(
 
 
 def summarize_config(config: dict) -> str:
-    """The fields that set memory, compactly: batch, generations, lengths, dtype, optimizer, flags."""
+    """The fields that set memory, compactly: batch, generations, lengths, dtype, optimizer, flags (a field the
+    row lacks has RunConfig's default)."""
+    config = {**_DEFAULT_FIELDS, **config}
     parts = [
         f"bs{config.get('per_device_train_batch_size')}",
         f"G{config.get('num_generations')}",
@@ -421,7 +425,7 @@ def summarize_config(config: dict) -> str:
         parts.append(f"beta{config.get('beta')}")
     if (config.get("steps_per_generation") or 1) != 1:
         parts.append(f"spg{config.get('steps_per_generation')}")
-    if config.get("gradient_accumulation_steps", 1) != 1:
+    if config.get("gradient_accumulation_steps") != 1:
         parts.append(f"ga{config.get('gradient_accumulation_steps')}")
     if config.get("device") == "cpu":
         parts.append("cpu")
@@ -463,3 +467,28 @@ def _device_text(g: pd.DataFrame) -> str:
         size = f" ({total / GIB:.1f} GiB)" if isinstance(total, (int, float)) and pd.notna(total) else ""
         out.add(f"{r.get('device_type') or '?'}: {name}{size}")
     return "; ".join(sorted(out))
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def md_table(df: pd.DataFrame) -> str:
+    """A GitHub markdown table of `df` (index ignored; cells already formatted or str()-ed)."""
+    if df.empty:
+        return "_(no rows)_"
+    cols = [str(c) for c in df.columns]
+    lines = [
+        "| " + " | ".join(c.replace("|", "\\|") for c in cols) + " |",
+        "|" + "|".join("---" for _ in cols) + "|",
+    ]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_md_cell(v).replace("|", "\\|") for v in row) + " |")
+    return "\n".join(lines)
+
+
+def _md_cell(v) -> str:
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)

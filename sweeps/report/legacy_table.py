@@ -73,7 +73,7 @@ def seed_frame() -> pd.DataFrame:
 
 def seed_markdown(frame: pd.DataFrame | None = None) -> str:
     """The markdown section: method × model cells 'X.X GiB (estimated), fits / OOM on H100 80GB'."""
-    from sweeps.report.tables import md_table
+    from sweeps.report.frames import md_table
 
     frame = seed_frame() if frame is None else frame
     cell = frame.apply(
@@ -106,7 +106,7 @@ def seed_markdown(frame: pd.DataFrame | None = None) -> str:
 def releases_markdown() -> str:
     """The modelled TRL ranges (estimator/settings/trl_versions.py) as a markdown table, with what changed at each."""
     from estimator.settings.trl_versions import TABLE
-    from sweeps.report.tables import md_table
+    from sweeps.report.frames import md_table
 
     recs = []
     for row in TABLE:

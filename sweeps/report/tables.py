@@ -16,7 +16,7 @@ import pandas as pd
 from estimator.settings.config import RunConfig
 from estimator.units import GIB, MIB
 from sweeps.oneline import OneLineParser
-from sweeps.records import load_rows, read_rows
+from sweeps.records import read_rows
 from sweeps.report import accuracy, legacy_table, plots
 from sweeps.report import frames as rd
 
@@ -30,28 +30,6 @@ FIGURES = {
 
 
 # ---------------------------------------------------------------- markdown
-
-
-def md_table(df: pd.DataFrame) -> str:
-    """A GitHub markdown table of `df` (index ignored; cells already formatted or str()-ed)."""
-    if df.empty:
-        return "_(no rows)_"
-    cols = [str(c) for c in df.columns]
-    lines = [
-        "| " + " | ".join(c.replace("|", "\\|") for c in cols) + " |",
-        "|" + "|".join("---" for _ in cols) + "|",
-    ]
-    for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(_cell(v).replace("|", "\\|") for v in row) + " |")
-    return "\n".join(lines)
-
-
-def _cell(v) -> str:
-    if v is None or (isinstance(v, float) and pd.isna(v)):
-        return "—"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    return str(v)
 
 
 def gib_text(n: float | None, digits: int = 1) -> str:
@@ -90,7 +68,7 @@ def headline_markdown(head: pd.DataFrame, gpu: rd.Card) -> str:
     table = head.pivot(index="model", columns="method", values="cell")
     table = table.reindex(index=list(dict.fromkeys(head["model"])), columns=list(rd.METHODS))
     table.insert(0, "model", [f"Qwen2.5-{m}" for m in table.index])
-    return md_table(table.reset_index(drop=True))
+    return rd.md_table(table.reset_index(drop=True))
 
 
 def needed_markdown(head: pd.DataFrame) -> str:
@@ -104,7 +82,7 @@ def needed_markdown(head: pd.DataFrame) -> str:
     table = head.pivot(index="model", columns="method", values="cell")
     table = table.reindex(index=list(dict.fromkeys(head["model"])), columns=list(rd.METHODS))
     table.insert(0, "model", [f"Qwen2.5-{m}" for m in table.index])
-    return md_table(table.reset_index(drop=True))
+    return rd.md_table(table.reset_index(drop=True))
 
 
 def fits_markdown(fits: pd.DataFrame, gpus: Sequence[rd.Card]) -> str:
@@ -117,7 +95,7 @@ def fits_markdown(fits: pd.DataFrame, gpus: Sequence[rd.Card]) -> str:
     )
     for g in gpus:
         out[g.label] = ["fits" if v else "✗" for v in fits[g.label]]
-    return md_table(out)
+    return rd.md_table(out)
 
 
 def curve_markdown(curves: pd.DataFrame) -> str:
@@ -134,7 +112,7 @@ def curve_markdown(curves: pd.DataFrame) -> str:
             )
             rec[str(r["x"])] = gib_text(r["peak_allocated_bytes"]) + extra
         recs.append(rec)
-    return md_table(pd.DataFrame.from_records(recs))
+    return rd.md_table(pd.DataFrame.from_records(recs))
 
 
 def accuracy_markdown(acc: pd.DataFrame) -> str:
@@ -155,7 +133,7 @@ def accuracy_markdown(acc: pd.DataFrame) -> str:
             ],
         }
     )
-    return md_table(out)
+    return rd.md_table(out)
 
 
 def summary_markdown(summary: pd.DataFrame) -> str:
@@ -165,13 +143,13 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     out["median_abs_rel_error"] = [f"{v * 100:.1f}%" for v in out["median_abs_rel_error"]]
     out["worst_rel_error"] = [pct(v) for v in out["worst_rel_error"]]
     out.columns = [*out.columns[:-3], "rows", "median |rel error|", "worst rel error"]
-    return md_table(out)
+    return rd.md_table(out)
 
 
 def environment_markdown(env: pd.DataFrame) -> str:
     if env.empty:
         return "_(no rows yet)_"
-    return md_table(env)
+    return rd.md_table(env)
 
 
 # ---------------------------------------------------------------- report
@@ -298,26 +276,25 @@ def _changes(c: dict) -> str:
 
 
 def _splits_text() -> str:
-    """What the in-sample, validation and held-out sets are, from accuracy.OUT_OF_SAMPLE_FILES (seeds lettered in
-    order: the first validation file is seed A)."""
-    seen = accuracy.out_of_sample_stems("validation")
-    held = accuracy.out_of_sample_stems("held-out")
-    later = ", ".join(f"`{s}.jsonl`" for s in seen[1:])
-    first, last = chr(ord("A") + 1), chr(ord("A") + len(seen) - 1)
-    fresh = ", ".join(f"`{s}.jsonl`, seed {chr(ord('A') + len(seen) + i)}" for i, s in enumerate(held))
+    """What the in-sample, validation and held-out sets are, from the grids' registry (sweeps/trace/grids.py)."""
+    from sweeps.trace.grids import GRIDS
+
+    def files(split: str) -> str:
+        return ", ".join(f"`results/traced/{g.out}`" for g in GRIDS.values() if g.split == split)
+
     return (
         "In-sample: the grids the estimator was refined on; validation: seeded random grids over every axis "
-        f"(`results/traced/{seen[0]}.jsonl`, seed A; {later}, seeds {first}-{last}, held out for earlier rounds "
-        "and seen since), used while fixing terms and for the error band; "
-        f"held-out: a fresh seed ({fresh}), never used to change a term. `after the band`: the "
+        f"({files('validation')}, each row with its `seed`), used while fixing terms and for the error band; "
+        f"held-out: a seed of its own ({files('held-out')}), never used to change a term. `after the band`: the "
         "share still under-predicted by more than 2 % once each row's regime band (`estimator/step/band.py`) is "
         "applied."
     )
 
 
-def load_results(raw: str | os.PathLike, traced: str | os.PathLike) -> list[dict]:
-    """Rows of every .jsonl in the raw and traced directories."""
-    return load_rows([raw, traced])
+def result_dirs(raw: str | os.PathLike, traced: str | os.PathLike) -> list[Path]:
+    """The raw directory, and the traced directory with each of its folders (tuned/, random/)."""
+    traced = Path(traced)
+    return [Path(raw), traced, *sorted(d for d in traced.iterdir() if d.is_dir())]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -331,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not Path(getattr(args, name)).is_dir():
             print(f"grpo-vram-tables: --{name} {getattr(args, name)!r} is not a directory", file=sys.stderr)
             return 2
-    loaded = read_rows([args.raw, args.traced])
+    loaded = read_rows(result_dirs(args.raw, args.traced))
     for line in loaded.report_lines():
         print(line, file=sys.stderr)
     rows = loaded.rows

@@ -102,6 +102,22 @@ def peft_config(cfg: RunConfig, variant: dict):
     )
 
 
+# What `build` applies beyond GRPOConfig's own settings (`grpo_config_values`): the model and its load
+# (model_init_kwargs, BitsAndBytesConfig, LoraConfig), the prompts, and what only the estimator reads
+# (gpu_memory_gib; trl_version and transformers_version, checked against the installed releases by
+# `release_problem`). Roles, vLLM server and sleep-level knobs, FSDP / offload and allocator settings are not.
+APPLIED_BEYOND_GRPO_CONFIG = frozenset({
+    "model", "device", "dtype", "attn_implementation", "use_peft", "lora_r", "lora_target_modules", "lora_dropout",
+    "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant", "max_prompt_length", "bf16", "logprob_head",
+    "num_gpus", "sharding", "gpu_memory_gib", "trl_version", "transformers_version",
+})  # fmt: skip
+
+
+def applied_settings() -> frozenset[str]:
+    """Every run setting one runner process applies; any other must stay at its default."""
+    return APPLIED_BEYOND_GRPO_CONFIG | set(grpo_config_values(RunConfig()))
+
+
 def grpo_config_values(cfg: RunConfig) -> dict:
     """Every run setting TRL's GRPOConfig takes under its own name, from the schema (`estimator.settings.config`: group
     GRPOConfig, not ours) and present in the installed GRPOConfig; a setting added to the schema reaches TRL here

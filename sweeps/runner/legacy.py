@@ -239,7 +239,7 @@ def run_grid(out: Path, timeout: int) -> int:
         return 2
     records.recover_unsaved(out)
     version = installed_trl()
-    done = {r["key"] for r in records.load_rows(out) if r.get("status") == "ok"} if out.exists() else set()
+    done = records.finished_keys(records.load_rows(out)) if out.exists() else set()
     for name, config in configs(version):
         key = records.make_key(config, VARIANT)
         if key in done:

@@ -18,10 +18,8 @@ It is also a `bnb.nn.Linear4bit` (a subclass of `nn.Linear`), with the `weight.c
 `lora.bnb.Linear4bit` exactly as it wraps a real one on a GPU
 (https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/bnb.py#L527-L557: the base result is
 cloned; without autocast the adapter output is cast to the result's dtype before the add, under autocast the
-promoted sum is returned uncast). Until round 8 it was a plain `nn.Linear`, which peft wraps with its generic
-`lora.Linear` (no clone, the add promoted, then cast back): for an fp16 or fp32 load the traced adds were wider
-than a GPU's (the validation gemma-3-1b fp16 QLoRA row, all-linear, no autocast, GC: 5570 MiB traced training
-peak then, 5422 MiB with the bnb wrapper). `tests/ground_truth/test_fake_model_4bit.py` checks peft picks the same wrapper
+promoted sum is returned uncast); a plain `nn.Linear` would get peft's generic `lora.Linear` instead, whose adds
+are wider than a GPU's for an fp16 or fp32 load. `tests/ground_truth/test_fake_model_4bit.py` checks peft picks the same wrapper
 for this layer as for a real `bnb.nn.Linear4bit`, and that both allocate the same output-shaped tensors.
 """
 

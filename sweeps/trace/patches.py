@@ -20,8 +20,8 @@
 * `torch.is_autocast_enabled()` with no device: CUDA's autocast state. peft's bnb LoRA wrapper asks it whether
   to cast the adapter's input and output (`requires_conversion = not torch.is_autocast_enabled()`,
   https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/bnb.py#L543); a trace of a CUDA run
-  autocasts on CPU tensors, so the bare call answers with the CPU autocast that stands for CUDA's. (Until round 8
-  it answered False under bf16 autocast, and the traced QLoRA layers cast where a GPU's do not.)
+  autocasts on CPU tensors, so the bare call answers with the CPU autocast that stands for CUDA's (the bare
+  call's CPU answer, False under bf16 autocast, would make the traced QLoRA layers cast where a GPU's do not).
 * TRL's metric-only `nanmin`/`nanmax` branch on data (`isnan(t).all()`): replaced by `min`/`max`.
 * fused LM head, GPU path (`fused-gpu`): on CUDA with Triton, TRL scores only the completion positions
   (`hidden_states[mask]`, a compact `[N_valid, H]` copy, then `masked_scatter` back) and folds each

@@ -1,25 +1,14 @@
-"""Out-of-sample grids: seeded random RunConfigs over every axis the estimator accepts (`make validate`).
+"""Seeded random RunConfigs over every axis the estimator accepts (the `validation` and `heldout` grids of
+sweeps/trace/grids.py, which name the seeds).
 
 `random_configs(seed, n)` draws `n` configurations with `random.Random(seed)`: the same seed gives the same
-configs on every machine and Python version (only `Random.random/choice/randrange` are used). Seed A
-(`VALIDATION_SEED`) is the validation grid the estimator's terms were checked against; seeds B (`HELDOUT_SEED`)
-and C (`HELDOUT_C_SEED`) were held out for earlier rounds, then looked at to find the third round's fixes, and
-seed D (`HELDOUT_D_SEED`) was looked at for the fourth's, seed E (`HELDOUT_E_SEED`) for the fifth's and seed F
-(`HELDOUT_F_SEED`) for the sixth's, seed G (`HELDOUT_G_SEED`) for the seventh's and seed H (`HELDOUT_H_SEED`) for
-the eighth's, so they count as validation now; seed I (`HELDOUT_I_SEED`) is the held-out grid, traced once and
-never used to change a term.
+configs on every machine and Python version (only `Random.random/choice/randrange` are used). Axes: every
+catalog family, dtype, full / LoRA / QLoRA, rank, targets, dropout, GC, batch != generations, GA,
+steps_per_generation, num_iterations, beta, prompt 32-4096, completion 32-8192, every optimizer, attention
+implementation, cast_lm_head_to_fp32, chunked / full log-prob head.
 
-Axes: every catalog family (Qwen2.5, Qwen3 dense and MoE, Llama 3.x, gemma-2/3, Phi-3, SmolLM2,
-DeepSeek-R1-Distill), dtype, full / LoRA / QLoRA, rank 8-128, targets (PEFT default, attention-only,
-all-linear), lora_dropout, GC on/off, per_device_train_batch_size != num_generations, GA 1-8,
-steps_per_generation, num_iterations, beta, prompt 32-4096, completion 32-8192, every optimizer,
-sdpa / eager / flash_attention_2, cast_lm_head_to_fp32, chunked / full log-prob head.
-
-A drawn config the libraries refuse is turned into what a user would have to pass (TRL / PEFT / transformers
-error messages): explicit LoRA targets where PEFT has no default (phi3, qwen3_moe), eager attention where the
-model refuses sdpa (gemma2), lora_dropout 0 for all-linear on a MoE, no cast_lm_head_to_fp32 with PEFT
-on tied embeddings (`_as_accepted`). A config this machine cannot trace is kept, with the reason, by `skip_reason`:
-the grid runner writes it as a `status: "skipped"` row, never drops it.
+A drawn config the libraries refuse becomes what a user would have to pass (`_as_accepted`); one this machine
+cannot trace keeps its reason (`skip_reason`), written as a `status: "skipped"` row.
 """
 
 from __future__ import annotations
@@ -29,19 +18,22 @@ import random
 
 from estimator.settings.config import OPTIMIZERS, RunConfig
 
-VALIDATION_SEED = 20261122  # seed A: validation (seen while fixing terms)
-HELDOUT_SEED = 7301  # seed B: held out for two rounds, then seen (its misses led to the third round's fixes)
-HELDOUT_C_SEED = 90417  # seed C: held out for one round, then seen (as seed B)
-HELDOUT_D_SEED = 52813  # seed D: held out for one round, then seen (as seeds B and C)
-HELDOUT_E_SEED = 61129  # seed E: held out for round 4, then seen (its misses led to round 5's fixes)
-HELDOUT_F_SEED = 40883  # seed F: held out for round 5, then seen (its misses led to round 6's fixes)
-HELDOUT_G_SEED = 73519  # seed G: held out for round 6, then seen (its misses led to round 7's fixes)
-HELDOUT_H_SEED = 28657  # seed H: held out for round 7, then seen (its rows were read in round 8's checks)
-HELDOUT_I_SEED = (
-    46381  # seed I: the held-out grid, traced once; its errors read only after round 9's last fix
+# Depth cap: at ~0.3 of a core a full-depth trace takes 1-4 minutes, so a random grid traces each model at full
+# width, vocabulary, batch and lengths with its first DEPTH decoder layers (6 for gemma-3, whose every 6th layer
+# is global), and the estimator is held to that same config.json.
+DEPTH = 4
+DEPTH_BY_MODEL_TYPE = {"gemma3_text": 6}
+MAX_MICRO = (
+    2  # score chunks / training micro-batches per step (step.run's time cap: same peak as all of them)
 )
-VALIDATION_N = 200
-HELDOUT_N = 60
+
+
+def layers_for(cfg: RunConfig) -> int:
+    """Decoder layers a random grid traces for `cfg` (recorded in the row's variant and model.config)."""
+    from estimator.model.catalog import resolve_model
+
+    return DEPTH_BY_MODEL_TYPE.get(resolve_model(cfg.model).model_type, DEPTH)
+
 
 # every catalog model, grouped by family (families are drawn uniformly, then a size within the family)
 FAMILIES: dict[str, tuple[str, ...]] = {

@@ -1,39 +1,26 @@
-"""Retrace the traced rows a tracer fix or an upstream release changes: in place, or beside them; resumable.
+"""Retrace the traced rows a tracer fix or an upstream release changes (`grpo-vram-trace retrace`), resumably.
 
-    python -m sweeps.trace.retrace --tag bnb-lora-wrapper --where load_in_4bit results/traced/*.jsonl
-    python -m sweeps.trace.retrace --beside --tag transformers-5.24 --where bf16 results/traced/*.jsonl
+In place: every `ok` row whose config meets each `--where` condition is traced again with its own config,
+variant, sweep and seed (the same key) and replaces its line atomically (`records.replace_row`), tagged
+`retraced: TAG`; other lines stay byte for byte, and a rerun skips rows carrying the tag. A retrace that fails
+or runs past `--timeout` leaves the old row and is reported.
 
-Every `status: "ok"` row of the given files whose config has each `--where` field truthy is traced again with
-its own config and run variant (so the same key, the same `sweep`, the same depth) and replaces its old line
-atomically (`records.replace_row`); every other line is kept byte for byte. The new row carries
-`retraced: TAG`, and a rerun skips rows that already carry it, so an interrupted retrace resumes. A retrace
-that fails or runs past `--timeout` leaves the old row as it was and is reported on stdout, never written over
-a finished result.
-
-`--beside` keeps the old rows and appends the retrace as a row of its own, for a new upstream release: the new
-config names the installed transformers (`transformers_version`), so it has its own key, and both releases' rows
-stay to hold the estimator to (rows already modelled at the installed release are not selected; a rerun skips
-rows whose retrace is already in the file).
-
-The tags already in the committed rows: `bnb-lora-wrapper` / `bnb-lora-wrapper-autocast` (every 4-bit row, traced
-with the emulated 4-bit layers as `bnb.nn.Linear4bit` subclasses, sweeps/trace/fake_model.py), and
-`transformers-5.24` (`--beside`, every fp32 row under bf16 autocast without a 4-bit base: the rows whose KV cache
-the release changes).
+`--beside` (a new upstream release): the retrace is appended as a row of its own under the installed
+transformers (its own key, `retrace_of` naming the old one); the old rows stay, and a rerun skips rows whose
+retrace is in the file.
 """
 
 from __future__ import annotations
 
 import json
 import signal
-import sys
 import time
 from pathlib import Path
 
 from estimator.settings.config import RunConfig
 from estimator.settings.versions import default_transformers
 from sweeps import records
-from sweeps.oneline import OneLineParser
-from sweeps.trace.cli import DECODE_K, make_row
+from sweeps.trace.rows import DECODE_K, make_row
 
 
 class _OverBudget(Exception):
@@ -87,15 +74,17 @@ def beside_todo(rows: list[dict], where: list[str], tag: str) -> list[dict]:
 
 
 def retrace_row(old: dict, trace=make_row) -> dict:
-    """`old`'s config traced again under its own variant (decode k, micro-batch cap, depth) and sweep name."""
+    """`old`'s config traced again under its own variant (decode k, micro-batch cap, depth), sweep and seed."""
     var = old.get("variant") or {}
     cfg = RunConfig.from_dict(old["config"])
+    extra = {"seed": old["seed"]} if old.get("seed") is not None else {}
     return trace(
         cfg,
         sweep=old.get("sweep") or "retrace",
         k=var.get("k", DECODE_K),
         max_micro=var.get("max_micro"),
         num_layers=var.get("layers"),
+        **extra,
     )
 
 
@@ -143,30 +132,3 @@ def run(
                 flush=True,
             )
     return failed
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = OneLineParser(prog="grpo-vram-retrace", description=__doc__.splitlines()[0])
-    p.add_argument("paths", nargs="+", type=Path, help="traced .jsonl files")
-    p.add_argument("--tag", required=True, help="what the retrace is for; rows carrying it are skipped")
-    p.add_argument(
-        "--where",
-        action="append",
-        default=[],
-        help="FIELD (truthy) or FIELD=JSON_VALUE a row's config must meet (repeatable)",
-    )
-    p.add_argument("--timeout", type=int, default=600, help="seconds per row before it is left as it was")
-    p.add_argument(
-        "--beside",
-        action="store_true",
-        help="append each retrace as a row of its own under the installed transformers (old rows kept)",
-    )
-    a = p.parse_args(argv)
-    for path in a.paths:
-        if not path.is_file():
-            p.error(f"no such traced file: {path}")
-    return 1 if run(a.paths, a.where, a.tag, a.timeout, beside=a.beside) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

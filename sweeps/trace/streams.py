@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             tmp.replace(allocator_term.TABLE)
         print(report(table))
         return 0
-    from sweeps.trace.grid import grid_configs as _grid
+    from sweeps.trace.grids import grid_configs as _grid
 
     def grid_configs(name: str) -> list[RunConfig]:
         """The trace grids, plus "cli": the estimator's defaults as `vram-estimate --model 7B [--lora]` sees them."""

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def summary():
-    rows = records.load_rows([REPO / "results" / "raw", REPO / "results" / "traced"])
+    rows = records.load_rows(records.RESULT_DIRS)
     acc = accuracy.accuracy_frame(rows)
     assert acc["prediction_error"].isna().all()
     return acc
@@ -61,7 +61,7 @@ def test_results_readme_summary_matches_make_accuracy(summary):
 
 def test_readme_three_set_table_matches_make_accuracy(summary):
     """The README's in-sample / validation / held-out rows are `make accuracy`'s split lines, cell for cell."""
-    rows = records.load_rows([REPO / "results" / "raw", REPO / "results" / "traced"])
+    rows = records.load_rows(records.RESULT_DIRS)
     text = (REPO / "README.md").read_text()
     line = re.compile(
         r"accuracy\[(\S+)\]: (\d+) configs, median \|error\| ([\d.]+)%, worst signed ([+-][\d.]+)%, "

@@ -1,25 +1,22 @@
 """The estimator against the committed fake-tensor traces: peak and every phase within 5% (issue 4's bound)."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
-from sweeps.report.accuracy import OUT_OF_SAMPLE_FILES
 from sweeps.runner.predict import arch_for
+from sweeps.trace.grids import GRIDS
 
-TRACED = Path(__file__).resolve().parents[2] / "results" / "traced"
 BOUND = 0.05
-OUT_OF_SAMPLE = tuple(OUT_OF_SAMPLE_FILES)
+# the random grids' rows are held to the validated band instead (tests/accuracy/test_validation_band.py)
+TUNED = sorted({g.path for g in GRIDS.values() if g.split == "in-sample" and g.path.exists()})
 
 
 def _rows() -> list[dict]:
     rows = []
-    for path in sorted(TRACED.glob("*.jsonl")):
-        if path.stem in OUT_OF_SAMPLE:  # held to the validated band instead (tests/accuracy/test_validation_band.py)
-            continue
+    for path in TUNED:
         for line in path.read_text().splitlines():
             if line.strip():
                 row = json.loads(line)

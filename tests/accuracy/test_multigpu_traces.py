@@ -1,4 +1,4 @@
-"""The FSDP2 rank-0 estimate against the committed multi-GPU traces (results/traced/multigpu.jsonl): peak and
+"""The FSDP2 rank-0 estimate against the committed multi-GPU traces (results/traced/tuned/multigpu.jsonl): peak and
 every phase within 3 % (issue 11's target), and never more than 3 % low."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
 
-ROWS_FILE = Path(__file__).resolve().parents[2] / "results" / "traced" / "multigpu.jsonl"
+ROWS_FILE = Path(__file__).resolve().parents[2] / "results" / "traced" / "tuned" / "multigpu.jsonl"
 BOUND = 0.03
 
 

@@ -1,4 +1,4 @@
-"""OLMo-2 against its own fake-tensor traces: the estimate of every row in results/traced/olmo2.jsonl sits within
+"""OLMo-2 against its own fake-tensor traces: the estimate of every row in results/traced/tuned/olmo2.jsonl sits within
 2 % above and 0.5 % below the traced peak, in the phase the trace peaked in.
 
 The rows trace allenai/OLMo-2-1124-13B (full width, vocabulary and lengths) through two real GRPO steps under
@@ -23,7 +23,7 @@ from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
 from sweeps.runner.predict import arch_for
 
-ROWS_FILE = Path(__file__).resolve().parents[2] / "results" / "traced" / "olmo2.jsonl"
+ROWS_FILE = Path(__file__).resolve().parents[2] / "results" / "traced" / "tuned" / "olmo2.jsonl"
 ABOVE, BELOW = 0.02, 0.005  # the estimate may err high by 2 %, never low by more than 0.5 %
 PHASE_BOUND = 0.05  # every phase, as tests/accuracy/test_estimator_vs_traces.py holds the in-sample rows
 

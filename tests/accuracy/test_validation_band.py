@@ -1,7 +1,7 @@
 """Issue 9: library refusals, the seeded off-grid generator, the accuracy split, the validated band.
 
 Expected values come from outside the estimator: PEFT's own constants module, hand-computed gradient bytes,
-and traced rows (results/traced/validation.jsonl) held to the band the estimator publishes.
+and traced rows (results/traced/random/validation.jsonl) held to the band the estimator publishes.
 """
 
 import json
@@ -18,7 +18,7 @@ from estimator.step.estimate import estimate
 from estimator.step.single import train_instants
 
 REPO = Path(__file__).resolve().parents[2]
-VALIDATION = REPO / "results" / "traced" / "validation.jsonl"
+VALIDATION = REPO / "results" / "traced" / "random" / "validation.jsonl"
 FAST_SUBSET = 5  # validation rows re-estimated in `make test` (the whole set: `make accuracy`)
 
 
@@ -77,10 +77,12 @@ def test_gradients_resident_from_the_second_micro_step():
 
 def test_random_grid_is_seeded_valid_and_covers_every_family():
     from sweeps.trace import random_grid as rg
+    from sweeps.trace.grids import GRIDS
 
-    a = rg.random_configs(rg.VALIDATION_SEED, rg.VALIDATION_N)
-    assert a == rg.random_configs(rg.VALIDATION_SEED, rg.VALIDATION_N)
-    assert a[:10] != rg.random_configs(rg.HELDOUT_SEED, 10)
+    (first, n), (second, _) = GRIDS["validation"].spec.seeds[:2]
+    a = rg.random_configs(first, n)
+    assert a == rg.random_configs(first, n)
+    assert a[:10] != rg.random_configs(second, 10)
     for cfg in a:
         validate(cfg, resolve_model(cfg.model))
     models = {c.model for c in a}
@@ -98,21 +100,35 @@ def test_moe_configs_the_cpu_tracer_cannot_run_are_skipped_with_a_reason():
     assert rg.skip_reason(RunConfig(model="Qwen/Qwen3-4B", dtype="float16")) is None
 
 
-def test_rows_split_by_file_name():
-    from sweeps.report.accuracy import split_of
+def test_rows_split_by_the_grid_that_wrote_them():
+    from sweeps.trace.grids import GRIDS, split_of
 
-    assert split_of("results/traced/validation.jsonl") == "validation"
-    assert (
-        split_of(Path("x/heldout.jsonl")) == "validation"
-    )  # seeds B and C: seen since the third round, D since the fourth
-    assert split_of(Path("x/heldout-c.jsonl")) == "validation"
-    assert split_of(Path("x/heldout-d.jsonl")) == "validation"  # seed D: seen since the fourth round
-    assert split_of(Path("x/heldout-e.jsonl")) == "validation"  # seed E: seen since the fifth round
-    assert split_of(Path("x/heldout-f.jsonl")) == "validation"
-    assert split_of(Path("x/heldout-g.jsonl")) == "validation"  # seed G: seen since the seventh round
-    assert split_of(Path("x/heldout-h.jsonl")) == "validation"  # seed H: seen since the eighth round
-    assert split_of(Path("x/heldout-i.jsonl")) == "held-out"
-    assert split_of("results/traced/default.jsonl") == "in-sample"
+    assert split_of("validation") == "validation"
+    assert split_of("heldout") == "held-out"
+    assert split_of("default") == "in-sample" and split_of("multigpu") == "in-sample"
+    assert split_of("cli") == "in-sample" and split_of(None) == "in-sample"  # rows of no grid
+    # a seed is in one grid only, so a row's seed says which set it is in
+    seeds = [s for name in ("validation", "heldout") for s, _ in GRIDS[name].spec.seeds]
+    assert len(seeds) == len(set(seeds))
+
+
+def test_random_rows_carry_the_seed_of_their_draw():
+    """Every committed random-grid row records its seed, and its config is that seed's draw."""
+    from estimator.settings.versions import MODELLED_TRANSFORMERS
+    from sweeps import records
+    from sweeps.trace.grids import GRIDS
+
+    for name in ("validation", "heldout"):
+        grid = GRIDS[name]
+        keys = {  # each draw's key under each modelled transformers release (a row records the one it ran)
+            (j.seed, records.make_key(j.config.with_(transformers_version=v).to_dict(), j.variant()))
+            for j in grid.jobs()
+            for v in MODELLED_TRANSFORMERS
+        }
+        rows = [json.loads(line) for line in grid.path.read_text().splitlines() if line.strip()]
+        assert rows and all(r["sweep"] == name for r in rows)
+        drawn = [r for r in rows if not r.get("retraced") and not r.get("retrace_of")]
+        assert sum((r["seed"], r["key"]) in keys for r in drawn) >= 0.95 * len(drawn)
 
 
 def _validation_rows() -> list[dict]:

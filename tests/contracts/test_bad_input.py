@@ -4,7 +4,7 @@ For every setting, invalid values (zero, negative, non-integer, NaN, infinity, h
 choice, ...) go through every command that reads run settings, in-process:
 
 - `vram-estimate` flags (`estimator.interface.cli.main`) and its `--config` GRPOConfig file,
-- the sweep's command-line values (`app.check_overrides`) and config mapping (`app.to_job`),
+- the sweep's command-line values (`app.check_overrides`) and config mapping (`to_job`),
 - the tracer's parser (`sweeps.trace.cli.main`, with the trace itself stubbed out).
 
 Each case must end in one clean line on stderr (exit 2) or a valid result: never a traceback, never NaN or
@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from estimator.interface import cli
 from estimator.settings.config import RunConfig, check_value, schema
 from sweeps.runner import app
+from sweeps.runner.job import BadInput, to_job
 from sweeps.trace import cli as trace_cli
 
 FIELDS = schema()
@@ -155,14 +156,14 @@ def test_sweep_command_line_and_config_mapping(f, value):
     override = f"trainer.{f.name}={_hydra_text(value)}"
     try:
         app.check_overrides([override])
-    except app.BadInput as exc:
+    except BadInput as exc:
         assert "\n" not in str(exc) and f"trainer.{f.name}" in str(exc)
         return
     cfg = app.default_config().copy()
     OmegaConf.update(cfg, f"trainer.{f.name}", _parsed(override), merge=True)
     try:
-        job = app.to_job(cfg)
-    except app.BadInput as exc:
+        job = to_job(cfg)
+    except BadInput as exc:
         assert "\n" not in str(exc)
         return
     _assert_sane_config(job.config)  # what a row would store
@@ -201,8 +202,8 @@ def test_sweep_and_run_settings(override):
     try:
         app.check_overrides([override])
         OmegaConf.update(cfg, key, _parsed(override), merge=True)
-        app.to_job(cfg)
-    except app.BadInput as exc:
+        to_job(cfg)
+    except BadInput as exc:
         assert "\n" not in str(exc) and key.split(".")[-1] in str(exc)
         return
     raise AssertionError(f"{override} was accepted")
@@ -215,7 +216,7 @@ def test_sweep_and_run_settings(override):
 def stub_trace(monkeypatch):
     traced: list[RunConfig] = []
 
-    def make_row(cfg, sweep, k=2):
+    def make_row(cfg, sweep):
         traced.append(cfg)
         return {"status": "ok", "config": cfg.to_dict()}
 
@@ -226,7 +227,7 @@ def stub_trace(monkeypatch):
 
 @pytest.mark.parametrize("f, value", _cases())
 def test_tracer_parser(capsys, stub_trace, f, value):
-    code = trace_cli.main([f"{f.flag}={_text(value)}"])
+    code = trace_cli.main(["one", f"{f.flag}={_text(value)}"])
     err = capsys.readouterr().err.strip().splitlines()
     if code == 2:
         _assert_clean_error(err, "grpo-vram-trace")

@@ -111,7 +111,9 @@ def test_pasted_output_is_what_the_command_prints(command, output, as_locked):
 @pytest.mark.parametrize("command", shown_commands())
 def test_every_shown_command_runs(command, as_locked, monkeypatch):
     argv = _argv(command)
-    if "--trace" in argv:  # the fast variant: a stand-in tracer (tests/estimator/test_trace_cli.py runs the real one)
+    if (
+        "--trace" in argv
+    ):  # the fast variant: a stand-in tracer (tests/estimator/test_trace_cli.py runs the real one)
         monkeypatch.setattr(cli, "check_tracer", lambda: None)
         phases = {"generate": 1 << 30, "score": 1 << 30, "train": 2 << 30, "optimizer": 1 << 30}
         row = {"status": "ok", "observed": {"peak_bytes": 2 << 30, "peak_phase": "train", "phases": phases}}

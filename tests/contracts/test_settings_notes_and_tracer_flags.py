@@ -14,7 +14,7 @@ from estimator.plan import solve
 from estimator.settings.config import RunConfig
 from estimator.settings.validate import notes
 from sweeps.trace import cli as trace_cli
-from sweeps.trace import step
+from sweeps.trace import rows, step
 
 
 def _run(capsys, *argv):
@@ -95,17 +95,22 @@ def no_trace(monkeypatch):
 
     monkeypatch.setattr(trace_cli, "make_row", boom)
     monkeypatch.setattr(trace_cli, "run_grid", boom)
+    monkeypatch.setattr(trace_cli.retrace, "run", boom)
 
 
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        (["--gens", "0"], "--num-generations 0: must be an integer >= 2"),
-        (["--out", "/proc/x/y.jsonl"], "--out /proc/x/y.jsonl: cannot write 64 KiB in /proc/x"),
-        (["--out", "{tmp}"], "is a directory; give a .jsonl file"),
-        (["--grid", "smoke", "--timeout", "-1"], "--timeout -1: accepted values are seconds > 0"),
-        (["--grid", "smoke", "--timeout", "nan"], "--timeout nan"),
-        (["--grid", "smoke", "--limit", "0"], "--limit 0: accepted values are integers >= 1"),
+        (["one", "--gens", "0"], "--num-generations 0: must be an integer >= 2"),
+        (["one", "--out", "/proc/x/y.jsonl"], "--out /proc/x/y.jsonl: cannot write 64 KiB in /proc/x"),
+        (["one", "--out", "{tmp}"], "is a directory; give a .jsonl file"),
+        (["grid", "smoke", "--out", "{tmp}"], "is a directory; give a .jsonl file"),
+        (["grid", "smoke", "--timeout", "-1"], "--timeout -1: accepted values are seconds > 0"),
+        (["grid", "smoke", "--timeout", "nan"], "--timeout nan"),
+        (["grid", "smoke", "--limit", "0"], "--limit 0: accepted values are integers >= 1"),
+        (["grid", "bogus"], "'bogus'"),
+        (["retrace", "--tag", "t", "{tmp}/nope.jsonl"], "no such traced file"),
+        (["--model", "7B"], "'--model' is not a command; accepted: one, grid, retrace"),
     ],
 )
 def test_tracer_flags_fail_before_any_trace(capsys, no_trace, tmp_path, argv, expected):
@@ -118,7 +123,7 @@ def test_quiet_libraries_silences_and_restores():
     before = logging.getLogger("trl").level
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        with trace_cli.quiet_libraries():
+        with rows.quiet_libraries():
             warnings.warn("`gradient_checkpointing` is deprecated", FutureWarning, stacklevel=1)
             assert logging.getLogger("trl").level == logging.ERROR
         warnings.warn("after", FutureWarning, stacklevel=1)

@@ -8,9 +8,8 @@ import sys
 import pytest
 
 MODULES = [
-    "sweeps.trace.run_random",
+    "sweeps.trace",
     "sweeps.trace.streams",
-    "sweeps.trace.multigpu",
     "sweeps.runner.legacy",
     "sweeps.report.allocator_check",
     "sweeps.report.accuracy",
@@ -31,11 +30,11 @@ def test_unknown_flag_is_one_line_and_exit_2(module):
 
 def test_a_bad_choice_names_the_value_and_what_is_accepted():
     done = subprocess.run(
-        [sys.executable, "-m", "sweeps.trace.run_random", "--set", "bogus"],
+        [sys.executable, "-m", "sweeps.trace", "grid", "bogus"],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
-    assert "'bogus'" in line and "heldout-i" in line
+    assert "'bogus'" in line and "heldout" in line and "validation" in line

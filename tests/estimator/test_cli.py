@@ -17,7 +17,7 @@ from estimator.step import band
 # per layer 16×(3584 + 3584) + 16×(3584 + 512) = 180,224; × 28 layers.
 QWEN7B_PARAMS = 7_615_616_512
 QWEN7B_LORA16 = 28 * (16 * (3584 + 3584) + 16 * (3584 + 512))
-TRACED_7B_LORA = 35_127_664_128  # traced peak of `--model 7B --lora` (results/traced/default.jsonl)
+TRACED_7B_LORA = 35_127_664_128  # traced peak of `--model 7B --lora` (results/traced/tuned/default.jsonl)
 
 
 def run(argv, capsys):
@@ -59,7 +59,7 @@ def test_json_breakdown(capsys):
     assert d["source"] == "estimated"
     assert d["model"]["params"] == QWEN7B_PARAMS
     assert d["model"]["trainable_params"] == QWEN7B_LORA16
-    # The same config (TRL defaults: fp32 load, GC on) traced at real size: results/traced/default.jsonl peaks at
+    # The same config (TRL defaults: fp32 load, GC on) traced at real size: results/traced/tuned/default.jsonl peaks at
     # 35,127,664,128 B in train. Within the estimator's 5 % bound of it:
     assert d["peak_phase"] == "train"
     assert d["peak_allocated_bytes"] == pytest.approx(TRACED_7B_LORA, rel=0.05)

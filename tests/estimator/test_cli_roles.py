@@ -53,7 +53,17 @@ def test_flags_repeat_and_config_file_keys(tmp_path):
     from sweeps.trace.cli import build_parser
 
     ns = build_parser().parse_args(
-        ["--model", "0.5B", "--reward-model", "0.5B", "--reward-model", "0.5B@own", "--vllm-sleep-level", "1"]
+        [
+            "one",
+            "--model",
+            "0.5B",
+            "--reward-model",
+            "0.5B",
+            "--reward-model",
+            "0.5B@own",
+            "--vllm-sleep-level",
+            "1",
+        ]
     )
     cfg, _, _ = resolve_run(ns)
     assert cfg.reward_models == ("0.5B", "0.5B@own") and cfg.vllm_sleep_level == 1
@@ -80,7 +90,9 @@ def test_new_settings_leave_old_run_keys_unchanged():
     (RunConfig.to_dict leaves out 0.2.0 settings at their default)."""
     from sweeps import records
 
-    row = next(r for r in records.load_rows("results/traced/core.jsonl") if isinstance(r.get("config"), dict))
+    row = next(
+        r for r in records.load_rows("results/traced/tuned/core.jsonl") if isinstance(r.get("config"), dict)
+    )
     cfg = RunConfig.from_dict(row["config"])
     assert records.make_key(cfg.to_dict(), row["variant"]) == row["key"]
     d = cfg.with_(vllm_max_model_length=2048).to_dict()

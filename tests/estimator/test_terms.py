@@ -155,7 +155,7 @@ def test_full_finetune_peak_exceeds_states_and_lora_is_smaller():
     lora = estimate(cfg.with_(use_peft=True))
     # bf16 base + fp32 adapters (5,046,272 params, see above) with fp32 grads and two AdamW states: 16 B each
     assert lora.peak_allocated_bytes > 2 * P_7B + 16 * 5_046_272
-    # the same config traced at real size (results/traced/default.jsonl): 18,376,651,264 B
+    # the same config traced at real size (results/traced/tuned/default.jsonl): 18,376,651,264 B
     assert lora.peak_allocated_bytes == pytest.approx(18_376_651_264, rel=0.05)
     # beta = 0, GA = 1: TRL skips every no-grad pass, so scoring holds only resident memory and buffers
     assert set(full.phases["score"]) <= {"weights", "optimizer_state", "rollout_buffers"}

@@ -8,7 +8,7 @@ import yaml
 from hydra import compose, initialize
 
 from estimator.step.estimate import estimate
-from sweeps.runner import app
+from sweeps.runner.job import to_job
 
 REPO = Path(__file__).resolve().parents[2]
 YAML = REPO / "sweeps" / "runner" / "conf" / "experiment" / "gpu-validate.yaml"
@@ -21,7 +21,7 @@ def _rows() -> dict:
 def _jobs() -> dict:
     with initialize(config_path="../../sweeps/runner/conf", version_base="1.3"):
         return {
-            r: app.to_job(
+            r: to_job(
                 compose(config_name="config", overrides=["+experiment=gpu-validate", f"validate_row={r}"])
             )
             for r in _rows()

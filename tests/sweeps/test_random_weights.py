@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize
 
-from sweeps.runner import app, grpo_setup, tiny
+from sweeps.runner import grpo_setup, tiny
+from sweeps.runner.job import BadInput, to_job
 
 REPO = Path(__file__).resolve().parents[2]
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -36,19 +37,19 @@ def test_not_in_catalog_is_one_clear_error():
         ValueError, match=r"model 'my/model': run.weights=random .* accepted names are .*Qwen"
     ):
         tiny.catalog_config("my/model")
-    with pytest.raises(app.BadInput, match="run.weights='hub': accepted values are pretrained, random"):
-        app.to_job(_compose("run.weights=hub"))
-    with pytest.raises(app.BadInput, match="--model nope/x: not in the catalog"):
-        app.to_job(_compose("model.name=nope/x", "run.weights=random"))
+    with pytest.raises(BadInput, match="run.weights='hub': accepted values are pretrained, random"):
+        to_job(_compose("run.weights=hub"))
+    with pytest.raises(BadInput, match="--model nope/x: not in the catalog"):
+        to_job(_compose("model.name=nope/x", "run.weights=random"))
 
 
 def test_variant_names_random_weights_and_pretrained_keys_are_unchanged():
-    random = app.to_job(_compose("model=smollm2-135m", "run.weights=random"))
+    random = to_job(_compose("model=smollm2-135m", "run.weights=random"))
     assert random.variant["weights"] == "random"
-    pretrained = app.to_job(_compose("model=smollm2-135m"))
+    pretrained = to_job(_compose("model=smollm2-135m"))
     assert "weights" not in pretrained.variant  # rows measured before run.weights existed keep their keys
     assert random.key != pretrained.key
-    tiny_job = app.to_job(_compose("model=tiny-2M", "run.weights=random"))
+    tiny_job = to_job(_compose("model=tiny-2M", "run.weights=random"))
     assert "weights" not in tiny_job.variant  # tiny models are random whatever the setting
 
 
@@ -77,7 +78,7 @@ def cache(tmp_path_factory):
 
 @pytest.mark.slow
 def test_random_smollm2_loads_by_path_in_the_run_dtype_and_generates_full_length(tmp_path, cache):
-    job = app.to_job(_compose(*SMALL_RUN, "trainer.dtype=float32"))
+    job = to_job(_compose(*SMALL_RUN, "trainer.dtype=float32"))
     built = grpo_setup.build(job.config, job.variant, tmp_path / "run")
     saved = Path(built.model_path)
     assert saved.parent == cache and (saved / "model.safetensors").is_file()
@@ -119,7 +120,7 @@ def test_random_smollm2_qlora_takes_the_bitsandbytes_load_path(tmp_path, cache):
     import bitsandbytes as bnb
     import torch
 
-    job = app.to_job(_compose(*SMALL_RUN, "method=qlora", "trainer.dtype=bfloat16"))
+    job = to_job(_compose(*SMALL_RUN, "method=qlora", "trainer.dtype=bfloat16"))
     model = grpo_setup.build(job.config, job.variant, tmp_path / "run").trainer.model
     catalog = json.loads(CATALOG_JSON.read_text())
     linear4 = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]

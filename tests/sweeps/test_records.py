@@ -56,14 +56,18 @@ def test_versions_match_compares_the_key_versions_only():
     assert records.versions_match(None, None)  # None accepts any row
 
 
-def test_done_keys_respect_versions(tmp_path):
+def test_finished_keys_respect_versions_and_status(tmp_path):
     path = tmp_path / "r.jsonl"
     v1 = {k: "1" for k in records.KEY_VERSIONS}
     v2 = {**v1, "trl": "2"}
-    records.append_row(path, {"schema": 1, "key": "old", "versions": v1})
-    records.append_row(path, {"schema": 1, "key": "new", "versions": v2})
-    assert records.done_keys(path, v2) == {"new"}
-    assert records.done_keys(path, None) == {"old", "new"}
+    records.append_row(path, {"schema": 1, "key": "old", "status": "ok", "versions": v1})
+    records.append_row(path, {"schema": 1, "key": "new", "status": "ok", "versions": v2})
+    records.append_row(path, {"schema": 1, "key": "oom", "status": "oom", "versions": v2})
+    records.append_row(path, {"schema": 1, "key": "skip", "status": "skipped", "versions": v2})
+    records.append_row(path, {"schema": 1, "key": "err", "status": "error", "versions": v2})
+    rows = records.load_rows(path)
+    assert records.finished_keys(rows, v2) == {"new", "oom", "skip"}  # an error is retried
+    assert records.finished_keys(rows, None) == {"old", "new", "oom", "skip"}
 
 
 WRITER = """

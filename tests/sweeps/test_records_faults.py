@@ -243,10 +243,10 @@ def test_the_legacy_runner_keeps_a_row_it_could_not_append(tmp_path, monkeypatch
 
 
 def test_gpu_locks_are_per_user_and_removed(tmp_path, monkeypatch):
-    from sweeps.runner import app
+    from sweeps.runner import measure
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    with app.claim_gpu([3]) as gpu:
+    with measure.claim_gpu([3]) as gpu:
         assert gpu == 3 and (tmp_path / "grpo-vram" / "gpu-3.lock").exists()
     assert list((tmp_path / "grpo-vram").iterdir()) == []
     monkeypatch.delenv("XDG_RUNTIME_DIR")
@@ -255,6 +255,6 @@ def test_gpu_locks_are_per_user_and_removed(tmp_path, monkeypatch):
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)
-    with app.claim_gpu([0]):
+    with measure.claim_gpu([0]):
         pass
     assert [p.name for p in (tmp_path / "t").iterdir()] == [f"grpo-vram-{os.getuid()}"]

@@ -72,10 +72,11 @@ def test_a_failed_retrace_keeps_the_finished_row(traced):
 
 
 def test_retrace_cli_rejects_a_missing_file(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        retrace.main(["--tag", "t", str(tmp_path / "nope.jsonl")])
+    from sweeps.trace import cli
+
+    code = cli.main(["retrace", "--tag", "t", str(tmp_path / "nope.jsonl")])
     err = capsys.readouterr().err
-    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "nope.jsonl" in err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "nope.jsonl" in err
 
 
 def test_a_key_written_twice_is_retraced_once_and_left_on_one_line(tmp_path):

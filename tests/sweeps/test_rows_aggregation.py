@@ -8,7 +8,7 @@ from synthetic_rows import row as synthetic_row
 
 from estimator.settings.config import RunConfig
 from sweeps import records
-from sweeps.runner import app
+from sweeps.runner import measure
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,8 +61,8 @@ def test_resume_survives_a_row_whose_key_is_a_list(tmp_path):
     path = _lines(
         tmp_path / "r.jsonl", {**_row("ok"), "versions": v}, {**_row("x"), "key": ["a"], "versions": v}
     )
-    assert app.skip_keys(path, v) == {"ok"}
-    assert records.done_keys(path, v) == {"ok"}
+    assert measure.skip_keys(path, v) == {"ok"}
+    assert records.finished_keys(records.load_rows(path), v) == {"ok"}
 
 
 def test_later_failed_retry_never_hides_a_measurement():
@@ -101,7 +101,7 @@ def test_append_row_stamps_utc_time_that_sorts(tmp_path):
 
 
 def test_every_committed_row_follows_the_schema():
-    loaded = records.read_rows([REPO / "results" / "raw", REPO / "results" / "traced"])
+    loaded = records.read_rows(records.RESULT_DIRS)
     assert loaded.skipped == []
     assert len(loaded.rows) > 200
     problems = {r["key"]: p for r in loaded.rows if (p := records.validate_row(r))}
@@ -129,7 +129,7 @@ def test_rows_that_predate_a_new_setting_still_match_their_config():
     old = cfg.to_dict()
     old.pop("trl_version")  # rows of the newest TRL release do not carry it
     assert rd.config_id(old) == rd.config_id(cfg)
-    rows = records.load_rows([REPO / "results" / "raw", REPO / "results" / "traced"])
+    rows = records.load_rows(records.RESULT_DIRS)
     head = rd.headline_frame(rd.rows_frame(rows))
-    # results/traced/headline.jsonl covers every cell; a measured-gpu row of the same config takes its place
+    # results/traced/tuned/headline.jsonl covers every cell; a measured-gpu row of the same config takes its place
     assert head["source"].isin(["traced", "measured-gpu"]).sum() == 25

@@ -168,8 +168,8 @@ def test_a_trace_leaves_torch_transformers_and_trl_as_it_found_them(tiny_path):
 def test_bad_trace_input_is_one_line_and_exit_2(capsys):
     from sweeps.trace.cli import main
 
-    assert main(["--model", "9B"]) == 2
+    assert main(["one", "--model", "9B"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'9B'" in err[0]
-    assert main(["--gens", "3", "--per-device-train-batch-size", "4"]) == 2
+    assert main(["one", "--gens", "3", "--per-device-train-batch-size", "4"]) == 2
     assert "divisible by num_generations (3)" in capsys.readouterr().err

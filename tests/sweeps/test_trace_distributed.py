@@ -93,9 +93,9 @@ def test_layout_rejects_bad_values():
 
 
 def test_trace_cli_records_zero_as_skipped_with_the_reason(capsys):
-    """`grpo-vram-trace --gpus 2 --zero 2` routes to the rank-0 tracer, which cannot run DeepSpeed and says why."""
+    """`grpo-vram-trace one --gpus 2 --zero 2` routes to the rank-0 tracer, which cannot run DeepSpeed and says why."""
     from sweeps.trace.cli import main
 
-    assert main(["--model", "0.5B", "--gpus", "2", "--zero", "2"]) == 1
+    assert main(["one", "--model", "0.5B", "--gpus", "2", "--zero", "2"]) == 1
     out = capsys.readouterr().out
     assert "skipped" in out and "zero2" in out and "DeepSpeed" in out

@@ -98,7 +98,9 @@ def test_a_failure_gives_its_assertion_and_the_values_it_compared(tmp_path):
     assert d.comparison() == ("estimated", 1000, "measured", 1200)
     # raised in a helper: the helper's frame names the values
     h = uc.failure_detail(helper.text)
-    assert h.location == "tests/ground_truth/test_lora_output_instant.py line 17" and h.source == ["assert est == real"]
+    assert h.location == "tests/ground_truth/test_lora_output_instant.py line 17" and h.source == [
+        "assert est == real"
+    ]
     assert h.comparison() == ("est", 5, "real", 7)
 
 
