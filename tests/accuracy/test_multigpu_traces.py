@@ -61,7 +61,9 @@ def test_rank0_parameter_shards_match_the_trace(row):
 
 def test_rank0_shard_elements_by_hand_on_a_tiny_qwen2():
     """Σ ceil(dim0 / n) · rest written out for a 2-layer Qwen2 (the tracer test's model) against the estimator."""
-    from test_trace_distributed import TINY as tiny  # the 2-layer Qwen2 the tracer test runs
+    from tiny_configs import TINY_QWEN2
+
+    tiny = {**TINY_QWEN2, "num_hidden_layers": 2}  # the 2-layer Qwen2 the distributed tracer test runs
 
     from estimator.model.architecture import from_config
     from estimator.terms.sharding import fsdp_shard_numel

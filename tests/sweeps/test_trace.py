@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from tiny_configs import TINY_QWEN2
 
 from estimator.model.catalog import resolve_model
 from estimator.settings.config import RunConfig
@@ -12,21 +13,7 @@ from estimator.settings.config import RunConfig
 pytestmark = pytest.mark.slow
 TRACED_PACKAGES = {"torch", "transformers", "trl", "accelerate", "peft"}
 
-TINY = {
-    "model_type": "qwen2",
-    "architectures": ["Qwen2ForCausalLM"],
-    "vocab_size": 8000,
-    "hidden_size": 256,
-    "intermediate_size": 704,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 2048,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": False,
-    "use_sliding_window": False,
-}
+TINY = TINY_QWEN2
 
 
 @pytest.fixture(scope="module")

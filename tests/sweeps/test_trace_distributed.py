@@ -7,13 +7,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from test_trace import TINY as TRACE_TINY
+from tiny_configs import TINY_QWEN2
 
 from estimator.settings.config import RunConfig
 
 pytestmark = pytest.mark.slow
 
-TINY = {**TRACE_TINY, "num_hidden_layers": 2}  # the tracer test's tiny Qwen2, two layers
+TINY = {**TINY_QWEN2, "num_hidden_layers": 2}  # the tracer test's tiny Qwen2, two layers
 
 
 def _rank0_shard_elements(n: int) -> int:
