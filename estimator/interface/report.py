@@ -177,7 +177,7 @@ def render(est: Estimate, fits: list[Fit], target: Fit | None = None) -> str:
     """The whole human report."""
     out = [
         f"{est.arch.name}: {_count(est.arch.total_params)} params, "
-        f"{_count(est.trainable_params)} trainable (estimated memory of one GRPO step, TRL 1.16)",
+        f"{_count(est.trainable_params)} trainable (estimated memory of one GRPO step, TRL {est.config.trl_version})",
         settings_line(est),
         "",
         table(est),

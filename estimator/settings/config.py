@@ -57,7 +57,11 @@ MAX_TOKENS = 1 << 22  # upper bound of token lengths (4M): far past every catalo
 
 
 class InvalidConfig(ValueError):
-    """A configuration TRL (or transformers / PEFT) would reject."""
+    """A configuration TRL (or transformers / PEFT) would reject; `setting` names the one field at fault, if one."""
+
+    def __init__(self, message: str, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 @dataclass(frozen=True)

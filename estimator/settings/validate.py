@@ -10,6 +10,7 @@ from estimator.settings.compat import check_library_support
 from estimator.settings.config import InvalidConfig, RunConfig, check_value, flag, schema
 from estimator.settings.role_spec import RoleSpecError, parse_role
 from estimator.settings.trl_versions import profile
+from estimator.text import shown
 
 
 def lora_module_names(arch: Arch) -> set[str]:
@@ -23,7 +24,7 @@ def check_values(cfg: RunConfig) -> None:
         value = getattr(cfg, f.name)
         problem = check_value(f, value)
         if problem:
-            raise InvalidConfig(f"{f.flag} {value!r}: {problem}")
+            raise InvalidConfig(f"{f.flag} {shown(value)}: {problem}", f.name)
     try:  # a release this estimator models (MAJOR.MINOR within the release table)
         profile(cfg.trl_version)
     except ValueError as e:

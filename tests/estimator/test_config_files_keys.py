@@ -180,3 +180,17 @@ def test_trl_spellings_come_from_the_schema():
 def test_bad_trl_bool_value_is_one_line(capsys):
     code, _, err = run(["--use_peft", "maybe"], capsys)
     assert code == 2 and err.count("\n") == 1 and "true or false" in err
+
+
+def test_a_bad_value_from_a_file_is_named_by_its_file_and_key(tmp_path, capsys):
+    f = tmp_path / "grpo.yaml"
+    f.write_text("num_generations: -3\n")
+    assert cli.main(["--config", str(f)]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if "note:" not in ln]
+    assert len(err) == 1 and "grpo.yaml num_generations -3: must be an integer >= 2" in err[0]
+    assert "--num-generations" not in err[0]
+
+
+def test_the_detail_report_titles_the_modelled_release(capsys):
+    assert cli.main(["--trl-version", "0.14", "--detail"]) in (0, 1)
+    assert "one GRPO step, TRL 0.14)" in " ".join(capsys.readouterr().out.split())
