@@ -18,6 +18,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
+from estimator.interface import cli
+from estimator.settings.config import RunConfig
+
 SHORTCUTS = ("qlora", "zero", "fsdp")
 
 
@@ -26,8 +29,6 @@ class InvalidInput(ValueError):
 
 
 def _namespace(config, gpu, config_files, from_command, solve, advice, settings) -> argparse.Namespace:
-    from estimator.settings.config import RunConfig
-
     names = {f.name for f in fields(RunConfig)}
     unknown = sorted(set(settings) - names - set(SHORTCUTS))
     if unknown:
@@ -79,8 +80,6 @@ def estimate(
 
     Raises `InvalidInput` (a ValueError) for anything the command would refuse with exit code 2.
     """
-    from estimator.interface import cli
-
     ns = _namespace(config, gpu, config_files, from_command, solve, advice, settings)
     try:
         req = cli.request_from(ns)
@@ -151,7 +150,6 @@ class Result:
             return self._answer.target
         ns = argparse.Namespace(**{**vars(self._ns), "gpu": gpu, "advice": False})
         ns.__dict__.pop("solve", None)
-        from estimator.interface import cli
 
         try:
             return cli.compute(cli.request_from(ns)).target
@@ -169,14 +167,10 @@ class Result:
 
     def to_dict(self) -> dict:
         """The `--json` answer (`schema_version`; docs/estimate.schema.json)."""
-        from estimator.interface import cli
-
         return cli.to_json(self._answer)
 
     def text(self, detail: bool = False, markdown: bool = False) -> str:
         """The answer as the command prints it: short (default), `detail=True` the full report."""
-        from estimator.interface import cli
-
         if detail:
             return cli.detail_text(self._answer)
         return cli.short_text(self._answer, markdown=markdown)

@@ -15,10 +15,23 @@ import os
 import sys
 from dataclasses import dataclass
 
+from estimator.hardware import gpus
+from estimator.interface import report
 from estimator.interface.flags import TRL_SPELLING_HELP, FlagError, add_run_flags, resolve_run
+from estimator.interface.trace_progress import traced_with_progress
+from estimator.model import catalog
 from estimator.model.architecture import Arch
-from estimator.plan.solve import SOLVABLE
+from estimator.model.catalog import catalog_id
+from estimator.plan import advice as adv
+from estimator.plan.layout import VllmSettings, plan, with_roles
+from estimator.plan.solve import SOLVABLE, solve
+from estimator.settings import versions
 from estimator.settings.config import RunConfig
+from estimator.settings.role_spec import config_roles
+from estimator.step import band
+from estimator.step.band import MIN_MARGIN_LOW, regime_band
+from estimator.step.estimate import estimate
+from estimator.units import GIB, gib
 
 PROG = "vram-estimate"
 FORMATS = ("text", "markdown", "json")
@@ -93,8 +106,6 @@ def version_text() -> str:
     """`vram-estimate 0.1.0 (grpo-vram); models TRL 0.14-1.16; transformers 5.23-5.24; ...`."""
     from importlib import metadata
 
-    from estimator.settings import versions
-
     try:
         tool = metadata.version("grpo-vram")
     except metadata.PackageNotFoundError:
@@ -140,8 +151,6 @@ def parse(argv: list[str]) -> Request:
 
 def request_from(ns: argparse.Namespace, fmt: str = "text") -> Request:
     """Parsed flags (or the Python API's settings, as a Namespace of RunConfig field names) -> Request."""
-    from estimator.hardware import gpus
-
     gpu, gpu_note = None, None
     if getattr(ns, "gpu", None) is not None:
         try:
@@ -250,8 +259,6 @@ def load_tracer():
 
 def run_trace(cfg: RunConfig, make_row=None) -> dict:
     """Trace real GRPO steps under fake tensors with a tracer found by entry point (the sweep extra's)."""
-    from estimator.model.catalog import catalog_id
-
     make_row = make_row or load_tracer()
     named = catalog_id(cfg.model)  # every size --model accepts, as the catalog id the tracer reads
     row = make_row(cfg.with_(model=named) if named else cfg, sweep="vram-estimate")
@@ -264,8 +271,6 @@ def run_trace(cfg: RunConfig, make_row=None) -> dict:
 def render_trace(traced: dict, est=None) -> str:
     """Traced per-phase peaks (fake tensors through TRL's real GRPO step), labelled `traced`, and how far the
     estimated tensor peak is from the traced one."""
-    from estimator.units import gib
-
     if traced.get("status") != "ok":
         return f"trace failed: {traced.get('error')}"
     lines = ["traced (TRL GRPO step under fake tensors, tensor bytes):"]
@@ -322,15 +327,6 @@ def compute(req: Request) -> Answer:
     that the fit checks, advice and --solve see (`layout.with_roles`); the layout (present with roles or vLLM)
     adds the per-GPU, per-role bytes, the GPU count and vLLM's own start-up checks.
     """
-    from estimator.hardware import gpus
-    from estimator.interface import report
-    from estimator.model import catalog
-    from estimator.plan import advice as adv
-    from estimator.plan.layout import VllmSettings, plan, with_roles
-    from estimator.plan.solve import solve
-    from estimator.settings.role_spec import config_roles
-    from estimator.step.estimate import estimate
-    from estimator.units import GIB
 
     def policy_fn(c: RunConfig, arch: Arch):
         return estimate(c, arch)
@@ -398,9 +394,6 @@ def compute(req: Request) -> Answer:
 
 def to_json(ans: Answer) -> dict:
     """The JSON answer (docs/json-output.md; schema docs/estimate.schema.json, version SCHEMA_VERSION)."""
-    from estimator.interface import report
-    from estimator.step import band
-
     d = {
         "schema_version": report.SCHEMA_VERSION,
         "verdict": report.verdict(ans.est, ans.fits, ans.target, ans.reference),
@@ -416,9 +409,6 @@ def to_json(ans: Answer) -> dict:
 
 def detail_text(ans: Answer) -> str:
     """The full report (--detail): every phase, the memory layers, every source, notes, band, layout, advice."""
-    from estimator.interface import report
-    from estimator.step import band
-
     req, cfg = ans.req, ans.req.cfg
     parts = [report.render(ans.est, ans.fits, ans.target), band.describe(cfg)]
     if (block := render_sources(cfg, req.sources)) is not None:
@@ -438,8 +428,6 @@ def detail_text(ans: Answer) -> str:
 
 def short_text(ans: Answer, markdown: bool = False) -> str:
     """The answer a person reads first (report.short): verdict, the change that makes it fit, where it goes."""
-    from estimator.interface import report
-
     files = sorted({label.partition(" ")[0] for label in ans.req.sources.values()} - {"flags"})
     return report.short(
         ans.est,
@@ -482,9 +470,7 @@ def execute(req: Request) -> tuple[str, int]:
 
 
 def _band_help() -> str:
-    from estimator.step.band import MIN_MARGIN_LOW, band, regime_band
-
-    b = band()
+    b = band.band()
     per = ", ".join(f"{name} {r['low'] * 100:+.1f}%" for name, r in b["regimes"].items())
     return (
         f" Error band: the worst under-prediction per regime on {regime_band()[1]['n']} off-grid traces "
@@ -509,7 +495,6 @@ def main(argv: list[str] | None = None) -> int:
             code = write_answer(render(ans), ans.code)
             if code == NOT_WRITTEN:
                 return code
-        from estimator.interface.trace_progress import traced_with_progress
 
         ans.traced = traced_with_progress(req.cfg, load_tracer, run_trace, sys.stderr)
     except UsageError as e:
