@@ -16,13 +16,13 @@ from __future__ import annotations
 import math
 import random
 
+from estimator.model.catalog import resolve_model
 from estimator.settings.config import OPTIMIZERS, RunConfig
 
 # Depth cap: at ~0.3 of a core a full-depth trace takes 1-4 minutes, so a random grid traces each model at full
-# width, vocabulary, batch and lengths with its first DEPTH decoder layers (6 for gemma-3, whose every 6th layer
-# is global), and the estimator is held to that same config.json.
+# width, vocabulary, batch and lengths with its first DEPTH decoder layers (at least one period of the family's
+# layer kinds: 6 for gemma-3, whose every 6th layer is global), and the estimator is held to that same config.json.
 DEPTH = 4
-DEPTH_BY_MODEL_TYPE = {"gemma3_text": 6}
 MAX_MICRO = (
     2  # score chunks / training micro-batches per step (step.run's time cap: same peak as all of them)
 )
@@ -30,9 +30,7 @@ MAX_MICRO = (
 
 def layers_for(cfg: RunConfig) -> int:
     """Decoder layers a random grid traces for `cfg` (recorded in the row's variant and model.config)."""
-    from estimator.model.catalog import resolve_model
-
-    return DEPTH_BY_MODEL_TYPE.get(resolve_model(cfg.model).model_type, DEPTH)
+    return max(DEPTH, resolve_model(cfg.model).family.layer_period)
 
 
 # every catalog model, grouped by family (families are drawn uniformly, then a size within the family)
@@ -56,8 +54,6 @@ ATTENTION_ONLY = {
     "phi3": ("qkv_proj", "o_proj"),
 }
 DEFAULT_ATTENTION_ONLY = ("q_proj", "k_proj", "v_proj", "o_proj")
-NO_PEFT_DEFAULT = ("phi3", "qwen3-moe")  # peft 0.21 constants.py has no entry for phi3 / qwen3_moe
-NO_SDPA = ("gemma2",)  # transformers 5.23 Gemma2PreTrainedModel._supports_sdpa = False
 
 
 def _log_uniform_int(rng: random.Random, lo: int, hi: int) -> int:
@@ -69,12 +65,13 @@ def draw(rng: random.Random) -> RunConfig:
     """One random configuration a user could pass (after the library-refusal fix-ups in the module docstring)."""
     family = rng.choice(sorted(FAMILIES))
     model = rng.choice(FAMILIES[family])
+    record = resolve_model(model).family  # estimator/model/families.py: what PEFT and transformers accept
     method = rng.choice(("full", "lora", "qlora"))
     peft = method != "full"
     targets: tuple[str, ...] | None = None
     if peft:
         kind = rng.choice(("default", "attention", "all-linear"))
-        if kind == "default" and family in NO_PEFT_DEFAULT:
+        if kind == "default" and record.peft_default_targets is None:  # peft has no default for the family
             kind = rng.choice(("attention", "all-linear"))
         if kind == "attention":
             targets = ATTENTION_ONLY.get(family, DEFAULT_ATTENTION_ONLY)
@@ -88,7 +85,7 @@ def draw(rng: random.Random) -> RunConfig:
     while (batch * spg) % gens:
         spg += ga
     attn = rng.choice(("sdpa",) * 4 + ("eager",) * 3 + ("flash_attention_2",))
-    if attn == "sdpa" and family in NO_SDPA:
+    if attn == "sdpa" and record.sdpa_refused:  # transformers refuses sdpa for the family
         attn = "eager"
     dtype = rng.choice(("bfloat16", "bfloat16", "float32", "float16"))
     cfg = RunConfig(
