@@ -8,6 +8,7 @@ import yaml
 from hydra import compose, initialize
 
 from estimator.step.estimate import estimate
+from sweeps.runner import schema
 from sweeps.runner.job import to_job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,6 +20,7 @@ def _rows() -> dict:
 
 
 def _jobs() -> dict:
+    schema.register()  # the trainer/default node the config composes (the app registers it the same way)
     with initialize(config_path="../../sweeps/runner/conf", version_base="1.3"):
         return {
             r: to_job(

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize
 
-from sweeps.runner import grpo_setup, tiny
+from sweeps.runner import grpo_setup, schema, tiny
 from sweeps.runner.job import BadInput, to_job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -15,6 +15,7 @@ CATALOG_JSON = REPO / "estimator" / "catalog" / "HuggingFaceTB--SmolLM2-135M-Ins
 
 
 def _compose(*overrides):
+    schema.register()  # the trainer/default node the config composes (the app registers it the same way)
     with initialize(config_path="../../sweeps/runner/conf", version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))
 
