@@ -210,8 +210,13 @@ def test_bad_config_file_types(tmp_path, capsys):
 
 
 def test_trace_without_helper_is_one_line(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "sweeps.trace", None)  # as if the sweep extra were missing
-    monkeypatch.setitem(sys.modules, "sweeps.trace.cli", None)  # even if another test imported it
+    # as if the sweep extra were missing, even where another test imported the tracer's modules
+    for name in {
+        "sweeps.trace",
+        "sweeps.trace.rows",
+        *(m for m in sys.modules if m.startswith("sweeps.trace.")),
+    }:
+        monkeypatch.setitem(sys.modules, name, None)
     code, _, err = run(["--trace"], capsys)
     assert code == 2 and "sweep" in err and err.count("\n") == 1
 

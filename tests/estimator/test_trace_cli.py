@@ -129,8 +129,13 @@ def test_json_waits_for_the_trace_and_carries_it(monkeypatch, capsys):
 
 
 def test_missing_extra_is_one_line_before_any_output(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "sweeps.trace", None)
-    monkeypatch.setitem(sys.modules, "sweeps.trace.cli", None)
+    # as if the sweep extra were missing, even where another test imported the tracer's modules
+    for name in {
+        "sweeps.trace",
+        "sweeps.trace.rows",
+        *(m for m in sys.modules if m.startswith("sweeps.trace.")),
+    }:
+        monkeypatch.setitem(sys.modules, name, None)
     code = cli.main(["--model", "0.5B", "--trace"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and "pip install 'grpo-vram[sweep]'" in err
