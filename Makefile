@@ -26,7 +26,7 @@ SMOKE_DIR ?= results/raw/scratch
 
 LEGACY_TRL ?= 0.14 0.17 0.19 0.23
 
-.PHONY: install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams validate heldout band lock upstream-check
+.PHONY: install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams validate heldout band lock upstream-check hostile
 
 install: $(HARNESS_STAMP)
 
@@ -220,6 +220,10 @@ allocator-check: install
 # Records the allocation streams of a few 3-step traced runs and simulates them (results/streams/).
 allocator-streams: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m sweeps.trace.streams
+
+# bad and hostile input counted by class (benchmarks/hostile-inputs.md); tests/contracts runs the same corpus
+hostile: install
+	HF_HUB_OFFLINE=1 PYTHONPATH=. $(PY) benchmarks/hostile_inputs.py --write
 
 bench: install
 	$(PY) benchmarks/bench_cli.py

@@ -81,9 +81,12 @@ def main(argv: list[str] | None = None) -> int:
             "",
             "clean = one line `vram-estimate: error: ...` (or `grpo-vram-trace: error:`), at most 400 characters,"
             " no raw control characters, exit 2 (3 when the answer cannot be written), or for good input an answer"
-            " with only notes on stderr. Counts are as found, before any fix.",
+            " with only notes on stderr. A case of a known defect counts as what it is, not as clean.",
             "",
             *lines,
+            "",
+            "The same corpus on 2026-11-25 before the defects it found were fixed (commit e2c9aba): 435 tried, 411"
+            " clean, 9 accepted-wrong, 1 refused-wrong, 14 refused-unclear, 0 hangs, 0 tracebacks (measured).",
             "",
             "Classes: " + "; ".join(f"{k}: {v}" for k, v in CLASSES.items()) + ".",
             "",

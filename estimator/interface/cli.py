@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from estimator.hardware import gpus
 from estimator.interface import report
-from estimator.interface.flags import TRL_SPELLING_HELP, FlagError, add_run_flags, resolve_run
+from estimator.interface.flags import TRL_SPELLING_HELP, FlagError, add_run_flags, one_line_error, resolve_run
 from estimator.interface.trace_progress import traced_with_progress
 from estimator.model import catalog
 from estimator.model.architecture import Arch
@@ -45,7 +45,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports errors in one line and lets main() choose the exit code."""
 
     def error(self, message: str):  # type: ignore[override]
-        raise UsageError(message)
+        raise UsageError(one_line_error(self, message))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -482,12 +482,15 @@ def _band_help() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `vram-estimate`; returns the exit code."""
     argv = sys.argv[1:] if argv is None else argv
+    for stream in (sys.stdout, sys.stderr):  # a name the locale cannot encode (LANG=C) is escaped, not fatal
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         req = parse(argv)
         if req.trace:  # bad input before any output
             check_tracer()
         for note in req.notes:
-            print(f"{PROG}: note: {note}", file=sys.stderr)
+            say(f"{PROG}: note: {note}")
         ans = compute(req)
         if not req.trace:
             return write_answer(render(ans), ans.code)
@@ -498,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
 
         ans.traced = traced_with_progress(req.cfg, load_tracer, run_trace, sys.stderr)
     except UsageError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        say(f"{PROG}: error: {e}")
         return 2
     failed = ans.traced.get("status") != "ok"
     text = render(ans) if req.fmt == "json" else render_trace(ans.traced, ans.est)
@@ -509,9 +512,17 @@ def main(argv: list[str] | None = None) -> int:
         if code == NOT_WRITTEN:
             return code
     if failed:
-        print(f"{PROG}: error: the trace failed: {ans.traced.get('error')}", file=sys.stderr)
+        say(f"{PROG}: error: the trace failed: {ans.traced.get('error')}")
         return TRACE_FAILED
     return ans.code
+
+
+def say(line: str) -> None:
+    """One line on stderr; nothing when stderr itself cannot be written (closed, full): the exit code still says."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 NOT_WRITTEN = 3  # the answer could not be written: not a verdict, so neither 0 (fits) nor 1 (does not fit)
@@ -523,7 +534,7 @@ def write_answer(text: str, code: int) -> int:
     #note-on-sigpipe, pointing stdout at /dev/null so the interpreter's final flush is quiet)."""
     out = sys.stdout
     if out is None:  # started with stdout closed (`>&-`)
-        print(f"{PROG}: error: stdout is closed; the answer was not written", file=sys.stderr)
+        say(f"{PROG}: error: stdout is closed; the answer was not written")
         return NOT_WRITTEN
     try:
         print(text, file=out)
@@ -537,7 +548,7 @@ def write_answer(text: str, code: int) -> int:
         except (OSError, ValueError):
             pass
         reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
-        print(f"{PROG}: error: could not write the answer to stdout ({reason})", file=sys.stderr)
+        say(f"{PROG}: error: could not write the answer to stdout ({reason})")
         return NOT_WRITTEN
     return code
 

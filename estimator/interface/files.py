@@ -50,15 +50,15 @@ def suggestion(key: str, known) -> str | None:
     return best[1] if best else None
 
 
-def parse_text(text: str, suffix: str) -> dict:
-    """YAML (or JSON, a YAML subset) text -> a dict."""
+def parse_text(text: str, suffix: str) -> object:
+    """YAML (or JSON, a YAML subset) text -> what it holds (None for an empty YAML file)."""
     if suffix == ".json":
         data = json.loads(text)
     else:
         import yaml
 
         data = yaml.safe_load(text)
-    return data if data is not None else {}
+    return data
 
 
 def load_file(path: str, flag: str = "--config") -> dict:
@@ -88,6 +88,8 @@ def load_file(path: str, flag: str = "--config") -> dict:
     except Exception as e:  # yaml.YAMLError / json.JSONDecodeError / RecursionError: keep the first line only
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigFileError(f"{lead}: not valid YAML/JSON ({clip(first, 100)})") from None
+    if data is None:  # TRL's HfArgumentParser.parse_yaml_file fails on a file with no mapping
+        raise ConfigFileError(f"{lead}: empty (no settings); give YAML or JSON settings")
     if not isinstance(data, dict):
         raise ConfigFileError(f"{lead}: expected a mapping of settings, got {type(data).__name__}")
     return data

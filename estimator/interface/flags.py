@@ -25,6 +25,7 @@ from estimator.interface.configfile import (
     normalize_dtype,
     read_files,
 )
+from estimator.interface.files import clip, suggestion
 from estimator.model import catalog
 from estimator.model.architecture import ConfigError
 from estimator.settings.config import Field, RunConfig, flag, schema, schema_field
@@ -47,7 +48,18 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse that raises FlagError (one line) instead of printing usage and exiting."""
 
     def error(self, message: str):  # type: ignore[override]
-        raise FlagError(message)
+        raise FlagError(one_line_error(self, message))
+
+
+def one_line_error(parser: argparse.ArgumentParser, message: str) -> str:
+    """argparse's message, with the nearest known flag for a mistyped one (as config-file keys get)."""
+    if not message.startswith("unrecognized arguments: "):
+        return message
+    unknown = message.removeprefix("unrecognized arguments: ").split()[0]
+    known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    near = suggestion(unknown.split("=")[0].replace("_", "-"), known) if unknown.startswith("--") else None
+    hint = f"; did you mean {near}?" if near else "; see --help for the flags"
+    return f"unknown flag {clip(unknown)}{hint}"
 
 
 def _int(text: str) -> int:
@@ -289,7 +301,8 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_ou
     given = set(values)  # what the file and flags set (the release's defaults below are not "given")
     values.setdefault("transformers_version", default_transformers())
     try:  # the modelled TRL release's defaults and batch meaning (given settings are in its terms)
-        version = values.get("trl_version") or fmt(default_version())
+        version = values.get("trl_version")
+        version = fmt(default_version()) if version is None else version  # an empty one is refused below
         values = release_values(version, values)
     except ValueError as e:
         raise FlagError(str(e)) from None

@@ -387,7 +387,7 @@ def translate_accelerate(data: dict, where: str, base: Path | None = None) -> La
             if note:
                 out.notes.append(note)
             try:
-                inner = read_launch_file(str(path))
+                inner = read_deepspeed_file(str(path))
             except (
                 LaunchFileError
             ) as e:  # named as the file that points at it, then the inner file's own words
@@ -484,6 +484,20 @@ def read_launch_file(path: str) -> LaunchSettings:
     except ConfigFileError as e:
         raise LaunchFileError(str(e).strip()) from None
     return translate_file(data, Path(path))
+
+
+def read_deepspeed_file(path: str) -> LaunchSettings:
+    """The DeepSpeed JSON an accelerate config points at; LaunchFileError when it is anything else (an accelerate
+    YAML pointing back at itself would otherwise be read again and again)."""
+    try:
+        data = load_file(path, "")
+    except ConfigFileError as e:
+        raise LaunchFileError(str(e).strip()) from None
+    if not is_deepspeed_config(data):
+        raise LaunchFileError(
+            f"{clip(Path(path).name)}: not a DeepSpeed JSON (no zero_optimization or batch sizes)"
+        )
+    return translate_deepspeed(data, Path(path).name)
 
 
 def translate_file(data: dict, p: Path) -> LaunchSettings:

@@ -25,6 +25,7 @@ from estimator.settings.versions import (
     RECORDS_TRANSFORMERS,
     transformers_profile,
 )
+from estimator.text import printable, shown
 
 DTYPES = ("float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("sdpa", "flash_attention_2", "eager")
@@ -667,16 +668,16 @@ def alloc_conf_problem(conf: str) -> str | None:
     part and what is accepted), or None. Parsed item by item with `AllocatorSettings.from_conf`; torch's own
     parser (c10/cuda/CUDAAllocatorConfig.cpp) wants exactly True or False for expandable_segments."""
     accepted = (
-        "comma-separated key:value with keys max_split_size_mb (>= 20), max_non_split_rounding_mb (>= 20), "
+        "key:value,... of max_split_size_mb (>= 20), max_non_split_rounding_mb (>= 20), "
         "roundup_power2_divisions (a power of 2, or [MiB:N,...,>:N]), expandable_segments (True/False), "
         "large_segment_size_mb (> 10)"
     )
     problem = torch_grammar_problem(conf)
-    if problem:
-        return f"{problem}; accepted: {accepted}"
+    if problem:  # the part named is the user's text: escaped and cut like every echoed value
+        return f"{printable(problem, 90)}; accepted: {accepted}"
     for key, val in _conf_items(conf):
         item = f"{key}:{val}" if val else key
-        at = f"{item!r}: " if item != conf.replace(" ", "") else ""
+        at = f"{shown(item, 40)}: " if item != conf.replace(" ", "") else ""
         if key in ALLOC_CONF_BOOLS and val not in ("True", "False"):
             return f"{at}expandable_segments takes True or False; accepted: {accepted}"
         try:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from estimator.text import shown
+
 ROLE_KINDS = ("reward", "reference", "value")
 PLACEMENTS = ("policy", "own")
 MAX_ROLE_GPUS = 65536  # as --gpus (RunConfig.num_gpus)
@@ -36,10 +38,11 @@ def parse_role(kind: str, spec: str) -> Role:
     """'1.5B' -> Role(kind, '1.5B'); '1.5B@own=sampler:2' -> on 2 GPUs of its own shared with group 'sampler'."""
     model, _, where = spec.strip().partition("@")
     place, _, n = (where or "policy").partition(":")
-    place, _, group = place.partition("=")
+    place, eq, group = place.partition("=")
     bad_n = bool(n) and not (n.isdigit() and len(n) <= 6 and 1 <= int(n) <= MAX_ROLE_GPUS)
-    if not model or place not in PLACEMENTS or bad_n or (place == "policy" and (group or n)):
-        raise RoleSpecError(f"{spec!r} is not a role; accepted: {FORMS}")
+    bad_group = bool(eq) and not group.strip()  # `@own=` names no group
+    if not model or place not in PLACEMENTS or bad_n or bad_group or (place == "policy" and (group or n)):
+        raise RoleSpecError(f"{shown(spec, 80)} is not a role; accepted: {FORMS}")
     return Role(kind, model, place, int(n) if n else 1, group)
 
 

@@ -8,7 +8,9 @@ Version = tuple[int, int]
 
 # MAJOR.MINOR, an optional .PATCH and a short tail (rc1, .dev0, +cu130): no nested repetition, so hostile input
 # costs linear time
-_VERSION = re.compile(r"v?(\d{1,6})\.(\d{1,6})(?:\.\d{1,6})?[-+.]?[A-Za-z0-9.+]{0,40}")
+_VERSION = re.compile(
+    r"v?(\d{1,6})\.(\d{1,6})(?:\.\d{1,6})?[-+.]?[A-Za-z0-9.+]{0,40}", re.ASCII
+)  # ASCII digits only
 
 
 def parse_version(text: str) -> Version:

@@ -988,30 +988,7 @@ D_ROWS = "D11 grpo-vram-trace retrace reads a binary file or one of non-row JSON
 KNOWN_DEFECTS: dict[str, str] = {
     "trace:retrace-binary": D_ROWS,
     "trace:retrace-json-list-row": D_ROWS,
-    **{
-        f"typos:flag{f}": D_TYPO
-        for f in (
-            "--per-device-train-batch-sise",
-            "--num-generatoins",
-            "--max-completion-lenght",
-            "--use-vlm",
-            "--gradient_acumulation_steps",
-            "--betta",
-            "--trl_verison",
-            "--alloc-cnf",
-        )
-    },
     "trace:one-flag-typo": D_TYPO,
-    "files:deepspeed_config_file-self": D_SELF,
-    "files:deepspeed_config_file-cycle": D_SELF,
-    "alloc-conf:flag-15": D_ESC,
-    "alloc-conf:flag-10": D_LONG,
-    "streams:stderr-dev-full-bad-input": D_STDERR,
-    "environment:lang-c-name-with-escapes": D_ASCII,
-    **{f"versions:{w}-{n}": D_VER_DIGITS for w in ("flag", "config") for n in ("unicode", "arabic-digits")},
-    "versions:config-empty": D_VER_EMPTY,
-    "files:config-empty": D_EMPTY,
-    "combinations:reward-own-empty-group": D_GROUP,
 }
 
 
