@@ -56,7 +56,13 @@ def one_line_error(parser: argparse.ArgumentParser, message: str) -> str:
     if not message.startswith("unrecognized arguments: "):
         return message
     unknown = message.removeprefix("unrecognized arguments: ").split()[0]
-    known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    parsers, known = [parser], []
+    while parsers:  # the flags of the parser and of its subcommands (argparse reports theirs at the top)
+        p = parsers.pop()
+        for a in p._actions:
+            known += [o for o in a.option_strings if o.startswith("--")]
+            if isinstance(a, argparse._SubParsersAction):
+                parsers += list(a.choices.values())
     near = suggestion(unknown.split("=")[0].replace("_", "-"), known) if unknown.startswith("--") else None
     hint = f"; did you mean {near}?" if near else "; see --help for the flags"
     return f"unknown flag {clip(unknown)}{hint}"

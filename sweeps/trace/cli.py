@@ -111,8 +111,13 @@ def _check_args(a: argparse.Namespace) -> str | None:
             return f"--out {out}: {problem}"
     if a.command == "retrace":
         for path in a.paths:
+            if not path.exists():
+                return f"no such traced file: {shown(str(path))}"
             if not path.is_file():
-                return f"no such traced file: {path}"
+                return f"{shown(str(path))}: not a regular file; give a .jsonl of traced rows"
+            loaded = records.read_rows(path)
+            if loaded.skipped and not loaded.rows:  # junk read as zero rows would retrace nothing, silently
+                return f"{shown(str(path))}: no traced rows ({loaded.report_lines()[0]})"
     return None
 
 

@@ -971,25 +971,9 @@ def corpus() -> list[Case]:
     return [_replace(c, defect=KNOWN_DEFECTS.get(c.id, c.defect)) for c in cases]
 
 
-# Cases that fail today because of a defect in the estimator or the tracer: id -> the defect, as found on
-# 2026-11-25 (benchmarks/hostile-inputs.md). The test marks them xfail(strict=True): a fix makes them pass, and
-# then the entry must go.
-D_TYPO = "D1 a mistyped flag gets 'unrecognized arguments' with no did-you-mean (config keys get one)"
-D_SELF = "D2 a deepspeed_config_file pointing back at its accelerate YAML (itself or a cycle) recurses into a 10 kB error line"
-D_ESC = "D3 --alloc-conf echoes a raw ESC byte in the item it names (the quoted whole is escaped)"
-D_LONG = "D4 --alloc-conf with a long value gives a 413-char line (the value is shown twice)"
-D_STDERR = "D5 bad input with stderr unwritable (2>/dev/full): OSError escapes main, exit 1 (= does not fit)"
-D_ASCII = "D6 LANG=C and a non-ASCII model name: the answer cannot be encoded, exit 3 (names are escaped for control chars only)"
-D_VER_DIGITS = "D7 --trl-version / trl_version take non-ASCII digits ('\uff11.\uff11\uff16' = 1.16)"
-D_VER_EMPTY = "D8 trl_version: '' in a config file is silently ignored (the flag refuses '')"
-D_EMPTY = "D9 an empty --config file is accepted silently (TRL's parser fails on it)"
-D_GROUP = "D10 --reward-model MODEL@own=:N (an empty =GROUP) is accepted as if no group were named"
-D_ROWS = "D11 grpo-vram-trace retrace reads a binary file or one of non-row JSON as 0 rows, exit 0, no word"
-KNOWN_DEFECTS: dict[str, str] = {
-    "trace:retrace-binary": D_ROWS,
-    "trace:retrace-json-list-row": D_ROWS,
-    "trace:one-flag-typo": D_TYPO,
-}
+# Cases that fail because of a known defect in the estimator or the tracer: id -> the defect. The test marks them
+# xfail(strict=True): a fix makes them pass, and then the entry must go. Empty: every case is clean.
+KNOWN_DEFECTS: dict[str, str] = {}
 
 
 # ---------------------------------------------------------------- running a case
