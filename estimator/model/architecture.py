@@ -158,6 +158,71 @@ def check_model_type(cfg: dict) -> str:
     )
 
 
+def _attention_linears(
+    fam: Family, h: int, q_dim: int, kv_dim: int, bias: bool, o_bias: bool
+) -> list[Linear]:
+    """q/k/v (or Phi-3's fused qkv) and o_proj of one decoder layer."""
+    if fam.fused_qkv:
+        qkv = [Linear("qkv_proj", h, q_dim + 2 * kv_dim, bias)]
+    else:
+        qkv = [
+            Linear("q_proj", h, q_dim, bias),
+            Linear("k_proj", h, kv_dim, bias),
+            Linear("v_proj", h, kv_dim, bias),
+        ]
+    return qkv + [Linear("o_proj", q_dim, h, o_bias)]
+
+
+def _mlp_linears(
+    cfg: dict, fam: Family, h: int, inter: int, bias: bool
+) -> tuple[list[Linear], int, int, int]:
+    """The MLP of one decoder layer (gated, Phi-3's fused gate_up, or a MoE block with its router and shared
+    expert) -> (linears, experts, experts per token, expert intermediate size)."""
+    n_experts = _size(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0, minimum=0)
+    top_k = _size(cfg, "num_experts_per_tok", default=0, minimum=0)
+    if n_experts and not 1 <= top_k <= n_experts:
+        raise ConfigError(
+            f"config num_experts_per_tok = {top_k}: accepted values are 1 to num_experts ({n_experts})"
+        )
+    moe_inter = _size(cfg, "moe_intermediate_size", default=inter)
+    if not n_experts:
+        if fam.fused_gate_up:
+            return (
+                [Linear("gate_up_proj", h, 2 * inter, bias), Linear("down_proj", inter, h, bias)],
+                0,
+                top_k,
+                0,
+            )
+        gated = [Linear("gate_proj", h, inter, bias), Linear("up_proj", h, inter, bias)]
+        return gated + [Linear("down_proj", inter, h, bias)], 0, top_k, 0
+    # transformers 5.x stores experts as fused 3D parameters (e.g. Qwen3MoeExperts): not nn.Linear.
+    linears = [
+        Linear("router", h, n_experts, False, is_nn_linear=False),
+        Linear("experts.gate_up_proj", h, 2 * moe_inter, False, count=n_experts, is_nn_linear=False),
+        Linear("experts.down_proj", moe_inter, h, False, count=n_experts, is_nn_linear=False),
+    ]
+    shared = _size(cfg, "shared_expert_intermediate_size", default=0, minimum=0)
+    if shared:
+        linears += [
+            Linear("shared_expert.gate_proj", h, shared, False),
+            Linear("shared_expert.up_proj", h, shared, False),
+            Linear("shared_expert.down_proj", shared, h, False),
+            Linear("shared_expert_gate", h, 1, False),
+        ]
+    return linears, n_experts, top_k, moe_inter
+
+
+def _layer_norm_params(fam: Family, h: int, head_dim: int, q_dim: int, kv_dim: int) -> int:
+    """Norm weights of one decoder layer: the family's H-sized norms (input + post-attention, Gemma's pre/post
+    feed-forward, OLMo-2's post-attention + post-feedforward) and q/k norms over head_dim or over all heads."""
+    norms = fam.layer_norms * h
+    if fam.qk_norm and fam.qk_norm_scope == "full":
+        norms += q_dim + kv_dim  # OLMo-2: q_norm over q_dim, k_norm over kv_dim
+    elif fam.qk_norm:
+        norms += 2 * head_dim  # q_norm, k_norm over head_dim
+    return norms
+
+
 def from_config(cfg: dict, name: str | None = None) -> Arch:
     """Build an Arch from a Hugging Face config.json dict (dense and MoE decoders of MODEL_TYPES)."""
     if not isinstance(cfg, dict):
@@ -167,6 +232,7 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
         raise ConfigError("config text_config is not an object")
     cfg = dict(text or {}) | {k: v for k, v in cfg.items() if k != "text_config"}
     model_type = check_model_type(cfg)
+    fam = family_record(model_type)
     try:
         check_quantization(cfg)
     except QuantizationError as e:
@@ -188,61 +254,11 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
     inter = _size(cfg, "intermediate_size", default=4 * h)
     if cfg.get("max_position_embeddings") is not None:
         _size(cfg, "max_position_embeddings")
-    tie = _flag(cfg, "tie_word_embeddings", family_record(model_type).tie_word_embeddings_default)
-    fam = family_record(model_type)
+    tie = _flag(cfg, "tie_word_embeddings", fam.tie_word_embeddings_default)
     attn_bias = _flag(cfg, fam.attention_bias_key, fam.attention_bias_default)
-    o_bias = attn_bias and fam.o_proj_bias_follows
-    mlp_bias = _flag(cfg, "mlp_bias", False)
     q_dim, kv_dim = n_heads * head_dim, n_kv * head_dim
-
-    linears: list[Linear] = []
-    # input + post-attention layernorms (+ Gemma's pre/post feed-forward ones); OLMo-2: post-attention + post-feedforward
-    norms = fam.layer_norms * h
-    if fam.fused_qkv:
-        linears.append(Linear("qkv_proj", h, q_dim + 2 * kv_dim, attn_bias))
-    else:
-        linears += [
-            Linear("q_proj", h, q_dim, attn_bias),
-            Linear("k_proj", h, kv_dim, attn_bias),
-            Linear("v_proj", h, kv_dim, attn_bias),
-        ]
-    linears.append(Linear("o_proj", q_dim, h, o_bias))
-    if fam.qk_norm and fam.qk_norm_scope == "full":
-        norms += q_dim + kv_dim  # OLMo-2: q_norm over q_dim, k_norm over kv_dim
-    elif fam.qk_norm:
-        norms += 2 * head_dim  # q_norm, k_norm over head_dim
-
-    n_experts = _size(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0, minimum=0)
-    top_k = _size(cfg, "num_experts_per_tok", default=0, minimum=0)
-    if n_experts and not 1 <= top_k <= n_experts:
-        raise ConfigError(
-            f"config num_experts_per_tok = {top_k}: accepted values are 1 to num_experts ({n_experts})"
-        )
-    moe_inter = _size(cfg, "moe_intermediate_size", default=inter)
-    if n_experts:
-        # transformers 5.x stores experts as fused 3D parameters (e.g. Qwen3MoeExperts): not nn.Linear.
-        linears += [
-            Linear("router", h, n_experts, False, is_nn_linear=False),
-            Linear("experts.gate_up_proj", h, 2 * moe_inter, False, count=n_experts, is_nn_linear=False),
-            Linear("experts.down_proj", moe_inter, h, False, count=n_experts, is_nn_linear=False),
-        ]
-        shared = _size(cfg, "shared_expert_intermediate_size", default=0, minimum=0)
-        if shared:
-            linears += [
-                Linear("shared_expert.gate_proj", h, shared, False),
-                Linear("shared_expert.up_proj", h, shared, False),
-                Linear("shared_expert.down_proj", shared, h, False),
-                Linear("shared_expert_gate", h, 1, False),
-            ]
-    elif fam.fused_gate_up:
-        linears += [Linear("gate_up_proj", h, 2 * inter, mlp_bias), Linear("down_proj", inter, h, mlp_bias)]
-    else:
-        linears += [
-            Linear("gate_proj", h, inter, mlp_bias),
-            Linear("up_proj", h, inter, mlp_bias),
-            Linear("down_proj", inter, h, mlp_bias),
-        ]
-
+    attention = _attention_linears(fam, h, q_dim, kv_dim, attn_bias, attn_bias and fam.o_proj_bias_follows)
+    mlp, n_experts, top_k, moe_inter = _mlp_linears(cfg, fam, h, inter, _flag(cfg, "mlp_bias", False))
     return Arch(
         name=printable(str(name or cfg.get("_name_or_path") or model_type or "custom")),
         model_type=model_type,
@@ -254,12 +270,12 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
         intermediate_size=inter,
         vocab_size=vocab,
         tie_word_embeddings=tie,
-        layer_linears=tuple(linears),
-        layer_norm_params=norms,
+        layer_linears=tuple(attention + mlp),
+        layer_norm_params=_layer_norm_params(fam, h, head_dim, q_dim, kv_dim),
         final_norm_params=h,
         num_experts=n_experts,
         num_experts_per_tok=top_k,
-        moe_intermediate_size=moe_inter if n_experts else 0,
+        moe_intermediate_size=moe_inter,
         extra={"config": cfg},
     )
 
