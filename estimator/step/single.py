@@ -102,6 +102,48 @@ def score_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     return common | larger
 
 
+def layer_backward(cfg: RunConfig, arch: Arch, tokens: int, seq: int, grad_flow: int) -> int:
+    """The largest transient of one decoder layer's backward, beyond what the step keeps: MLP / LoRA / wrapped
+    experts, eager attention beside the residual gradients `grad_flow`, Gemma's post-feedforward norm, a 4-bit
+    layer's dequantized weights."""
+    # A layer's backward runs its MLP first, then attention: the MLP / LoRA / wrapped-expert transients live
+    # beside the one incoming residual gradient; eager attention's, net of what the MLP block released (its saved
+    # tensors, and the merged expert stacks and factor copies a wrapped MoE block kept), beside it and the partial sum
+    # Gemma's post-feedforward norm runs its backward before the MLP's: the MLP's instant no longer holds what
+    # that norm saved, and the norm's own fp32 backward is an instant of its own (at its pow, the normalized value
+    # a trainable weight saved is already released)
+    mlp_bwd = (
+        tokens * act.layer_backward_transient_per_token(cfg, arch)
+        + act.hidden_states(cfg, arch, tokens)
+        + moe_lora.backward_transient(cfg, arch)
+        - tokens * act.gemma_post_norm_saved_per_token(cfg, arch)
+    )
+    norm_bwd = 0
+    if act.gemma_post_norm_saved_per_token(cfg, arch):
+        norm_bwd = tokens * act.gemma_post_norm_backward_per_token(cfg, arch) + act.hidden_states(
+            cfg, arch, tokens
+        )
+    eager_bwd = max(
+        0,
+        tokens * act.eager_backward_transient_per_token(cfg, arch, seq) - moe_lora.saved_per_layer(cfg, arch),
+    )
+    # a bnb 4-bit layer's dequantized weights are live at instants of their own; a GPTQ/AWQ one's beside any
+    layer_bwd = max(
+        mlp_bwd, eager_bwd + grad_flow, norm_bwd, act.bnb_4bit_backward_instant(cfg, arch, tokens)
+    )
+    if not cfg.load_in_4bit:
+        layer_bwd += act.dequantized_weight_transient(cfg, arch)
+    return layer_bwd
+
+
+def layer_forward(cfg: RunConfig, arch: Arch, tokens: int) -> int:
+    """The largest transient of one decoder layer's forward (a 4-bit layer's dequantized weights included)."""
+    return max(
+        tokens * act.layer_forward_transient_per_token(cfg, arch),
+        act.bnb_4bit_forward_transient(cfg, arch, tokens),
+    )
+
+
 def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
     """Candidate peak instants of forward + backward; the phase peak is the largest."""
     b, seq = cfg.per_device_train_batch_size, cfg.sequence_length
@@ -133,37 +175,8 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
         instants["head_backward"]["autocast_weight_cache"] = cast_cache
         instants["final_norm_backward"]["autocast_weight_cache"] = cast_cache
     grad_flow = act.residual_gradients(cfg, arch, tokens)
-    # A layer's backward runs its MLP first, then attention: the MLP / LoRA / wrapped-expert transients live
-    # beside the one incoming residual gradient; eager attention's, net of what the MLP block released (its saved
-    # tensors, and the merged expert stacks and factor copies a wrapped MoE block kept), beside it and the partial sum
-    # Gemma's post-feedforward norm runs its backward before the MLP's: the MLP's instant no longer holds what
-    # that norm saved, and the norm's own fp32 backward is an instant of its own (at its pow, the normalized value
-    # a trainable weight saved is already released)
-    mlp_bwd = (
-        tokens * act.layer_backward_transient_per_token(cfg, arch)
-        + act.hidden_states(cfg, arch, tokens)
-        + moe_lora.backward_transient(cfg, arch)
-        - tokens * act.gemma_post_norm_saved_per_token(cfg, arch)
-    )
-    norm_bwd = 0
-    if act.gemma_post_norm_saved_per_token(cfg, arch):
-        norm_bwd = tokens * act.gemma_post_norm_backward_per_token(cfg, arch) + act.hidden_states(
-            cfg, arch, tokens
-        )
-    eager_bwd = max(
-        0,
-        tokens * act.eager_backward_transient_per_token(cfg, arch, seq) - moe_lora.saved_per_layer(cfg, arch),
-    )
-    # a bnb 4-bit layer's dequantized weights are live at instants of their own; a GPTQ/AWQ one's beside any
-    layer_bwd = max(
-        mlp_bwd, eager_bwd + grad_flow, norm_bwd, act.bnb_4bit_backward_instant(cfg, arch, tokens)
-    )
-    if not cfg.load_in_4bit:
-        layer_bwd += act.dequantized_weight_transient(cfg, arch)
-    layer_fwd = max(
-        tokens * act.layer_forward_transient_per_token(cfg, arch),
-        act.bnb_4bit_forward_transient(cfg, arch, tokens),
-    )
+    layer_bwd = layer_backward(cfg, arch, tokens, seq, grad_flow)
+    layer_fwd = layer_forward(cfg, arch, tokens)
     if cfg.gradient_checkpointing:
         recompute = act.recompute_layer(cfg, arch, b, seq)
         instants["last_layer_backward"] = {
