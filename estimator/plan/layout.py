@@ -245,6 +245,107 @@ def init_resident(cfg: RunConfig, arch: Arch, roles: list[RoleBytes]) -> int:
     return overhead.cuda_context(cfg) + loaded + sum(r.loaded for r in roles)
 
 
+def _own_groups(cfg: RunConfig, roles: list[Role], arch_of: ArchFn, total_bytes: int) -> list[GpuGroup]:
+    """The GPUs of roles placed on their own: one group per `=GROUP` (roles sharing it share its GPUs)."""
+    groups = []
+    own: dict[str, list[Role]] = {}
+    for i, r in enumerate(roles):
+        if r.placement == "own":
+            own.setdefault(r.group or f"#{i}", []).append(r)
+    for name, members in own.items():
+        gpus = max(r.gpus for r in members)
+        rows = tuple(_role_bytes(cfg, r, arch_of(r.model), gpus) for r in members)
+        held = sum(b.resident for b in rows)
+        peak = _device(cfg, held + max(b.working for b in rows))
+        label = name if not name.startswith("#") else f"{members[0].kind} ({members[0].model})"
+        groups.append(GpuGroup(label, gpus, rows, peak, total_bytes))
+    return groups
+
+
+def _vllm(
+    est: Estimate,
+    roles: list[Role],
+    settings: VllmSettings,
+    arch_of: ArchFn,
+    total_bytes: int,
+    on_policy: list[RoleBytes],
+    training: GpuGroup,
+    estimate_fn: Callable[[RunConfig, Arch], Estimate] | None,
+) -> tuple[VllmCheck, list[GpuGroup], list[str]]:
+    """vLLM checked as vLLM checks itself: its budget, its start-up and KV cache, the server's own GPUs."""
+    cfg, arch = est.config, est.arch
+    extra: list[GpuGroup] = []
+    notes: list[str] = []
+    server = cfg.vllm_mode == "server"
+    util = settings.server_utilization if server else cfg.vllm_gpu_memory_utilization
+    requested, weights, activation, non_torch, graphs, kv = vllm_budget(
+        cfg, arch, settings, total_bytes, util, server
+    )
+    length = max_model_len(arch, settings)
+    one = vt.one_sequence_kv(arch, length, settings.tensor_parallel_size)
+    failure = None
+    free = None
+    largest = None
+    if server:
+        free = total_bytes - overhead.cuda_context(cfg)
+        if not vt.starts(free, total_bytes, util):
+            failure = "vLLM start-up: its request exceeds the free memory of its card"
+        failure = failure or _kv_failure(kv, one, length)
+        row = RoleBytes(f"vLLM server (TP {settings.tensor_parallel_size})", requested, 0)
+        extra.append(
+            GpuGroup(
+                "vLLM server",
+                settings.server_gpus,
+                (row,),
+                requested + overhead.cuda_context(cfg),
+                total_bytes,
+            )
+        )
+    else:
+        loaded = init_resident(cfg, arch, on_policy)
+        free = total_bytes - (overhead.cuda_context(cfg) if settings.starts_first else loaded)
+        if settings.starts_first and requested + loaded > total_bytes:
+            failure = (
+                f"loading the models after vLLM took {util} × {total_bytes / 2**30:.2f} GiB = "
+                f"{requested / 2**30:.2f} GiB: they need {(loaded - overhead.cuda_context(cfg)) / 2**30:.2f} GiB, "
+                f"{(total_bytes - requested - overhead.cuda_context(cfg)) / 2**30:.2f} GiB is left"
+            )
+        elif not vt.starts(free, total_bytes, util):
+            failure = (
+                f"vLLM start-up: it asks {util} × {total_bytes / 2**30:.2f} GiB = {requested / 2**30:.2f} GiB, "
+                f"only {free / 2**30:.2f} GiB is free after the trainer loaded"
+            )
+        failure = failure or _kv_failure(kv, one, length)
+        if failure is None and not training.fits:
+            failure = f"training step (step 1, {est.peak_phase} phase): the trainer and vLLM's share exceed the card"
+        start_cap = total_bytes - loaded if settings.starts_first else free
+        largest = _largest_safe(est, roles, settings, arch_of, total_bytes, start_cap, estimate_fn)
+    check = VllmCheck(
+        "server" if server else "colocate",
+        util,
+        requested,
+        weights,
+        activation,
+        non_torch,
+        graphs,
+        max(kv, 0),  # vLLM's arithmetic may leave nothing: the failure says so
+        vt.kv_tokens(kv, arch, settings.tensor_parallel_size),
+        length,
+        one,
+        free,
+        failure,
+        largest,
+        smallest_utilization(cfg, arch, settings, total_bytes, server),
+        *_sleep(cfg, settings, weights, server),
+    )
+    if check.kv_tokens and check.kv_tokens < cfg.generation_sequences * cfg.sequence_length:
+        notes.append(
+            f"vLLM's KV cache holds {check.kv_tokens} tokens, less than the generation batch's "
+            f"{cfg.generation_sequences} × {cfg.sequence_length}: it generates in waves (slower, not OOM)"
+        )
+    return check, extra, notes
+
+
 def plan(
     est: Estimate,
     roles: list[Role],
@@ -270,87 +371,13 @@ def plan(
             total_bytes,
         )
     ]
-    own: dict[str, list[Role]] = {}
-    for i, r in enumerate(roles):
-        if r.placement == "own":
-            own.setdefault(r.group or f"#{i}", []).append(r)
-    for name, members in own.items():
-        gpus = max(r.gpus for r in members)
-        rows = tuple(_role_bytes(cfg, r, arch_of(r.model), gpus) for r in members)
-        held = sum(b.resident for b in rows)
-        peak = _device(cfg, held + max(b.working for b in rows))
-        label = name if not name.startswith("#") else f"{members[0].kind} ({members[0].model})"
-        groups.append(GpuGroup(label, gpus, rows, peak, total_bytes))
-    check = None
-    notes: list[str] = []
+    groups += _own_groups(cfg, roles, arch_of, total_bytes)
+    check, notes = None, []
     if cfg.use_vllm:
-        server = cfg.vllm_mode == "server"
-        util = settings.server_utilization if server else cfg.vllm_gpu_memory_utilization
-        requested, weights, activation, non_torch, graphs, kv = vllm_budget(
-            cfg, arch, settings, total_bytes, util, server
+        check, server_group, notes = _vllm(
+            est, roles, settings, arch_of, total_bytes, on_policy, groups[0], estimate_fn
         )
-        length = max_model_len(arch, settings)
-        one = vt.one_sequence_kv(arch, length, settings.tensor_parallel_size)
-        failure = None
-        free = None
-        largest = None
-        if server:
-            free = total_bytes - overhead.cuda_context(cfg)
-            if not vt.starts(free, total_bytes, util):
-                failure = "vLLM start-up: its request exceeds the free memory of its card"
-            failure = failure or _kv_failure(kv, one, length)
-            row = RoleBytes(f"vLLM server (TP {settings.tensor_parallel_size})", requested, 0)
-            groups.append(
-                GpuGroup(
-                    "vLLM server",
-                    settings.server_gpus,
-                    (row,),
-                    requested + overhead.cuda_context(cfg),
-                    total_bytes,
-                )
-            )
-        else:
-            loaded = init_resident(cfg, arch, on_policy)
-            free = total_bytes - (overhead.cuda_context(cfg) if settings.starts_first else loaded)
-            if settings.starts_first and requested + loaded > total_bytes:
-                failure = (
-                    f"loading the models after vLLM took {util} × {total_bytes / 2**30:.2f} GiB = "
-                    f"{requested / 2**30:.2f} GiB: they need {(loaded - overhead.cuda_context(cfg)) / 2**30:.2f} GiB, "
-                    f"{(total_bytes - requested - overhead.cuda_context(cfg)) / 2**30:.2f} GiB is left"
-                )
-            elif not vt.starts(free, total_bytes, util):
-                failure = (
-                    f"vLLM start-up: it asks {util} × {total_bytes / 2**30:.2f} GiB = {requested / 2**30:.2f} GiB, "
-                    f"only {free / 2**30:.2f} GiB is free after the trainer loaded"
-                )
-            failure = failure or _kv_failure(kv, one, length)
-            if failure is None and not groups[0].fits:
-                failure = f"training step (step 1, {est.peak_phase} phase): the trainer and vLLM's share exceed the card"
-            start_cap = total_bytes - loaded if settings.starts_first else free
-            largest = _largest_safe(est, roles, settings, arch_of, total_bytes, start_cap, estimate_fn)
-        check = VllmCheck(
-            "server" if server else "colocate",
-            util,
-            requested,
-            weights,
-            activation,
-            non_torch,
-            graphs,
-            max(kv, 0),  # vLLM's arithmetic may leave nothing: the failure says so
-            vt.kv_tokens(kv, arch, settings.tensor_parallel_size),
-            length,
-            one,
-            free,
-            failure,
-            largest,
-            smallest_utilization(cfg, arch, settings, total_bytes, server),
-            *_sleep(cfg, settings, weights, server),
-        )
-        if check.kv_tokens and check.kv_tokens < cfg.generation_sequences * cfg.sequence_length:
-            notes.append(
-                f"vLLM's KV cache holds {check.kv_tokens} tokens, less than the generation batch's "
-                f"{cfg.generation_sequences} × {cfg.sequence_length}: it generates in waves (slower, not OOM)"
-            )
+        groups += server_group
     return Layout(tuple(groups), check, tuple(notes))
 
 
