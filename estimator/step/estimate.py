@@ -90,9 +90,10 @@ class Estimate:
 
     def fit_bytes_on(self, sm: tuple[int, int], total_bytes: int) -> int:
         """`fit_bytes` on a card of compute capability `sm` with `total_bytes`: the estimate counts an H100's
-        cuBLAS / cuBLASLt workspaces (`non_tensor_items`' default); a known card gets its own (an Ampere card's
-        are 52 to 59 MiB smaller), an unknown one (sm (0, 0)) keeps the H100's, the larger."""
-        if self.config.device != "cuda" or sm == (0, 0):
+        cuBLAS / cuBLASLt workspaces (`non_tensor_items`' default). A card before Hopper gets its own, which
+        torch's `parseChosenWorkspaceSize` makes smaller (52 to 59 MiB less on Ampere and Ada); Hopper, newer
+        cards whose defaults this estimator has not read, and an unknown card (sm (0, 0)) keep the H100's."""
+        if self.config.device != "cuda" or sm == (0, 0) or sm >= overhead.H100_SM:
             return self.fit_bytes
         return (
             self.fit_bytes

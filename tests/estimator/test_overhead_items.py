@@ -50,3 +50,20 @@ def test_torch_usable_memory_below_nvidia_smi_total():
     assert lookup("l4").usable_bytes == 22164 * MIB
     for g in GPUS:
         assert g.usable_bytes <= g.memory_bytes, g.name
+
+
+def test_a_card_before_hopper_is_charged_its_own_smaller_workspaces():
+    # torch parseChosenWorkspaceSize: 32 MiB on sm 9.0, else 4096 KiB x 2 + 16 KiB x 8 = 8,519,680 B; cuBLASLt
+    # 32 MiB from Hopper, 4 MiB on Ampere / Ada with 24 GB or more. Newer or unknown cards keep the H100's.
+    from estimator.step.estimate import estimate
+
+    est = estimate(RunConfig(model="0.5B", use_peft=True))
+    by_name = {g.name: g for g in GPUS}
+    ada, blackwell = by_name["RTX 4090"], by_name["B200"]
+    h100_workspaces = 32 * MIB + 32 * MIB
+    assert (
+        est.fit_bytes_on(ada.sm, ada.driver_mib * MIB)
+        == est.fit_bytes - h100_workspaces + 8_519_680 + 4 * MIB
+    )
+    assert est.fit_bytes_on(blackwell.sm, blackwell.driver_mib * MIB) == est.fit_bytes
+    assert est.fit_bytes_on((0, 0), 24 * 2**30) == est.fit_bytes
