@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_trace_multigpu.py [--model 7B --gpus 4 --steps 2]
 
-Target (issue 11): a 4-rank trace of a 7B step in under 2 minutes on 2 cores. Wall time on a shared machine
+Target: a 4-rank trace of a 7B step in under 2 minutes on 2 cores. Wall time on a shared machine
 depends on the load; the CPU seconds of the process are printed beside it (user + system, from getrusage).
 """
 

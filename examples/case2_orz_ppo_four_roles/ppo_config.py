@@ -1,4 +1,4 @@
-# Open-Reasoner-Zero PPO on Qwen2.5-1.5B (issue 12, case 2): the settings that set memory, in ORZ's names
+# Open-Reasoner-Zero PPO on Qwen2.5-1.5B (case 2): the settings that set memory, in ORZ's names
 # (orz/exps/examples/ppo/ppo_base_exp.py BasePPOExpConfig). Everything on 4 x A100-80GB (colocate_all).
 pretrain = "Qwen/Qwen2.5-1.5B"
 critic_pretrain = "Qwen/Qwen2.5-1.5B"

@@ -1,4 +1,4 @@
-"""The estimator against the committed fake-tensor traces: peak and every phase within 5% (issue 4's bound)."""
+"""The estimator against the committed fake-tensor traces: peak and every phase within 5% (the in-sample bound)."""
 
 import json
 

@@ -1,5 +1,5 @@
 """The FSDP2 rank-0 estimate against the committed multi-GPU traces (results/traced/tuned/multigpu.jsonl): peak and
-every phase within 3 % (issue 11's target), and never more than 3 % low."""
+every phase within 3 % (the multi-GPU target), and never more than 3 % low."""
 
 import json
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Issue 9: library refusals, the seeded off-grid generator, the accuracy split, the validated band.
+"""Library refusals, the seeded off-grid generator, the accuracy split, the validated band.
 
 Expected values come from outside the estimator: PEFT's own constants module, hand-computed gradient bytes,
 and traced rows (results/traced/random/validation.jsonl) held to the band the estimator publishes.

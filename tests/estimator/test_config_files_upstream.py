@@ -54,7 +54,7 @@ use_cpu: false
 
 
 def test_accelerate_deepspeed_file_keeps_bf16(tmp_path, capsys, monkeypatch):
-    """The issue's case: 30.15 GiB (bf16 turned off) before; now the same 15.58 GiB as the flags."""
+    """An accelerate DeepSpeed YAML without mixed_precision keeps bf16 on: the same 15.58 GiB as the flags."""
     monkeypatch.chdir(tmp_path)
     write(tmp_path, "z3.json", json.dumps(Z3_OFFLOAD))
     write(tmp_path, "acc.yaml", ACCEL_DS_FILE)
