@@ -1,26 +1,19 @@
 """The FSDP2 rank-0 estimate against the committed multi-GPU traces (results/traced/tuned/multigpu.jsonl): peak and
 every phase within 3 % (the multi-GPU target), and never more than 3 % low."""
 
-import json
 from pathlib import Path
 
 import pytest
 
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
+from sweeps import records
 
 ROWS_FILE = Path(__file__).resolve().parents[2] / "results" / "traced" / "tuned" / "multigpu.jsonl"
 BOUND = 0.03
 
 
-def _rows() -> list[dict]:
-    if not ROWS_FILE.exists():
-        return []
-    rows = [json.loads(line) for line in ROWS_FILE.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r.get("status") == "ok"]
-
-
-ROWS = _rows()
+ROWS = [r for r in records.load_rows(ROWS_FILE) if r.get("status") == "ok"]
 
 
 def _id(row: dict) -> str:

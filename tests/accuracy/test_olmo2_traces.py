@@ -14,13 +14,13 @@ autocast), gradient checkpointing on and off, sdpa and eager attention. Traced w
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
+from sweeps import records
 from sweeps.runner.predict import arch_for
 
 ROWS_FILE = Path(__file__).resolve().parents[2] / "results" / "traced" / "tuned" / "olmo2.jsonl"
@@ -28,14 +28,7 @@ ABOVE, BELOW = 0.02, 0.005  # the estimate may err high by 2 %, never low by mor
 PHASE_BOUND = 0.05  # every phase, as tests/accuracy/test_estimator_vs_traces.py holds the in-sample rows
 
 
-def _rows() -> list[dict]:
-    if not ROWS_FILE.exists():
-        return []
-    rows = [json.loads(line) for line in ROWS_FILE.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r.get("status") == "ok"]
-
-
-ROWS = _rows()
+ROWS = [r for r in records.load_rows(ROWS_FILE) if r.get("status") == "ok"]
 
 
 def _id(row: dict) -> str:
