@@ -28,7 +28,7 @@ from estimator.interface.configfile import (
 from estimator.interface.files import clip, suggestion
 from estimator.model import catalog
 from estimator.model.architecture import ConfigError
-from estimator.settings.config import Field, RunConfig, flag, schema, schema_field
+from estimator.settings.config import Field, RunConfig, flag, schema
 from estimator.settings.release_config import release_values
 from estimator.settings.role_spec import config_roles
 from estimator.settings.trl_versions import default_version, fmt, parse_version, profile
@@ -334,9 +334,10 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_ou
         raise FlagError(str(e)) from None
     except InvalidConfig as e:
         where = sources.get(e.setting or "", "flags")
-        if where != "flags":  # a value read from a file: named by the file and key that set it, not by a flag
-            field = schema_field(e.setting)
-            raise FlagError(f"{where} {str(e).removeprefix(field.flag + ' ')}") from None
+        if (
+            where != "flags" and e.detail
+        ):  # a value read from a file: named by its file and key, not by a flag
+            raise FlagError(f"{where} {e.detail}") from None
         raise FlagError(str(e)) from None
     except TypeError as e:
         raise FlagError(f"bad setting: {e}") from None

@@ -58,11 +58,13 @@ MAX_TOKENS = 1 << 22  # upper bound of token lengths (4M): far past every catalo
 
 
 class InvalidConfig(ValueError):
-    """A configuration TRL (or transformers / PEFT) would reject; `setting` names the one field at fault, if one."""
+    """A configuration TRL (or transformers / PEFT) would reject. For one bad value, `setting` is the field and
+    `detail` the message after the setting's name, so the caller names it as the user gave it (flag or file key)."""
 
-    def __init__(self, message: str, setting: str | None = None) -> None:
+    def __init__(self, message: str, setting: str | None = None, detail: str | None = None) -> None:
         super().__init__(message)
         self.setting = setting
+        self.detail = detail
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ def check_values(cfg: RunConfig) -> None:
         value = getattr(cfg, f.name)
         problem = check_value(f, value)
         if problem:
-            raise InvalidConfig(f"{f.flag} {shown(value)}: {problem}", f.name)
+            detail = f"{shown(value)}: {problem}"
+            raise InvalidConfig(f"{f.flag} {detail}", f.name, detail)
     try:  # a release this estimator models (MAJOR.MINOR within the release table)
         profile(cfg.trl_version)
     except ValueError as e:
