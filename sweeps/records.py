@@ -31,11 +31,12 @@ KEY_VERSIONS = VERSION_PACKAGES
 # Every field of a row's `versions` that describes the environment (environment_info adds CUDA and the driver).
 VERSION_FIELDS = ("python", *VERSION_PACKAGES, "cuda", "driver")
 REPO = Path(__file__).resolve().parent.parent
-# the committed rows: measured (results/raw/) and traced (the tuned and random grids' folders)
+# the committed rows: measured (results/raw/) and traced (the tuned, random and held-out grids' folders)
 RESULT_DIRS = (
     REPO / "results" / "raw",
     REPO / "results" / "traced" / "tuned",
     REPO / "results" / "traced" / "random",
+    REPO / "results" / "traced" / "heldout",
 )
 
 

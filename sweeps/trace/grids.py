@@ -161,12 +161,94 @@ class Seeded:
 
 
 @dataclass(frozen=True)
+class Listed:
+    """Configs written out one by one for one model, each traced at its first `num_layers` decoder layers."""
+
+    model: str
+    configs: tuple[dict, ...]
+    num_layers: int
+    max_micro: int = 2
+
+    def jobs(self) -> list[Job]:
+        return [
+            Job(RunConfig(model=self.model, **c), max_micro=self.max_micro, num_layers=self.num_layers)
+            for c in self.configs
+        ]
+
+
+_ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+# OLMo-2 configs unlike the tuned olmo2 rows (other lengths, batches, LoRA ranks, 4-bit, the reference pass, 8-bit
+# AdamW, several iterations), traced once and never used to change a term
+_OLMO2_HELDOUT = (
+    {
+        "use_peft": True,
+        "lora_r": 32,
+        "lora_target_modules": ("all-linear",),
+        "dtype": "bfloat16",
+        "num_generations": 4,
+        "per_device_train_batch_size": 4,
+        "max_prompt_length": 512,
+        "max_completion_length": 1024,
+    },
+    {
+        "use_peft": True,
+        "load_in_4bit": True,
+        "lora_target_modules": _ATTENTION,
+        "dtype": "bfloat16",
+        "num_generations": 8,
+        "per_device_train_batch_size": 8,
+        "max_prompt_length": 256,
+        "max_completion_length": 768,
+    },
+    {
+        "dtype": "bfloat16",
+        "beta": 0.04,
+        "num_generations": 4,
+        "per_device_train_batch_size": 4,
+        "max_prompt_length": 256,
+        "max_completion_length": 512,
+    },
+    {
+        "use_peft": True,
+        "lora_target_modules": ("all-linear",),
+        "dtype": "float32",
+        "num_generations": 16,
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 2,
+        "max_prompt_length": 128,
+        "max_completion_length": 384,
+        "gradient_checkpointing": False,
+        "attn_implementation": "eager",
+    },
+    {
+        "dtype": "bfloat16",
+        "optim": "adamw_bnb_8bit",
+        "num_generations": 8,
+        "per_device_train_batch_size": 8,
+        "max_prompt_length": 384,
+        "max_completion_length": 640,
+    },
+    {
+        "use_peft": True,
+        "lora_target_modules": ("q_proj", "v_proj"),
+        "dtype": "bfloat16",
+        "num_generations": 4,
+        "per_device_train_batch_size": 4,
+        "num_iterations": 2,
+        "max_prompt_length": 256,
+        "max_completion_length": 256,
+        "gradient_checkpointing": False,
+    },
+)
+
+
+@dataclass(frozen=True)
 class Grid:
     """A named grid: its jobs, its rows' file under results/traced/, its accuracy set, and how it runs: each
     config in its own subprocess (a fresh FakeTensorMode, bounded memory; a time-out is an error row, retried),
     or `in_process` (one import of torch / transformers / TRL for the grid; a time-out is a skipped row)."""
 
-    spec: Product | MultiGpu | Seeded
+    spec: Product | MultiGpu | Seeded | Listed
     out: str
     split: str = "in-sample"
     in_process: bool = False
@@ -276,6 +358,13 @@ GRIDS: dict[str, Grid] = {
     ),
     "heldout": Grid(
         Seeded(seeds=((46381, 60),)), "random/heldout.jsonl", split="held-out", in_process=True, timeout=240.0
+    ),
+    "olmo2-heldout": Grid(
+        Listed("allenai/OLMo-2-1124-13B", _OLMO2_HELDOUT, num_layers=4),
+        "heldout/olmo2.jsonl",
+        split="held-out",
+        in_process=True,
+        timeout=240.0,
     ),
 }
 
