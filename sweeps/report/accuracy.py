@@ -1,6 +1,6 @@
 """The one accuracy computation: the current estimator against every measured and traced row.
 
-`make accuracy` (this module's CLI), `make tables` (results/README.md), notebooks/analysis.ipynb, the README's
+`make accuracy` (`sweeps/report/accuracy_cli.py`), `make tables` (results/README.md), notebooks/analysis.ipynb, the README's
 accuracy paragraph and the tests all call `accuracy_frame` and `summary_frame`, so they show the same numbers for
 the same rows. Rows are deduplicated by (source, key) with `records.latest_rows`: a measurement beats a failed
 retry, then the latest `written_at` wins, never the file name. Summaries are per source and per (source,
@@ -9,9 +9,7 @@ method), so traced and measured rows are never mixed.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 
 import pandas as pd
 
@@ -21,7 +19,6 @@ from estimator.settings.versions import MODELLED_TRANSFORMERS, NEWEST_TRANSFORME
 from estimator.step.estimate import Estimate, estimate
 from estimator.units import MIB
 from sweeps import records
-from sweeps.oneline import OneLineParser
 from sweeps.report.frames import method_of, model_label, summarize_config
 from sweeps.runner.predict import arch_for, predict
 from sweeps.trace.grids import SPLITS, split_of
@@ -363,35 +360,3 @@ def format_table(df: pd.DataFrame) -> str:
         t["dev rel %"] = (df["device_rel_error"] * 100).round(1)
     with pd.option_context("display.width", 250, "display.max_rows", None, "display.max_colwidth", 90):
         return t.to_string(index=False)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Print the accuracy table, what was skipped while reading, and the summary lines."""
-    parser = OneLineParser(prog="grpo-vram-accuracy", description=__doc__.splitlines()[0])
-    parser.add_argument("paths", nargs="*", default=list(DEFAULT_DIRS), help="result dirs or .jsonl files")
-    args = parser.parse_args(argv)
-    missing = [p for p in args.paths if not Path(p).exists() and p not in DEFAULT_DIRS]
-    if missing:
-        print(
-            f"grpo-vram-accuracy: no such file or directory {missing[0]!r}; give result dirs or .jsonl files",
-            file=sys.stderr,
-        )
-        return 2
-    loaded = records.read_rows(args.paths)
-    df = accuracy_frame(loaded.rows)
-    print(format_table(df))
-    for line in loaded.report_lines():
-        print(line, file=sys.stderr)
-    for _, r in df[df["prediction_error"].notna()].iterrows():
-        print(f"no prediction for {r['model']} {r['method']} {r['config']}: {r['prediction_error']}")
-    for line in summary_lines(df):
-        print(line)
-    for line in split_lines_of(df, loaded.rows):
-        print(line)
-    for line in release_lines(loaded.rows):
-        print(line)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,7 +4,7 @@ import json
 
 from estimator.units import MIB
 from sweeps import records
-from sweeps.report import accuracy
+from sweeps.report import accuracy, accuracy_cli
 from sweeps.runner.tiny import hf_config
 
 
@@ -88,7 +88,7 @@ def test_real_predictor_sizes_tiny_models_from_stored_config():
 def test_main_prints_table_and_summary(tmp_path, capsys):
     row = _tiny_row()
     (tmp_path / "s.jsonl").write_text(json.dumps(row) + "\n")
-    assert accuracy.main([str(tmp_path)]) == 0
+    assert accuracy_cli.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "tiny-2M full" in out
     lines = out.strip().splitlines()
@@ -97,11 +97,17 @@ def test_main_prints_table_and_summary(tmp_path, capsys):
     # under each modelled transformers release (the measured-cpu row is no measured-gpu one: no line of its own)
     sets = ("in-sample", "validation", "held-out")
     by_release = [f"accuracy[transformers {r}, {s}]: no rows" for r in ("5.23", "5.24") for s in sets]
-    assert lines[-9:] == [f"accuracy[{s}]: no rows" for s in sets] + by_release
+    assert lines[-11:-2] == [f"accuracy[{s}]: no rows" for s in sets] + by_release
+    # then the layers above the tensors on GPU runs: none here
+    assert [line.split(":")[0] for line in lines[-2:]] == [
+        "reserve[measured-gpu, reserved]",
+        "reserve[measured-gpu, nvidia-smi]",
+    ]
+    assert all("no rows" in line for line in lines[-2:])
 
 
 def test_main_rejects_missing_path(tmp_path, capsys):
-    assert accuracy.main([str(tmp_path / "nope")]) == 2
+    assert accuracy_cli.main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and len(err.strip().splitlines()) == 1
 
@@ -110,7 +116,7 @@ def test_main_reports_skipped_lines(tmp_path, capsys):
     row = _tiny_row()
     text = json.dumps(row) + "\n{broken\n" + json.dumps({**row, "schema": 99}) + "\n"
     (tmp_path / "s.jsonl").write_text(text)
-    assert accuracy.main([str(tmp_path)]) == 0
+    assert accuracy_cli.main([str(tmp_path)]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("skipped 2 line(s) of ")
     assert "1 corrupt (not JSON) (first: line 2)" in err[0] and "unknown schema version 99" in err[0]
