@@ -277,18 +277,53 @@ def _script(tokens: list[str], i: int, module: bool) -> tuple[str, int]:
 def read_command(command: str | list[str], cwd: Path | None = None) -> CommandSettings:
     """A launch command (a string, split with shlex, or its words) -> CommandSettings; CommandError if unreadable."""
     cwd = cwd or Path(".")
-    if isinstance(command, str):
-        if len(command) > MAX_COMMAND_CHARS:
-            raise CommandError(
-                f"--from-command: {len(command)} characters, more than a command ({MAX_COMMAND_CHARS})"
-            )
-        try:
-            tokens = shlex.split(command)
-        except ValueError as e:
-            raise CommandError(f"--from-command {clip(command)}: {e} (shell quoting)") from None
-    else:
-        tokens = list(command)
+    tokens = _words(command)
+    env = _environment(tokens)
+    if not tokens:
+        raise CommandError(
+            "--from-command names no command; accepted: accelerate launch / torchrun / python / trl grpo ..."
+        )
     out = CommandSettings()
+    if env.get("PYTORCH_CUDA_ALLOC_CONF"):
+        out.files.append(
+            FileSettings(
+                values={"pytorch_cuda_alloc_conf": env["PYTORCH_CUDA_ALLOC_CONF"]},
+                kind="launcher",
+                where="environment",
+                sources={"pytorch_cuda_alloc_conf": "PYTORCH_CUDA_ALLOC_CONF"},
+            )
+        )
+    script, i, accel_opts = _launcher(tokens, out)
+    script, args, trl_config, accel_opts = _script_arguments(script, tokens[i:], accel_opts, out, cwd)
+    name = script.split()[-1]
+    if "grpo" not in name:
+        out.notes.append(
+            f"command: {clip(script)} is estimated as TRL's GRPO trainer (its arguments read as TRL's)"
+        )
+    if accel_opts is not None:
+        acc = _accelerate(accel_opts, cwd)
+        if acc is not None:
+            out.files.append(acc)
+    out.files.extend(_script_files(args, trl_config, cwd))
+    return out
+
+
+def _words(command: str | list[str]) -> list[str]:
+    """The command's words: a string split as a shell would (shlex), at most MAX_COMMAND_CHARS long."""
+    if not isinstance(command, str):
+        return list(command)
+    if len(command) > MAX_COMMAND_CHARS:
+        raise CommandError(
+            f"--from-command: {len(command)} characters, more than a command ({MAX_COMMAND_CHARS})"
+        )
+    try:
+        return shlex.split(command)
+    except ValueError as e:
+        raise CommandError(f"--from-command {clip(command)}: {e} (shell quoting)") from None
+
+
+def _environment(tokens: list[str]) -> dict:
+    """`NAME=value` words before the command (also after `env`), removed from `tokens`."""
     env: dict = {}
     while (
         tokens
@@ -303,22 +338,13 @@ def read_command(command: str | list[str], cwd: Path | None = None) -> CommandSe
         while tokens and "=" in tokens[0] and tokens[0].split("=", 1)[0].isidentifier():
             k, _, v = tokens.pop(0).partition("=")
             env[k] = v
-    if not tokens:
-        raise CommandError(
-            "--from-command names no command; accepted: accelerate launch / torchrun / python / trl grpo ..."
-        )
-    if env.get("PYTORCH_CUDA_ALLOC_CONF"):
-        out.files.append(
-            FileSettings(
-                values={"pytorch_cuda_alloc_conf": env["PYTORCH_CUDA_ALLOC_CONF"]},
-                kind="launcher",
-                where="environment",
-                sources={"pytorch_cuda_alloc_conf": "PYTORCH_CUDA_ALLOC_CONF"},
-            )
-        )
+    return env
+
+
+def _launcher(tokens: list[str], out: CommandSettings) -> tuple[str, int, dict | None]:
+    """The launcher's own options (accelerate launch, torchrun, deepspeed, python, trl): records its process
+    count in `out`; returns the script, the index of its first argument, and accelerate launch's options."""
     prog = Path(tokens[0]).name
-    i = 1
-    accel_opts: dict | None = None
     if prog == "accelerate":
         if len(tokens) < 2 or tokens[1] != "launch":
             raise CommandError(
@@ -328,22 +354,21 @@ def read_command(command: str | list[str], cwd: Path | None = None) -> CommandSe
             tokens, 2, {_norm(o) for o in LAUNCH_BOOL_FLAGS} | {"-m", "-q"}, "accelerate launch"
         )
         out.launcher = "accelerate launch"
-        module = bool(accel_opts.get("-m") or accel_opts.get("--module"))
-        script, i = _script(tokens, i, module)
-    elif prog == "torchrun" or (
+        script, i = _script(tokens, i, bool(accel_opts.get("-m") or accel_opts.get("--module")))
+        return script, i, accel_opts
+    if prog == "torchrun" or (
         prog.startswith("python")
         and tokens[1:3] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"])
     ):
-        start = 1 if prog == "torchrun" else 3
-        opts, i = _options(tokens, start, TORCHRUN_BOOL, "torchrun")
+        opts, i = _options(tokens, 1 if prog == "torchrun" else 3, TORCHRUN_BOOL, "torchrun")
         per = opts.get("--nproc_per_node", 1)
         nodes = opts.get("--nnodes", 1)
         n = _count("torchrun", "--nproc_per_node", per) * _count("torchrun", "--nnodes", nodes)
         out.files.append(_launcher_settings("torchrun", n, "--nproc_per_node x --nnodes"))
         out.launcher = "torchrun"
-        module = bool(opts.get("-m") or opts.get("--module"))
-        script, i = _script(tokens, i, module)
-    elif prog == "deepspeed":
+        script, i = _script(tokens, i, bool(opts.get("-m") or opts.get("--module")))
+        return script, i, None
+    if prog == "deepspeed":
         opts, i = _options(tokens, 1, DEEPSPEED_BOOL, "deepspeed")
         if "--num_gpus" not in opts:
             raise CommandError(
@@ -355,7 +380,8 @@ def read_command(command: str | list[str], cwd: Path | None = None) -> CommandSe
         out.files.append(_launcher_settings("deepspeed", n, "--num_gpus x --num_nodes"))
         out.launcher = "deepspeed"
         script, i = _script(tokens, i, bool(opts.get("--module") or opts.get("-m")))
-    elif prog.startswith("python"):
+        return script, i, None
+    if prog.startswith("python"):
         j = 1
         while j < len(tokens) and tokens[j] in PYTHON_BOOL:
             j += 1
@@ -365,22 +391,28 @@ def read_command(command: str | list[str], cwd: Path | None = None) -> CommandSe
             script, i = _script(tokens, j, False)
         out.files.append(_launcher_settings("python", 1, "one process"))
         out.launcher = "python"
-    elif prog == "trl":
-        script, i = "trl", 1
+        return script, i, None
+    if prog == "trl":
         out.launcher = "trl"
-    else:
-        raise CommandError(
-            f"{clip(tokens[0])}: not a launcher this tool reads; accepted: accelerate launch, torchrun, deepspeed, "
-            "python, trl grpo"
-        )
-    rest = tokens[i:]
+        return "trl", 1, None
+    raise CommandError(
+        f"{clip(tokens[0])}: not a launcher this tool reads; accepted: accelerate launch, torchrun, deepspeed, "
+        "python, trl grpo"
+    )
+
+
+def _script_arguments(
+    script: str, rest: list[str], accel_opts: dict | None, out: CommandSettings, cwd: Path
+) -> tuple[str, dict, str | None, dict | None]:
+    """The script's arguments as TRL reads them: (script, arguments, its --config file, accelerate options).
+    `trl grpo` hands the arguments its GRPO parser does not know to accelerate launch, as TRL's CLI does."""
     if Path(script).name == "trl":  # `trl grpo ...` (also as accelerate launch's script)
         if not rest or rest[0] != "grpo":
             raise CommandError(f"trl {clip(rest[0] if rest else '')}: accepted: trl grpo")
         rest = rest[1:]
         script = "trl grpo"
     args, trl_config = script_args(rest)
-    if script == "trl grpo":  # arguments the GRPO parser does not know go to accelerate launch
+    if script == "trl grpo":
         launch_names = {_norm(o)[2:] for o in (*LAUNCH_BOOL_FLAGS, *LAUNCH_VALUE_FLAGS)}
         top, nested = file_keys()
         accel_opts = dict(accel_opts or {})
@@ -391,15 +423,12 @@ def read_command(command: str | list[str], cwd: Path | None = None) -> CommandSe
                 accel_opts["--" + key] = args.pop(key)
         if accel_opts or out.launcher == "trl":
             out.launcher = "trl grpo (accelerate launch)"
-    name = script.split()[-1]
-    if "grpo" not in name:
-        out.notes.append(
-            f"command: {clip(script)} is estimated as TRL's GRPO trainer (its arguments read as TRL's)"
-        )
-    if accel_opts is not None:
-        acc = _accelerate(accel_opts, cwd)
-        if acc is not None:
-            out.files.append(acc)
+    return script, args, trl_config, accel_opts
+
+
+def _script_files(args: dict, trl_config: str | None, cwd: Path) -> list[FileSettings]:
+    """The script's --config file (with the DeepSpeed file it names) and its remaining arguments as settings."""
+    files: list[FileSettings] = []
     if trl_config is not None:
         p = Path(trl_config)
         p = p if p.is_absolute() else cwd / p
@@ -407,21 +436,20 @@ def read_command(command: str | list[str], cwd: Path | None = None) -> CommandSe
         s = settings_of(data, p, "script --config")
         if s.kind != "trl":
             raise CommandError(f"script --config {clip(trl_config)}: a {s.kind} file, not a TRL config")
-        out.files.append(s)
+        files.append(s)
         if s.deepspeed_file:
-            out.files.append(
+            files.append(
                 settings_of(load_file(s.deepspeed_file, f"{s.where}: deepspeed"), Path(s.deepspeed_file))
             )
     if args:
-        typed = typed_args(args)
-        s = translate(typed, "command", cwd)
+        s = translate(typed_args(args), "command", cwd)
         s.kind = "trl-args"
         s.sources = {k: "--" + v.split(".")[0] for k, v in s.sources.items()}
-        out.files.append(s)
+        files.append(s)
         if s.deepspeed_file:
             p = Path(s.deepspeed_file)
-            out.files.append(settings_of(load_file(str(p if p.is_absolute() else cwd / p), "--deepspeed"), p))
-    return out
+            files.append(settings_of(load_file(str(p if p.is_absolute() else cwd / p), "--deepspeed"), p))
+    return files
 
 
 def _trl_accelerate_config(value: str, cwd: Path) -> str:
