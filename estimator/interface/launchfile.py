@@ -337,7 +337,38 @@ def translate_accelerate(data: dict, where: str, base: Path | None = None) -> La
     out.ignored += check_keys(where, data, ACCELERATE_KEYS)
     dist = str(data.get("distributed_type", "NO")).upper()
     _choice(where, "distributed_type", dist, DISTRIBUTED_TYPES)
-    procs = data.get("num_processes")
+    _processes(out, where, dist, data.get("num_processes"))
+    mp = data.get("mixed_precision")
+    if mp is not None:
+        out.mixed_precision = _choice(where, "mixed_precision", str(mp).lower(), MIXED_PRECISIONS)
+        out.values["bf16"] = (
+            out.mixed_precision != "no"
+        )  # the fallback's value, merged below GRPOConfig's bf16
+    if data.get("use_cpu") is True:
+        _set(out, "device", "cpu", "use_cpu")
+    _check_parallelism(where, data.get("parallelism_config") or {})
+    if dist in ("NO", "MULTI_GPU"):
+        _set(out, "sharding", "none", "distributed_type")
+    elif dist == "DEEPSPEED":
+        _deepspeed_section(out, where, _mapping(where, "deepspeed_config", data), mp is not None, base)
+    else:
+        _fsdp_section(out, where, _mapping(where, "fsdp_config", data))
+    if out.values.get("sharding", "none") != "none" and out.values.get("num_gpus") == 1:
+        out.notes.append(f"{where}: {dist} with num_processes 1 shards nothing")
+    return out
+
+
+def _mapping(where: str, key: str, data: dict) -> dict:
+    """`data[key]` as a mapping (absent or null: empty); LaunchFileError for anything else."""
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise LaunchFileError(f"{where}: {key} must be a mapping, got {clip(value)}")
+    return value
+
+
+def _processes(out: LaunchSettings, where: str, dist: str, procs) -> None:
+    """num_processes -> num_gpus: one process without distribution (accelerate's simple_launcher), none given
+    means the launch's own count."""
     if dist == "NO":
         _set(out, "num_gpus", 1, "distributed_type NO")
         if procs not in (None, 1):
@@ -349,15 +380,10 @@ def translate_accelerate(data: dict, where: str, base: Path | None = None) -> La
         out.needs_processes = True
     else:
         _set(out, "num_gpus", _int(where, "num_processes", procs), "num_processes")
-    mp = data.get("mixed_precision")
-    if mp is not None:
-        out.mixed_precision = _choice(where, "mixed_precision", str(mp).lower(), MIXED_PRECISIONS)
-        out.values["bf16"] = (
-            out.mixed_precision != "no"
-        )  # the fallback's value, merged below GRPOConfig's bf16
-    if data.get("use_cpu") is True:
-        _set(out, "device", "cpu", "use_cpu")
-    par = data.get("parallelism_config") or {}
+
+
+def _check_parallelism(where: str, par) -> None:
+    """Sequence / context / tensor parallelism and replicated shards are not modelled: only sizes of 1 pass."""
     if not isinstance(par, dict):
         raise LaunchFileError(f"{where}: parallelism_config must be a mapping, got {clip(par)}")
     for name in PARALLEL_SIZES:
@@ -367,114 +393,100 @@ def translate_accelerate(data: dict, where: str, base: Path | None = None) -> La
                 f"{where}: parallelism_config.parallelism_config_{name} {clip(size)} is not modelled "
                 "(sequence / context / tensor parallelism, replicated shards); accepted: 1"
             )
-    if dist in ("NO", "MULTI_GPU"):
-        _set(out, "sharding", "none", "distributed_type")
-    elif dist == "DEEPSPEED":
-        ds = data.get("deepspeed_config") or {}
-        if not isinstance(ds, dict):
-            raise LaunchFileError(f"{where}: deepspeed_config must be a mapping, got {clip(ds)}")
-        out.ignored += check_keys(where, ds, DS_SECTION_KEYS, "deepspeed_config.")
-        if ds.get("deepspeed_config_file"):
-            clash = [k for k in DS_FILE_EXCLUSIVE if k in ds] + (
-                ["mixed_precision"] if mp is not None else []
-            )
-            if clash:
-                raise LaunchFileError(
-                    f"{where}: {', '.join(clash)} beside deepspeed_config_file: accelerate refuses this "
-                    "(DeepSpeedPlugin._deepspeed_config_checks); set them in the DeepSpeed JSON"
-                )
-            path, note = _find_ds_file(str(ds["deepspeed_config_file"]), base, where)
-            if note:
-                out.notes.append(note)
-            try:
-                inner = read_deepspeed_file(str(path))
-            except (
-                LaunchFileError
-            ) as e:  # named as the file that points at it, then the inner file's own words
-                raise LaunchFileError(f"{where}: deepspeed_config_file {e}") from None
-            out.deepspeed_file = str(path)
-            for name, value in inner.values.items():
-                _set(out, name, value, f"{path.name} {inner.sources.get(name, '')}".strip())
-            out.must_match |= inner.must_match
-            out.train_batch_size = inner.train_batch_size or out.train_batch_size
-            out.notes += inner.notes
-            out.ignored += [f"{path.name}: {k}" for k in inner.ignored]
-        else:
-            _set(
-                out,
-                "sharding",
-                _sharding_for_stage(where, "deepspeed_config.zero_stage", ds.get("zero_stage", 2)),
-                "deepspeed_config.zero_stage",
-            )
-            for key, name in (
-                ("offload_optimizer_device", "offload_optimizer"),
-                ("offload_param_device", "offload_param"),
-            ):
-                if key in ds:
-                    _set(
-                        out,
-                        name,
-                        _offload(where, f"deepspeed_config.{key}", ds[key]),
-                        f"deepspeed_config.{key}",
-                    )
-            if out.values.get("offload_param") and out.values["sharding"] != "zero3":
-                raise LaunchFileError(
-                    f"{where}: deepspeed_config.offload_param_device cpu needs zero_stage 3"
-                )
-            ga = ds.get("gradient_accumulation_steps")
-            if ga is not None and ga != "auto":
-                _set(
-                    out,
-                    "gradient_accumulation_steps",
-                    _int(where, "deepspeed_config.gradient_accumulation_steps", ga),
-                    "deepspeed_config.gradient_accumulation_steps",
-                )
-                out.must_match.add("gradient_accumulation_steps")
-    else:  # FSDP
-        fs = data.get("fsdp_config") or {}
-        if not isinstance(fs, dict):
-            raise LaunchFileError(f"{where}: fsdp_config must be a mapping, got {clip(fs)}")
-        out.ignored += check_keys(where, fs, FSDP_SECTION_KEYS, "fsdp_config.")
-        version = fs.get("fsdp_version", 1)
-        out.extra["fsdp_version"] = _choice(where, "fsdp_config.fsdp_version", version, (1, 2))
-        if version == 1:
-            out.notes.append(
-                f"{where}: fsdp_version 1 is estimated as FSDP2 (the traced path); FSDP1's flat parameters "
-                "and its summon_full_params for generation differ"
-            )
-        strategy, key = fs.get("fsdp_sharding_strategy"), "fsdp_config.fsdp_sharding_strategy"
-        if "fsdp_reshard_after_forward" in fs:  # FSDP2 name; accelerate also accepts a strategy string here
-            raf, key = fs["fsdp_reshard_after_forward"], "fsdp_config.fsdp_reshard_after_forward"
-            if isinstance(raf, str) and raf.upper() in FSDP_STRATEGIES:
-                strategy = raf.upper()
-            else:
-                strategy = "FULL_SHARD" if _bool(where, key, raf) else "SHARD_GRAD_OP"
-        if isinstance(strategy, int) and not isinstance(strategy, bool):
-            strategy = FSDP_STRATEGY_NUMBERS.get(strategy, strategy)
-        strategy = "FULL_SHARD" if strategy is None else str(strategy).upper()
-        _choice(where, key, strategy, FSDP_STRATEGIES)
-        if strategy == "HYBRID_SHARD":
+
+
+def _deepspeed_section(
+    out: LaunchSettings, where: str, ds: dict, has_precision: bool, base: Path | None
+) -> None:
+    """accelerate's deepspeed_config: the inner DeepSpeed JSON it names, or its own zero_stage / offload keys."""
+    out.ignored += check_keys(where, ds, DS_SECTION_KEYS, "deepspeed_config.")
+    if ds.get("deepspeed_config_file"):
+        clash = [k for k in DS_FILE_EXCLUSIVE if k in ds] + (["mixed_precision"] if has_precision else [])
+        if clash:
             raise LaunchFileError(
-                f"{where}: {key} HYBRID_SHARD is not modelled; accepted: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD"
+                f"{where}: {', '.join(clash)} beside deepspeed_config_file: accelerate refuses this "
+                "(DeepSpeedPlugin._deepspeed_config_checks); set them in the DeepSpeed JSON"
             )
-        _set(out, "sharding", "none" if strategy == "NO_SHARD" else "fsdp", key)
-        if strategy != "NO_SHARD":
-            _set(out, "fsdp_sharding_strategy", strategy, key)
-        if "fsdp_offload_params" in fs:
-            _set(
-                out,
-                "offload_param",
-                _bool(where, "fsdp_config.fsdp_offload_params", fs["fsdp_offload_params"]),
-                "fsdp_config.fsdp_offload_params",
-            )
-        if fs.get("fsdp_activation_checkpointing") is True:
-            out.notes.append(
-                f"{where}: fsdp_activation_checkpointing is estimated as gradient_checkpointing (transformers "
-                "refuses both on at once: set gradient_checkpointing: false in the GRPOConfig)"
-            )
-    if out.values.get("sharding", "none") != "none" and out.values.get("num_gpus") == 1:
-        out.notes.append(f"{where}: {dist} with num_processes 1 shards nothing")
-    return out
+        _deepspeed_file(out, where, str(ds["deepspeed_config_file"]), base)
+        return
+    stage_key = "deepspeed_config.zero_stage"
+    _set(out, "sharding", _sharding_for_stage(where, stage_key, ds.get("zero_stage", 2)), stage_key)
+    for key, name in (
+        ("offload_optimizer_device", "offload_optimizer"),
+        ("offload_param_device", "offload_param"),
+    ):
+        if key in ds:
+            _set(out, name, _offload(where, f"deepspeed_config.{key}", ds[key]), f"deepspeed_config.{key}")
+    if out.values.get("offload_param") and out.values["sharding"] != "zero3":
+        raise LaunchFileError(f"{where}: deepspeed_config.offload_param_device cpu needs zero_stage 3")
+    ga = ds.get("gradient_accumulation_steps")
+    if ga is not None and ga != "auto":
+        key = "deepspeed_config.gradient_accumulation_steps"
+        _set(out, "gradient_accumulation_steps", _int(where, key, ga), key)
+        out.must_match.add("gradient_accumulation_steps")
+
+
+def _deepspeed_file(out: LaunchSettings, where: str, name: str, base: Path | None) -> None:
+    """The DeepSpeed JSON deepspeed_config_file names, read into `out`; its errors are named by this file first."""
+    path, note = _find_ds_file(name, base, where)
+    if note:
+        out.notes.append(note)
+    try:
+        inner = read_deepspeed_file(str(path))
+    except LaunchFileError as e:  # named as the file that points at it, then the inner file's own words
+        raise LaunchFileError(f"{where}: deepspeed_config_file {e}") from None
+    out.deepspeed_file = str(path)
+    for key, value in inner.values.items():
+        _set(out, key, value, f"{path.name} {inner.sources.get(key, '')}".strip())
+    out.must_match |= inner.must_match
+    out.train_batch_size = inner.train_batch_size or out.train_batch_size
+    out.notes += inner.notes
+    out.ignored += [f"{path.name}: {k}" for k in inner.ignored]
+
+
+def _fsdp_strategy(where: str, fs: dict) -> tuple[str, str]:
+    """(sharding strategy, the key it was read from): fsdp_sharding_strategy, or FSDP2's
+    fsdp_reshard_after_forward (a bool, or a strategy name accelerate also accepts there)."""
+    strategy, key = fs.get("fsdp_sharding_strategy"), "fsdp_config.fsdp_sharding_strategy"
+    if "fsdp_reshard_after_forward" in fs:
+        raf, key = fs["fsdp_reshard_after_forward"], "fsdp_config.fsdp_reshard_after_forward"
+        if isinstance(raf, str) and raf.upper() in FSDP_STRATEGIES:
+            strategy = raf.upper()
+        else:
+            strategy = "FULL_SHARD" if _bool(where, key, raf) else "SHARD_GRAD_OP"
+    if isinstance(strategy, int) and not isinstance(strategy, bool):
+        strategy = FSDP_STRATEGY_NUMBERS.get(strategy, strategy)
+    strategy = "FULL_SHARD" if strategy is None else str(strategy).upper()
+    _choice(where, key, strategy, FSDP_STRATEGIES)
+    if strategy == "HYBRID_SHARD":
+        raise LaunchFileError(
+            f"{where}: {key} HYBRID_SHARD is not modelled; accepted: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD"
+        )
+    return strategy, key
+
+
+def _fsdp_section(out: LaunchSettings, where: str, fs: dict) -> None:
+    """accelerate's fsdp_config: version, sharding strategy, parameter offload, activation checkpointing."""
+    out.ignored += check_keys(where, fs, FSDP_SECTION_KEYS, "fsdp_config.")
+    version = fs.get("fsdp_version", 1)
+    out.extra["fsdp_version"] = _choice(where, "fsdp_config.fsdp_version", version, (1, 2))
+    if version == 1:
+        out.notes.append(
+            f"{where}: fsdp_version 1 is estimated as FSDP2 (the traced path); FSDP1's flat parameters "
+            "and its summon_full_params for generation differ"
+        )
+    strategy, key = _fsdp_strategy(where, fs)
+    _set(out, "sharding", "none" if strategy == "NO_SHARD" else "fsdp", key)
+    if strategy != "NO_SHARD":
+        _set(out, "fsdp_sharding_strategy", strategy, key)
+    if "fsdp_offload_params" in fs:
+        key = "fsdp_config.fsdp_offload_params"
+        _set(out, "offload_param", _bool(where, key, fs["fsdp_offload_params"]), key)
+    if fs.get("fsdp_activation_checkpointing") is True:
+        out.notes.append(
+            f"{where}: fsdp_activation_checkpointing is estimated as gradient_checkpointing (transformers "
+            "refuses both on at once: set gradient_checkpointing: false in the GRPOConfig)"
+        )
 
 
 def read_launch_file(path: str) -> LaunchSettings:
