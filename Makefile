@@ -26,7 +26,7 @@ SMOKE_DIR ?= results/raw/scratch
 
 LEGACY_TRL ?= 0.14 0.17 0.19 0.23
 
-.PHONY: install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams validate heldout band lock upstream-check hostile
+.PHONY: lease-wheels install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams validate heldout band lock upstream-check hostile
 
 install: $(HARNESS_STAMP)
 
@@ -125,6 +125,12 @@ wheelhouse:
 	  $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) \
 	  pip setuptools wheel ".[$(WHEEL_EXTRAS)]"
 	@echo "$(WHEEL_DIR)/: $$(ls $(WHEEL_DIR) | wc -l) files, $$(du -sh $(WHEEL_DIR) | cut -f1) for Python $(WHEEL_PYTHON) on glibc $(WHEEL_GLIBC) $(WHEEL_ARCH)"
+
+# The trimmed wheels a bare, offline GPU machine with torch's CUDA build needs for the GPU measurements (.whl/,
+# git-ignored, ~25 MB: the lock's transformers, TRL, PEFT, datasets, Hydra, bitsandbytes with one CUDA library,
+# DeepSpeed without prebuilt ops and its requirements). How a lease uses them: docs/gpu-lease.md.
+lease-wheels:
+	bash sweeps/lease/wheels.sh .whl
 
 # The estimator alone: PyYAML in .venv, no torch (a harness install, if there is one, already holds it).
 estimate: $(ESTIMATOR_STAMP)
