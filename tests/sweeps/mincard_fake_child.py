@@ -30,7 +30,10 @@ def main() -> int:
                 "peak_bytes": allocated,
                 "peak_phase": "train",
                 "phases": {"train": allocated},
-                "probes": {"torch_cuda": torch_cuda, "nvml": {"available": True, "peak_process_bytes": reserved}},
+                "probes": {
+                    "torch_cuda": torch_cuda,
+                    "nvml": {"available": True, "peak_process_bytes": reserved},
+                },
                 "cuda_context": {"context_bytes": 1000},
             },
             "step_seconds": [0.1, 0.1],
