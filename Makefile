@@ -26,7 +26,7 @@ SMOKE_DIR ?= results/raw/scratch
 
 LEGACY_TRL ?= 0.14 0.17 0.19 0.23
 
-.PHONY: lease-wheels install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams validate heldout band lock upstream-check hostile
+.PHONY: lease-wheels install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate gpu-mincard trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams validate heldout band lock upstream-check hostile
 
 install: $(HARNESS_STAMP)
 
@@ -166,6 +166,18 @@ gpu-validate: install
 	  validate_row=$(VALIDATE_ROWS)$$($(PY) -c 'import vllm' >/dev/null 2>&1 && echo ,r16) $(SWEEP_ARGS)
 	$(MAKE) fit-overheads
 	$(MAKE) tables
+
+# The smallest card, measured (sweeps/mincard/): per configuration of +experiment=mincard, the smallest torch memory
+# limit its 2 GRPO steps pass under, to 1.5 %, several limit runs at once on one GPU; one row per configuration in
+# results/raw/mincard.jsonl. MINCARD_BUDGET_S makes one call end by itself inside a 10-minute lease call; a
+# rerun resumes from the runs kept in results/raw/trials/mincard.jsonl. MINCARD_ARGS passes more flags.
+MINCARD_ROWS ?= r00,r01,r02,r03,r04,r05,r06,r07
+MINCARD_BUDGET_S ?= 540
+MINCARD_ARGS ?=
+gpu-mincard: install
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m sweeps.mincard.cli --rows $(MINCARD_ROWS) \
+	  $(if $(MINCARD_BUDGET_S),--budget-s $(MINCARD_BUDGET_S)) $(MINCARD_ARGS)
+	$(PY) -m sweeps.report.mincard --markdown results/MINCARD.md
 
 # A CPU grid of tiny and small models; a few minutes on 2 cores. Measures into $(SMOKE_DIR) and prints the
 # estimator against what it measured (delete $(SMOKE_DIR)/smoke.jsonl to measure again).

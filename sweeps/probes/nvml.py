@@ -26,6 +26,10 @@ class NvmlDevice:
         """Device memory in use by everything (nvidia-smi's 'used')."""
         return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)
 
+    def total_bytes(self) -> int:
+        """The card's memory (nvidia-smi's 'total'), read without creating a CUDA context."""
+        return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).total)
+
     def process_bytes(self, pid: int) -> int | None:
         """Device memory used by process `pid` (None if NVML does not list it)."""
         try:

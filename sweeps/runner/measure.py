@@ -129,9 +129,15 @@ def _die_with_parent(parent: int, keep_fds: tuple[int, ...] = ()):
 
 
 def run_child(
-    spec: dict, timeout_s: float, log_path: Path, gpu: int | None = None, pass_fds: tuple[int, ...] = ()
+    spec: dict,
+    timeout_s: float,
+    log_path: Path,
+    gpu: int | None = None,
+    pass_fds: tuple[int, ...] = (),
+    module: str = "sweeps.runner.run_one",
 ) -> dict:
-    """Run `python -m sweeps.runner.run_one` on `spec`; the child's result, or an error dict for a crash/kill/timeout."""
+    """Run `python -m sweeps.runner.run_one` (or another child `module` taking the same spec) on `spec`; the
+    child's result, or an error dict for a crash/kill/timeout."""
     workdir = Path(spec["workdir"])
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path = workdir / "spec.json"
@@ -145,7 +151,7 @@ def run_child(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sweeps.runner.run_one", str(spec_path)],
+            [sys.executable, "-m", module, str(spec_path)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

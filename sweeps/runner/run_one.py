@@ -1,8 +1,10 @@
 """One GRPO run in its own process: `python -m sweeps.runner.run_one <spec.json>` writes a result JSON.
 
 The spec is {"config": RunConfig dict, "variant": {...}, "probes": [...], "result_path": str, "workdir": str,
-"inject_failure": null|"raise"|"oom"|"kill"|"hang"}. The result holds status/error, model, observed,
-step_seconds, lengths, versions and device; the sweep app turns it into a row.
+"inject_failure": null|"raise"|"oom"|"kill"|"hang", "memory_limit_bytes": null|int,
+"simulated_need_bytes": null|int (test double)}. The result holds status/error, model, observed, step_seconds,
+lengths, versions and device, and `memory_limit` when the spec set one (`runner/memory_limit.py`); the sweep app
+turns it into a row.
 """
 
 from __future__ import annotations
@@ -137,13 +139,14 @@ def execute(spec: dict) -> dict:
     from estimator.settings.versions import default_transformers
     from sweeps.probes import phases as phase_hooks
     from sweeps.records import environment_info
-    from sweeps.runner import grpo_setup
+    from sweeps.runner import grpo_setup, memory_limit
 
     # a spec that names no transformers release measures the installed one
     cfg = RunConfig.from_dict({"transformers_version": default_transformers(), **spec["config"]})
     variant = {**grpo_setup.VARIANT_DEFAULTS, **spec.get("variant", {})}
     env = environment_info(cfg.device)
     workdir = Path(spec.get("workdir") or tempfile.mkdtemp(prefix="grpo-vram-run-"))
+    limit_seen = memory_limit.apply(spec, cfg.device)  # before the model touches the GPU
     built = grpo_setup.build(cfg, variant, workdir)
     trainer = built.trainer
     base_params, trainable = grpo_setup.count_params(trainer.model)
@@ -217,6 +220,7 @@ def execute(spec: dict) -> dict:
         "step_seconds": step_seconds,
         "train_seconds": round(train_seconds, 3),
         "lengths": _lengths(trainer.state.log_history),
+        **({"memory_limit": limit_seen} if limit_seen["limit_bytes"] is not None else {}),
         **env,
     }
 
@@ -281,6 +285,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         traceback.print_exc(file=sys.stderr)
         result = {"status": "oom" if _is_oom(exc) else "error", "error": one_line(exc)}
+        if spec.get("memory_limit_bytes") is not None:
+            from sweeps.runner.memory_limit import peaks_at_failure
+
+            device = spec["config"].get("device", "cuda")
+            result["memory_limit"] = {"limit_bytes": spec["memory_limit_bytes"], **peaks_at_failure(device)}
     write_json(spec["result_path"], result)
     return 0
 

@@ -1,6 +1,6 @@
 """The rooms' import rules: the estimator never imports sweeps, and no sweeps package imports a higher one.
 
-Layers, lowest first: records (row schema + I/O) < probes < runner < trace < report. Checked on the source
+Layers, lowest first: records (row schema + I/O) < probes < runner < trace, mincard < report. Checked on the source
 (every import statement, also those inside functions), so a lazy upward import fails too.
 """
 
@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-LAYERS = {"records": 0, "probes": 1, "runner": 2, "trace": 3, "report": 4}
+LAYERS = {"records": 0, "probes": 1, "runner": 2, "trace": 3, "mincard": 3, "report": 4}
 
 
 def _imports(path: Path) -> list[str]:

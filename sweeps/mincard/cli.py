@@ -1,0 +1,301 @@
+"""grpo-vram-mincard: for each configuration of the lineup, the smallest torch memory limit its GRPO steps pass
+under (measured), by k-ary search over `memory_limit_bytes`, several limit runs at once on one GPU.
+
+    grpo-vram-mincard [--rows r00,r01] [--budget-s 540] [OVERRIDE ...]
+
+Rows are `+experiment=mincard`'s (sweeps/runner/conf/experiment/mincard.yaml); OVERRIDEs are Hydra overrides
+applied to every row after it (e.g. `model=tiny-2M device=cpu`). One row per configuration goes to
+`<results-dir>/<name>.jsonl` when its search is over; every finished limit run is kept in
+`<results-dir>/trials/<name>.jsonl`, so a rerun skips finished configurations and resumes the others from the
+limits already tried. With --budget-s no limit run starts that its expected time would carry past the budget, and
+one still going at the end is killed, its run not kept: the command ends by itself inside a lease's time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from estimator.units import GIB
+from sweeps import records
+from sweeps.mincard import checkpoints, lineup, rows, schedule, search, trials
+from sweeps.oneline import OneLineParser
+from sweeps.runner import measure
+from sweeps.runner.job import BadInput, name_problem, printable
+
+PROG = "grpo-vram-mincard"
+CHILD = "sweeps.runner.run_one"
+
+
+def _parser() -> OneLineParser:
+    p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
+    p.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra overrides applied to every row")
+    p.add_argument("--rows", help="comma-separated row names (default: every row, in the lineup's order)")
+    p.add_argument("--budget-s", type=float, help="wall-clock budget in seconds (default: none)")
+    p.add_argument("--k", type=int, default=4, help="limits per round (default 4)")
+    p.add_argument("--resolution", type=float, default=0.015, help="stop at (hi - lo) / lo <= this (0.015)")
+    p.add_argument("--max-concurrent", type=int, default=6, help="limit runs at once (default 6)")
+    p.add_argument(
+        "--context-gib", type=float, default=0.6, help="per-run memory outside torch's allocator (0.6 GiB)"
+    )
+    p.add_argument(
+        "--usable-fraction", type=float, default=0.95, help="share of the card the runs may use (0.95)"
+    )
+    p.add_argument("--device-total-bytes", type=int, help="the card's memory (default: NVML's total)")
+    p.add_argument(
+        "--cap-gib", type=float, help="every baseline's limit (default: 1.3 x the estimator's need)"
+    )
+    p.add_argument("--results-dir", default="results/raw", help="where the rows go (default results/raw)")
+    p.add_argument("--name", default="mincard", help="rows file name without .jsonl (default mincard)")
+    p.add_argument(
+        "--log-dir", default="outputs/mincard", help="one log per limit run (default outputs/mincard)"
+    )
+    # test doubles (CPU tests): the child fails under a limit below this; a child module taking the same spec
+    p.add_argument("--simulated-need-bytes", type=int, help="tests only: runs fail under a limit below this")
+    p.add_argument("--child-module", default=CHILD, help="tests only: the child run as python -m MODULE spec")
+    return p
+
+
+def _check(args) -> None:
+    """Each number in its range (BadInput, one line)."""
+    checks = [
+        ("--k", args.k, args.k >= 1, "integers >= 1"),
+        ("--resolution", args.resolution, 0 < args.resolution < 1, "numbers in (0, 1)"),
+        ("--max-concurrent", args.max_concurrent, args.max_concurrent >= 1, "integers >= 1"),
+        ("--context-gib", args.context_gib, 0 <= args.context_gib < 1e6, "numbers of GiB >= 0"),
+        ("--usable-fraction", args.usable_fraction, 0 < args.usable_fraction <= 1, "numbers in (0, 1]"),
+    ]
+    for flag, value, optional in (
+        ("--budget-s", args.budget_s, "seconds > 0"),
+        ("--cap-gib", args.cap_gib, "GiB > 0"),
+        ("--device-total-bytes", args.device_total_bytes, "integers > 0"),
+        ("--simulated-need-bytes", args.simulated_need_bytes, "integers > 0"),
+    ):
+        if value is not None:
+            checks.append((flag, value, 0 < value < float("inf"), optional))
+    for flag, value, ok, accepted in checks:
+        if not ok or value != value:
+            raise BadInput(f"{flag}={value!r}: accepted values are {accepted}")
+    problem = name_problem(args.name)
+    if problem:
+        raise BadInput(f"--name={args.name!r}: {problem}")
+
+
+def device_total(device: str, given: int | None) -> int:
+    """The card's bytes: given, else NVML's total (no CUDA context in this process), else the host's memory."""
+    if given is not None:
+        return given
+    if device == "cuda":
+        from sweeps.probes.nvml import open_cuda_device
+
+        nv, reason = open_cuda_device(0)
+        if nv is None:
+            raise BadInput(f"device=cuda: no GPU to measure on ({reason}); accepted: a machine with one")
+        return nv.total_bytes()
+    total = records.device_info(device)["total_bytes"]
+    if not total:
+        raise BadInput("--device-total-bytes: this machine's memory is unknown; give it")
+    return total
+
+
+class ChildRun:
+    """One limit run in a child process (measure.run_child: timeout, dies with this process, work dir), waited
+    for by a thread of its own so that several run at once."""
+
+    def __init__(self, spec: dict, timeout_s: float, log_path: Path, module: str):
+        self.timeout_s = timeout_s
+        self._result: dict | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(spec, log_path, module), name="mincard-child", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, spec: dict, log_path: Path, module: str) -> None:
+        try:
+            self._result = measure.run_child(spec, self.timeout_s, log_path, module=module)
+        except Exception as exc:  # a run's failure is its outcome
+            self._result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]}
+        finally:
+            shutil.rmtree(spec["workdir"], ignore_errors=True)
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self) -> dict:
+        return self._result or {"status": "error", "error": "no result"}
+
+
+def _gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / GIB:.2f} GiB"
+
+
+def run(args) -> int:
+    """Everything after the command line was read; the exit code."""
+    _check(args)
+    wanted = args.rows.split(",") if args.rows else None
+    results_path = Path(args.results_dir) / f"{args.name}.jsonl"
+    entries = [
+        replace(e, job=replace(e.job, results_path=results_path, sweep=args.name))
+        for e in lineup.entries(wanted, args.overrides)
+    ]
+    measure.check_writable(results_path)
+    tpath = trials.trials_path(results_path)
+    clock = time.monotonic
+    deadline = clock() + args.budget_s if args.budget_s else None
+    lock_path = results_path.with_name(f".{results_path.stem}.mincard.jsonl.lock")
+    with records.file_lock(lock_path, blocking=False) as lock:
+        if lock is None:
+            print(f"{PROG}: another {PROG} is measuring into {results_path} right now", file=sys.stderr)
+            return 1
+        measure.recover(results_path)
+        versions = records.package_versions()
+        done = measure.skip_keys(results_path, versions)
+        todo = []
+        for e in entries:
+            if e.job.key in done:
+                print(f"skip {e.row} {e.job.key} {e.job.config.model}: already in {results_path}", flush=True)
+            else:
+                todo.append(e)
+        if not todo:
+            return 0
+        devices = {e.job.config.device for e in todo}
+        if len(devices) != 1:
+            raise BadInput(f"device: the rows run on {sorted(devices)}; accepted: one device for the lineup")
+        card = schedule.Card(
+            usable_bytes=int(device_total(devices.pop(), args.device_total_bytes) * args.usable_fraction),
+            context_bytes=int(args.context_gib * GIB),
+            max_concurrent=args.max_concurrent,
+        )
+        if card.max_limit <= 0:
+            raise BadInput(f"--context-gib={args.context_gib!r}: leaves no memory for torch on this card")
+        cap = int(args.cap_gib * GIB) if args.cap_gib else None
+        states, kept = [], []
+        for e in todo:
+            first = lineup.baseline_limit(e, cap)
+            if first is None:
+                raise BadInput(f"row {e.row}: the estimator cannot size {e.job.config.model}; give --cap-gib")
+            params = search.Params(
+                first_limit=min(first, card.max_limit),
+                max_limit=card.max_limit,
+                k=args.k,
+                resolution=args.resolution,
+            )
+            lines = trials.load(tpath, e.job.key, versions)
+            kept.append(lines)
+            states.append(
+                schedule.SearchState(params, [trials.as_trial(x) for x in lines], e.expected_s, seconds=[])
+            )
+            need = f"need {_gib(e.need_bytes)} (estimated)" if e.need_bytes else "need unknown"
+            print(
+                f"{e.row} {e.job.key} {e.job.config.model}: {need}, baseline limit {_gib(params.first_limit)}, "
+                f"{len(lines)} run(s) kept",
+                flush=True,
+            )
+        for model, seed, device in checkpoints.needed([e.job for e in todo]):
+            problem = checkpoints.build(model, seed, device)
+            if problem:
+                print(f"{PROG}: {problem}", file=sys.stderr)
+                return 1
+        log_dir = Path(args.log_dir) / time.strftime("%Y%m%d-%H%M%S")
+
+        def launch(i: int, limit: int, timeout_s: float) -> ChildRun:
+            job = todo[i].job
+            workdir = Path(tempfile.mkdtemp(prefix=f"grpo-vram-mincard-{job.key}-"))
+            spec = {
+                "config": job.config.to_dict(),
+                "variant": job.variant,
+                "probes": job.probes,
+                "inject_failure": job.inject_failure,
+                "result_path": str(workdir / "result.json"),
+                "workdir": str(workdir),
+                "remove_workdir_if_orphaned": True,
+                "memory_limit_bytes": limit,
+                "simulated_need_bytes": args.simulated_need_bytes,
+            }
+            return ChildRun(spec, timeout_s, log_dir / f"{todo[i].row}-{limit}.log", args.child_module)
+
+        def on_trial(f: schedule.Finished) -> search.Trial | None:
+            e = todo[f.search]
+            line = trials.trial_line(e.job.key, args.name, f.limit_bytes, f.result, f.seconds)
+            t = line["trial"]
+            print(
+                f"{e.row} limit {_gib(f.limit_bytes)}: {t['status']} (reserved {_gib(t['peak_reserved_bytes'])}, "
+                f"{f.seconds:.0f} s)" + (f": {t['error']}" if t["status"] == "error" else ""),
+                flush=True,
+            )
+            if t["status"] == "error":
+                return None  # a crash bounds nothing: not kept, run again
+            trials.record(tpath, line)
+            kept[f.search].append(line)
+            return trials.as_trial(line)
+
+        def on_done(i: int) -> None:
+            e, s = todo[i], states[i]
+            row = rows.make_mincard_row(e.job, kept[i], s.state, s.params)
+            with measure.signals_deferred():
+                measure.store_row(e.job, row, Path(tempfile.gettempdir()))
+            m = row["mincard"]
+            print(
+                f"{row['status']} {e.row} {e.job.key} {e.job.config.model}: min {_gib(m['min_torch_bytes'])}, "
+                f"max failing {_gib(m['max_failing_bytes'])} ({len(m['limits_tried'])} runs)",
+                flush=True,
+            )
+
+        complete = schedule.run(
+            states,
+            launch,
+            card,
+            child_timeout_s=min(e.job.timeout_s for e in todo),
+            deadline=deadline,
+            on_trial=on_trial,
+            on_done=on_done,
+            clock=clock,
+        )
+        if not complete:
+            left = sum(1 for s in states if s.state == "searching")
+            print(
+                f"{PROG}: budget reached with {left} configuration(s) unfinished; their runs are kept in {tpath}, "
+                "a rerun of the same command resumes them",
+                flush=True,
+            )
+    return 0
+
+
+class Terminated(BaseException):
+    """SIGTERM, handled like Ctrl-C."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: bad input is one stderr line and exit 2; Ctrl-C / SIGTERM one line (130 / 143)."""
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+
+    def on_term(*_):
+        raise Terminated
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_term)
+    try:
+        return run(args)
+    except BadInput as exc:
+        print(f"{PROG}: {printable(str(exc))}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Terminated) as exc:
+        print(
+            f"{PROG}: stopped; the limit runs still going are stopped with it and not kept, every finished one is "
+            "kept (a rerun resumes)",
+            file=sys.stderr,
+            flush=True,
+        )
+        # exiting ends the threads waiting on the children, whose parent-death signal then stops them
+        os._exit(143 if isinstance(exc, Terminated) else 130)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

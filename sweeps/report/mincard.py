@@ -1,0 +1,125 @@
+"""The smallest card, measured, against the estimator: per mincard row (results/raw/mincard.jsonl), the measured
+smallest passing torch limit (`min_torch_bytes`, measured-gpu) beside the estimator's two figures for the same
+quantity (estimated, `estimator/step/estimate.py`): the torch-limit figure `need_bytes − outside_allocator_bytes`
+and the fit figure `fit_bytes − outside_allocator_bytes` (the band added). Target: never below, within 3 % above.
+
+    python -m sweeps.report.mincard [ROWS.jsonl ...] [--markdown results/MINCARD.md]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from estimator.settings.config import RunConfig
+from estimator.units import GIB
+from sweeps import records
+from sweeps.oneline import OneLineParser
+from sweeps.runner.predict import arch_for
+
+DEFAULT_ROWS = records.REPO / "results" / "raw" / "mincard.jsonl"
+SOURCE = "measured-gpu"
+
+Figures = Callable[[dict], "tuple[int, int] | None"]  # row -> (torch-limit figure, fit figure), estimated
+
+
+def estimated_figures(row: dict) -> tuple[int, int] | None:
+    """(need − outside the allocator, fit − outside the allocator) of the row's config (estimated), or None
+    when the estimator cannot size it."""
+    from estimator.step.estimate import estimate
+
+    try:
+        cfg = RunConfig.from_dict(row["config"])
+        est = estimate(cfg, arch_for(cfg, (row.get("model") or {}).get("config")))
+    except (
+        Exception
+    ):  # an estimator that cannot size the row leaves it out of the comparison, never the report
+        return None
+    return est.need_bytes - est.outside_allocator_bytes, est.fit_bytes - est.outside_allocator_bytes
+
+
+def label(config: dict) -> str:
+    """`model method pPROMPT cCOMPLETION` for one config."""
+    method = "qlora" if config.get("load_in_4bit") else "lora" if config.get("use_peft") else "full"
+    return f"{config.get('model')} {method} p{config.get('max_prompt_length')} c{config.get('max_completion_length')}"
+
+
+def _pct(figure: int, measured: int) -> float:
+    return (figure - measured) / measured * 100
+
+
+def table(rows: Iterable[dict], figures: Figures = estimated_figures, source: str = SOURCE) -> list[dict]:
+    """One dict per finished mincard row of `source` (latest per key): the measured minimum, the two estimated
+    figures and the error of each against it in percent (positive: the estimate is above)."""
+    out = []
+    for row in records.latest_rows(r for r in rows if r.get("source") == source):
+        measured = (row.get("mincard") or {}).get("min_torch_bytes")
+        if row.get("status") != "ok" or not measured:
+            continue
+        figs = figures(row)
+        if figs is None:
+            continue
+        limit_fig, fit_fig = figs
+        out.append(
+            {
+                "config": label(row["config"]),
+                "key": row["key"],
+                "measured_bytes": measured,
+                "measured_source": source,
+                "max_failing_bytes": row["mincard"].get("max_failing_bytes"),
+                "torch_limit_bytes": limit_fig,
+                "fit_torch_bytes": fit_fig,
+                "estimate_source": "estimated",
+                "torch_limit_error_pct": _pct(limit_fig, measured),
+                "fit_error_pct": _pct(fit_fig, measured),
+            }
+        )
+    return out
+
+
+def summary_lines(rows: Iterable[dict], figures: Figures = estimated_figures) -> list[str]:
+    """One line: how the fit figure compares with the measured minimum over every row."""
+    t = table(rows, figures)
+    if not t:
+        return [f"mincard[{SOURCE}]: no rows yet (make gpu-mincard on a GPU)"]
+    errs = [r["fit_error_pct"] for r in t]
+    below = sum(1 for e in errs if e < 0)
+    return [
+        f"mincard[{SOURCE}]: {len(t)} configs, fit figure vs measured minimum: median {statistics.median(errs):+.1f} %, "
+        f"min {min(errs):+.1f} %, max {max(errs):+.1f} %, below: {below}"
+    ]
+
+
+def markdown(t: list[dict]) -> str:
+    """The table as markdown, every number labelled with its source."""
+    lines = [
+        "| config | min torch limit (measured-gpu) | torch-limit figure (estimated) | error | "
+        "fit figure (estimated) | error |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in t:
+        lines.append(
+            f"| {r['config']} | {r['measured_bytes'] / GIB:.2f} GiB | {r['torch_limit_bytes'] / GIB:.2f} GiB | "
+            f"{r['torch_limit_error_pct']:+.1f} % | {r['fit_torch_bytes'] / GIB:.2f} GiB | {r['fit_error_pct']:+.1f} % |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the summary line (and write the markdown table when asked)."""
+    p = OneLineParser(prog="python -m sweeps.report.mincard", description=__doc__.splitlines()[0])
+    p.add_argument("rows", nargs="*", default=[str(DEFAULT_ROWS)], help="mincard rows files")
+    p.add_argument("--markdown", help="write the table to this file")
+    args = p.parse_args(argv)
+    rows = records.load_rows(args.rows)
+    for line in summary_lines(rows):
+        print(line)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(table(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

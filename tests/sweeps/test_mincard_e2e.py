@@ -1,0 +1,133 @@
+"""grpo-vram-mincard end to end on CPU: the tiny model's lineup, children replaced by a stand-in that applies the
+`simulated_need_bytes` test double (tests/sweeps/mincard_fake_child.py), the rows, the kept runs and resuming;
+the child's limit hook itself (run_one), and on a GPU the real torch limit."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from sweeps import records
+from sweeps.mincard import cli, lineup, trials
+from sweeps.runner import memory_limit, run_one
+
+REPO = Path(__file__).resolve().parents[2]
+NEED = 200_000_000
+MIB = 1 << 20
+TINY = ["model.name=tiny-2M", "device=cpu", "trainer.dtype=float32", "trainer.bf16=false"]
+
+
+def _args(tmp_path, *extra):
+    return [
+        "--rows",
+        "r00",
+        "--cap-gib",
+        "0.5",
+        "--device-total-bytes",
+        str(8 << 30),
+        "--context-gib",
+        "0",
+        "--simulated-need-bytes",
+        str(NEED),
+        "--child-module",
+        "mincard_fake_child",
+        "--results-dir",
+        str(tmp_path / "res"),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        *extra,
+        *TINY,
+    ]
+
+
+@pytest.fixture
+def fake_child_path(monkeypatch):
+    here = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), here, os.environ.get("PYTHONPATH", "")]))
+
+
+def test_search_finds_the_simulated_need_writes_one_row_and_a_rerun_skips_it(
+    tmp_path, fake_child_path, capsys
+):
+    assert cli.main(_args(tmp_path)) == 0
+    rows = records.load_rows(tmp_path / "res" / "mincard.jsonl")
+    assert len(rows) == 1 and records.validate_row(rows[0]) == []
+    m = rows[0]["mincard"]
+    # 200,000,000 B is 190.7 MiB: the smallest passing limit on the 2 MiB grid is 192 MiB
+    assert NEED <= m["min_torch_bytes"] <= NEED * 1.015 and m["min_torch_bytes"] == 192 * MIB
+    assert m["max_failing_bytes"] == 190 * MIB and m["baseline"]["limit_bytes"] == 512 * MIB
+    assert m["baseline"]["peak_reserved_bytes"] == int(NEED * 1.05)
+    kept = records.load_rows(trials.trials_path(tmp_path / "res" / "mincard.jsonl"))
+    assert [k["trial"]["limit_bytes"] for k in kept] == [t["limit_bytes"] for t in m["limits_tried"]]
+    capsys.readouterr()
+    assert cli.main(_args(tmp_path)) == 0
+    assert "skip r00" in capsys.readouterr().out
+    assert len(records.load_rows(trials.trials_path(tmp_path / "res" / "mincard.jsonl"))) == len(kept)
+
+
+def test_a_cut_search_resumes_from_the_kept_runs(tmp_path, fake_child_path):
+    # what a lease cut after the baseline and one failing run leaves behind
+    job = lineup.entries(["r00"], TINY)[0].job
+    path = trials.trials_path(tmp_path / "res" / "mincard.jsonl")
+    ok = {"status": "ok", "observed": {"probes": {"torch_cuda": {"available": True, "peak_allocated_bytes": 160_000_000, "peak_reserved_bytes": 210_000_000}}}, "versions": records.package_versions(), "device": {"type": "cpu", "name": "fake", "total_bytes": 1}}  # fmt: skip
+    trials.record(path, trials.trial_line(job.key, "mincard", 512 * MIB, ok, 1.0))
+    trials.record(
+        path, trials.trial_line(job.key, "mincard", 170 * MIB, {"status": "oom", "error": "x"}, 1.0)
+    )
+    assert cli.main(_args(tmp_path)) == 0
+    limits = [k["trial"]["limit_bytes"] for k in records.load_rows(path)]
+    assert limits[:2] == [512 * MIB, 170 * MIB] and len(limits) == len(set(limits))  # none run again
+    row = records.load_rows(tmp_path / "res" / "mincard.jsonl")[0]
+    assert row["mincard"]["min_torch_bytes"] == 192 * MIB
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [(["--k", "0"], "--k=0"), (["--rows", "r99"], "'r99'"), (["--resolution", "2"], "--resolution=2.0")],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, named):
+    assert cli.main(_args(tmp_path, *extra)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0] and "accepted" in err[0]
+
+
+def test_the_child_fails_under_a_limit_below_the_simulated_need(tmp_path):
+    spec = {"config": {"model": "tiny-2M", "device": "cpu"}, "result_path": str(tmp_path / "r.json"),
+            "workdir": str(tmp_path / "w"), "memory_limit_bytes": 100, "simulated_need_bytes": 101}  # fmt: skip
+    assert run_one.main([json.dumps(spec)]) == 0
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["status"] == "oom" and "simulated" in result["error"]
+    assert result["memory_limit"]["limit_bytes"] == 100
+
+
+def test_limit_values_and_the_fraction():
+    for limit in (2 * MIB, 6 * (1 << 30), 13_026 * MIB, 79 * (1 << 30)):
+        assert int(memory_limit.fraction_for(limit, 85_520_809_984) * 85_520_809_984) == limit
+    with pytest.raises(ValueError, match="memory_limit_bytes=-1"):
+        memory_limit.spec_value({"memory_limit_bytes": -1}, "memory_limit_bytes")
+    assert memory_limit.simulated_fails(99, 100) and not memory_limit.simulated_fails(100, 100)
+    assert not memory_limit.simulated_fails(None, 100)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the torch limit needs a CUDA device")
+def test_a_real_limit_holds_the_reserved_total():
+    code = (
+        "import torch\n"
+        "from sweeps.runner import memory_limit\n"
+        "seen = memory_limit.apply({'memory_limit_bytes': 512 << 20}, 'cuda')\n"
+        "assert seen['applied']\n"
+        "a = torch.empty(256 << 20, dtype=torch.uint8, device='cuda')\n"
+        "try:\n"
+        "    torch.empty(300 << 20, dtype=torch.uint8, device='cuda')\n"
+        "    print('passed')\n"
+        "except torch.OutOfMemoryError:\n"
+        "    print('oom', torch.cuda.memory_reserved())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split()[0] == "oom", out.stderr[-2000:]
+    assert int(out.stdout.split()[1]) <= 512 << 20

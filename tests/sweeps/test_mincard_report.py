@@ -1,0 +1,88 @@
+"""The mincard report's percentages, worked by hand from synthetic rows; the lineup and its make target."""
+
+import re
+from pathlib import Path
+
+import yaml
+
+from sweeps.mincard import lineup
+from sweeps.report import mincard
+
+GIB = 1 << 30
+REPO = Path(__file__).resolve().parents[2]
+YAML = REPO / "sweeps" / "runner" / "conf" / "experiment" / "mincard.yaml"
+
+
+def _row(key, measured, source="measured-gpu", status="ok"):
+    config = {"model": "Qwen/Qwen3-4B", "use_peft": True, "load_in_4bit": True, "max_prompt_length": 1024,
+              "max_completion_length": 256}  # fmt: skip
+    return {"schema": 1, "key": key, "source": source, "status": status, "config": config,
+            "mincard": {"min_torch_bytes": measured, "max_failing_bytes": None}}  # fmt: skip
+
+
+FIGURES = {"a": (int(10.2 * GIB), int(10.5 * GIB)), "b": (int(7.6 * GIB), int(8.08 * GIB))}
+
+
+def figures(row):
+    return FIGURES[row["key"]]
+
+
+def test_errors_against_the_measured_minimum_by_hand():
+    rows = [_row("a", 10 * GIB), _row("b", 8 * GIB), _row("c", 9 * GIB, source="measured-cpu")]
+    t = {r["key"]: r for r in mincard.table(rows, figures)}
+    assert set(t) == {"a", "b"}  # the CPU row is not a card's measurement
+    # a: (10.2 - 10) / 10 = +2.0 %, (10.5 - 10) / 10 = +5.0 %; b: (7.6 - 8) / 8 = -5.0 %, (8.08 - 8) / 8 = +1.0 %
+    assert round(t["a"]["torch_limit_error_pct"], 2) == 2.0 and round(t["a"]["fit_error_pct"], 2) == 5.0
+    assert round(t["b"]["torch_limit_error_pct"], 2) == -5.0 and round(t["b"]["fit_error_pct"], 2) == 1.0
+    assert t["a"]["config"] == "Qwen/Qwen3-4B qlora p1024 c256"
+    assert t["a"]["measured_source"] == "measured-gpu" and t["a"]["estimate_source"] == "estimated"
+    assert mincard.summary_lines(rows, figures) == [
+        "mincard[measured-gpu]: 2 configs, fit figure vs measured minimum: median +3.0 %, min +1.0 %, "
+        "max +5.0 %, below: 0"
+    ]
+    assert "| Qwen/Qwen3-4B qlora p1024 c256 | 10.00 GiB | 10.20 GiB | +2.0 % | 10.50 GiB | +5.0 % |" in (
+        mincard.markdown(mincard.table(rows, figures))
+    )
+
+
+def test_no_rows_and_unfinished_rows():
+    assert mincard.summary_lines([]) == ["mincard[measured-gpu]: no rows yet (make gpu-mincard on a GPU)"]
+    assert mincard.table([_row("a", None), _row("b", 8 * GIB, status="oom")], figures) == []
+
+
+def test_the_estimator_figures_take_the_outside_of_the_allocator_off_need_and_fit():
+    row = _row("a", 10 * GIB)
+    row["config"].update(dtype="bfloat16", bf16=True, device="cuda")
+    limit_fig, fit_fig = mincard.estimated_figures(row)
+    assert 0 < limit_fig <= fit_fig
+
+
+def test_lineup_rows_compose_into_gpu_runs_and_cover_each_method_early():
+    rows = yaml.safe_load(YAML.read_text())["mincard"]["rows"]
+    entries = lineup.entries()
+    assert [e.row for e in entries] == list(rows) and len({e.job.key for e in entries}) == 8
+    methods = []
+    for e in entries:
+        c = e.job.config
+        assert (c.device, c.dtype, c.per_device_train_batch_size, c.num_generations) == (
+            "cuda",
+            "bfloat16",
+            8,
+            8,
+        )
+        assert c.max_completion_length == 256 and c.max_prompt_length in (256, 1024)
+        assert e.job.variant["weights"] == "random" and e.job.variant["steps"] == 2
+        method = "qlora" if c.load_in_4bit else "lora" if c.use_peft else "full"
+        assert (method == "full") == (c.model in ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct"))
+        assert method == "full" or c.model == "Qwen/Qwen3-4B"
+        methods.append((method, c.model, c.max_prompt_length))
+        assert e.need_bytes and e.need_bytes * lineup.BASELINE_MARGIN < 75 * GIB  # estimated
+    assert len(set(methods)) == 8 and {m[0] for m in methods[:3]} == {"full", "lora", "qlora"}
+
+
+def test_makefile_target_runs_the_yaml_rows_in_order():
+    make = (REPO / "Makefile").read_text()
+    assert re.search(r"^MINCARD_ROWS \?= (\S+)$", make, re.M).group(1).split(",") == list(
+        yaml.safe_load(YAML.read_text())["mincard"]["rows"]
+    )
+    assert "gpu-mincard:" in make and "-m sweeps.mincard.cli" in make
