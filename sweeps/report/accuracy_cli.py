@@ -1,7 +1,8 @@
 """`grpo-vram-accuracy` (`make accuracy`): the current estimator against every measured and traced row, printed.
 
 The tensor peak per row and per set (`sweeps/report/accuracy.py`), then the layers above it on real GPU runs
-(`sweeps/report/reserve.py`: reserved and nvidia-smi).
+(`sweeps/report/reserve.py`: reserved and nvidia-smi), and the smallest card a run needs, measured against the fit
+figure (`sweeps/report/mincard.py`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from sweeps import records
 from sweeps.oneline import OneLineParser
+from sweeps.report import mincard
 from sweeps.report.accuracy import (
     DEFAULT_DIRS,
     accuracy_frame,
@@ -23,7 +25,8 @@ from sweeps.report.reserve import format_reserve_table, reserve_frame, reserve_l
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the accuracy table, what was skipped while reading, the summary lines, then the reserve layers."""
+    """Print the accuracy table, what was skipped while reading, the summary lines, the reserve layers and the
+    min-card line."""
     parser = OneLineParser(prog="grpo-vram-accuracy", description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", default=list(DEFAULT_DIRS), help="result dirs or .jsonl files")
     args = parser.parse_args(argv)
@@ -51,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(layers):
         print(format_reserve_table(layers))
     for line in reserve_lines(layers):
+        print(line)
+    for line in mincard.summary_lines(loaded.rows):
         print(line)
     return 0
 
