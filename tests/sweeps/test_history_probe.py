@@ -95,7 +95,8 @@ def test_recorded_stream_replays_to_torchs_reserved(tmp_path):
     assert sorted(e[2] for e in events if e[0] == "a")[-1] == 40 * 2**20
     # by hand, from an empty cache: 100 B -> a 2 MiB small segment; 3,000,000 B -> a 20 MiB segment, which the
     # 5 MiB request splits; 30 MiB and 40 MiB -> segments of their own: 92 MiB
-    assert simulate(events).peak_reserved == 92 * 2**20
+    if r["initial_blocks"] == 0:  # no tensor of an earlier test still live: the stream is these five alone
+        assert simulate(events).peak_reserved == 92 * 2**20
     if r["torch_reserved"]["start_bytes"] == 0:  # nothing cached by earlier tests in this process
         assert r["torch_reserved"]["peak_bytes"] == 92 * 2**20
     else:
