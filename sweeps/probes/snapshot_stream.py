@@ -140,7 +140,9 @@ def live_blocks(snapshot: dict | None, device: int = 0) -> list[tuple[int, int, 
 def reserved_bytes(snapshot: dict | None, device: int = 0) -> int:
     """Sum of `total_size` over `snapshot`'s segments of `device` (torch's `memory_reserved`)."""
     return sum(
-        int(s["total_size"]) for s in (snapshot or {}).get("segments", ()) if s.get("device", device) == device
+        int(s["total_size"])
+        for s in (snapshot or {}).get("segments", ())
+        if s.get("device", device) == device
     )
 
 

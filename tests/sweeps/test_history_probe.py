@@ -62,7 +62,10 @@ def test_job_accepts_probe_history_with_its_options():
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("probe.history.free_at=late", "probe.history.free_at='late': accepted values are completed, requested"),
+        (
+            "probe.history.free_at=late",
+            "probe.history.free_at='late': accepted values are completed, requested",
+        ),
         ("probe.history.min_bytes=-1", "probe.history.min_bytes=-1: accepted values are integers >= 0"),
         ("probe.history.max_entries=0", "probe.history.max_entries=0: accepted values are integers >= 1"),
         ("+probe.history.colour=red", "probe.history.colour: unknown option"),

@@ -8,7 +8,7 @@ from sweeps.probes.snapshot_stream import PhaseMark, convert, count_actions, liv
 
 MIB = 1024**2
 SMALL, A, B = 0x10000000, 0x20000000, 0x30000000
-A2 = A + 3000064  # the second block of segment A: 3,000,000 rounded up to 512 B
+A2 = A + 3000320  # the second block of segment A: 3,000,000 rounded up to 512 B
 
 
 def _e(action: str, addr: int | None, size: int, stream: int = 0, **kw) -> dict:
