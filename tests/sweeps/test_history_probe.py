@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from hydra import compose, initialize
@@ -105,3 +107,66 @@ def test_recorded_stream_replays_to_torchs_reserved(tmp_path):
     else:
         assert r["torch_reserved"]["peak_bytes"] - r["torch_reserved"]["start_bytes"] <= 92 * 2**20
     assert (tmp_path / "index.jsonl").exists()
+
+
+class FakeCuda:
+    """torch.cuda's allocator calls as the probe makes them, answered from a hand-written history."""
+
+    def __init__(self, trace: list[dict], counters: list[tuple[int, int]]):
+        self.trace, self.counters, self.calls = trace, list(counters), []
+
+    def record(self, enabled="all", **kw):
+        self.calls.append(("record", enabled, kw))
+
+    def snapshot(self, device=None):
+        self.calls.append(("snapshot", device))
+        recording = any(c[0] == "record" and c[1] == "all" for c in self.calls)
+        return {"segments": [], "device_traces": [self.trace if recording else []]}
+
+    def memory_stats(self, device=None):
+        a, f = self.counters.pop(0)
+        return {"allocation.all.allocated": a, "allocation.all.freed": f}
+
+
+def test_probe_records_converts_and_writes_with_torchs_calls_faked(tmp_path, monkeypatch):
+    mib = 2**20
+    trace = [
+        {"action": "segment_alloc", "addr": 0x1000, "size": 2 * mib, "stream": 0},
+        {"action": "alloc", "addr": 0x1000, "size": 1000, "stream": 0},
+        {"action": "segment_alloc", "addr": 0x9000000, "size": 20 * mib, "stream": 0},
+        {"action": "alloc", "addr": 0x9000000, "size": 5 * mib, "stream": 0},
+        {"action": "free_requested", "addr": 0x1000, "size": 1000, "stream": 0},
+        {"action": "free_completed", "addr": 0x1000, "size": 1000, "stream": 0},
+    ]
+    # the counters when recording begins (base 10, 4), at "load", at "generate" (one allocation later), at stop
+    fake = FakeCuda(trace, [(10, 4), (10, 4), (11, 4), (12, 5)])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", fake.record)
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", fake.snapshot)
+    monkeypatch.setattr(torch.cuda, "memory_stats", fake.memory_stats)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 22 * mib)
+    spec = {**SPEC, "probe_options": {"history": {"out_dir": str(tmp_path), "max_entries": 1000}}}
+    assert allocator_history.begin(spec["probe_options"]["history"]) is None  # before the model loads
+    probe = allocator_history.make_probe(spec).start()
+    probe.set_phase("generate")
+    probe.stop()
+    assert fake.calls[1] == (
+        "record",
+        "all",
+        {"context": None, "stacks": "python", "max_entries": 1000, "device": 0},
+    )
+    assert fake.calls[-1] == ("record", None, {"device": 0})
+    r = probe.result()
+    assert r["source"] == "measured-gpu" and r["stream"] == f"{probe.key}.gpu.txt.gz"
+    assert load_stream(tmp_path / r["stream"]) == [
+        ("m", "load"),
+        ("a", 1, 1000, 0),
+        ("m", "generate"),
+        ("a", 2, 5 * mib, 0),
+        ("f", 1),
+    ]
+    assert r["torch_reserved"]["peak_bytes"] == 22 * mib and r["torch_reserved"]["peak_phase"] == "generate"
+    assert r["torch_reserved"]["phases"] == {"load": 2 * mib, "generate": 22 * mib}
+    assert r["lost"] == [0, 0] and not r["truncated"]
+    (row,) = [json.loads(line) for line in (tmp_path / "index.jsonl").read_text().splitlines()]
+    assert row["key"] == probe.key and row["config"] == SPEC["config"] and row["events"] == 5
