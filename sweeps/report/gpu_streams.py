@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from estimator.hardware.allocator import load_stream
+from estimator.model.catalog import catalog_id
 from estimator.settings.config import RunConfig
 from sweeps.oneline import OneLineParser
 from sweeps.report import stream_diff
@@ -47,8 +48,10 @@ def read_index(path: Path) -> tuple[list[dict], int]:
 
 
 def config_id(config: dict) -> str:
-    """A config as the estimator reads it (defaults filled in), without the fields tracing does not depend on."""
+    """A config as the estimator reads it (defaults filled in, a size or catalog name read as its HF id), without
+    the fields tracing does not depend on."""
     d = RunConfig.from_dict({k: v for k, v in config.items() if k not in IGNORED}).to_dict()
+    d["model"] = catalog_id(d["model"]) or d["model"]
     return json.dumps({k: v for k, v in d.items() if k not in IGNORED}, sort_keys=True)
 
 

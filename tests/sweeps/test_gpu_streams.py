@@ -110,7 +110,11 @@ def _folders(tmp_path, traced: bool = True):
     real_row = {
         "key": "k1",
         "stream": "k1.gpu.txt.gz",
-        "config": {**CONFIG, "device": "cuda"},
+        "config": {
+            **CONFIG,
+            "model": "Qwen/Qwen2.5-0.5B-Instruct",
+            "device": "cuda",
+        },  # the traced one says 0.5B
         "torch_reserved": TORCH,
     }
     (gpu / "index.jsonl").write_text(json.dumps(real_row) + "\nnot json\n")
