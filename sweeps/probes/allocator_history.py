@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeps.probes.snapshot_stream import PhaseMark, convert, count_actions, lost_entries
+from sweeps.probes.snapshot_stream import PhaseMark, convert, count_actions, lost_entries, reserved_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 OUT_DIR = REPO / "results" / "streams" / "gpu"
@@ -175,7 +175,8 @@ def write_stream(
         "stream": path.name,
         "bytes": path.stat().st_size,
         **summary,
-        "memory_reserved_at_stop_bytes": reserved_now,
+        "memory_reserved_at_stop_bytes": reserved_now,  # torch.cuda.memory_reserved: end_bytes should equal it
+        "segments_reserved_at_stop_bytes": reserved_bytes(snap, rec.device),  # the stop snapshot's segments
         "trace_entries": sum(actions.values()),
         "max_entries": rec.max_entries,
         "lost": list(lost),

@@ -87,6 +87,12 @@ def section(real: dict, traced: dict | None, result: dict | None) -> list[str]:
         f"start {_gib(tr.get('start_bytes'))} GiB, peak {_gib(tr.get('peak_bytes'))} GiB in "
         f"`{tr.get('peak_phase') or '-'}`, end {_gib(tr.get('end_bytes'))} GiB."
     )
+    at_stop = real.get("memory_reserved_at_stop_bytes")
+    if at_stop is not None and at_stop != tr.get("end_bytes"):
+        lines.append(
+            f"The segment events miss something: they end at {_gib(tr.get('end_bytes'))} GiB, "
+            f"torch.cuda.memory_reserved said {_gib(at_stop)} GiB (measured-gpu)."
+        )
     if real.get("truncated") or real.get("unmatched_frees"):
         lines.append(
             f"The trace is incomplete: {real.get('lost')} (allocations, frees) lost to the ring buffer, "

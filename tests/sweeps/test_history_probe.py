@@ -95,6 +95,8 @@ def test_recorded_stream_replays_to_torchs_reserved(tmp_path):
     probe.stop()
     r = probe.result()
     assert r["available"] and r["actions"]["alloc"] == 5
+    # the reserved curve walked from the segment events ends where torch.cuda.memory_reserved says
+    assert r["torch_reserved"]["end_bytes"] == r["memory_reserved_at_stop_bytes"]
     events = load_stream(tmp_path / f"{probe.key}.gpu.txt.gz")
     assert [e[1] for e in events if e[0] == "m"] == ["generate", "train"]
     assert sorted(e[2] for e in events if e[0] == "a")[-1] == 40 * 2**20
@@ -168,5 +170,6 @@ def test_probe_records_converts_and_writes_with_torchs_calls_faked(tmp_path, mon
     assert r["torch_reserved"]["peak_bytes"] == 22 * mib and r["torch_reserved"]["peak_phase"] == "generate"
     assert r["torch_reserved"]["phases"] == {"load": 2 * mib, "generate": 22 * mib}
     assert r["lost"] == [0, 0] and not r["truncated"]
+    assert r["torch_reserved"]["end_bytes"] == r["memory_reserved_at_stop_bytes"] == 22 * mib
     (row,) = [json.loads(line) for line in (tmp_path / "index.jsonl").read_text().splitlines()]
     assert row["key"] == probe.key and row["config"] == SPEC["config"] and row["events"] == 5
