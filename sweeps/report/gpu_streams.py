@@ -150,9 +150,11 @@ def section(real: dict, traced: dict | None, result: dict | None) -> list[str]:
         "",
         "Largest request sizes in the real stream that the traced stream never makes (measured-gpu):",
         "",
-        "| size (MiB) | count | GiB in all | first phase |",
-        "|---|---|---|---|",
     ]
+    if not result["unmatched"]:
+        lines.append("none: every size the real run requests, the trace requests too.")
+    else:
+        lines += ["| size (MiB) | count | GiB in all | first phase |", "|---|---|---|---|"]
     for u in result["unmatched"]:
         lines.append(
             f"| {u['size'] / 2**20:.2f} | {u['count']} | {u['bytes'] / 2**30:.2f} | {u['first_phase']} |"
