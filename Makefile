@@ -26,7 +26,7 @@ SMOKE_DIR ?= results/raw/scratch
 
 LEGACY_TRL ?= 0.14 0.17 0.19 0.23
 
-.PHONY: lease-wheels install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate gpu-mincard trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams validate heldout band lock upstream-check hostile
+.PHONY: lease-wheels install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate gpu-mincard trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams gpu-streams validate heldout band lock upstream-check hostile
 
 install: $(HARNESS_STAMP)
 
@@ -234,6 +234,11 @@ examples: install
 allocator-check: install
 	$(PY) -m sweeps.report.allocator_check
 	$(PY) -m sweeps.report.allocator_check --conf expandable_segments:True
+
+# The real allocation streams a GPU lease recorded (probe=history, results/streams/gpu/) against the traced streams of
+# the same configs (traced here first where missing, CPU) -> results/streams/GPU_STREAMS.md.
+gpu-streams: install
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m sweeps.report.gpu_streams --trace-missing
 
 # Records the allocation streams of a few 3-step traced runs and simulates them (results/streams/).
 allocator-streams: install

@@ -184,8 +184,11 @@ def release_problem(cfg: RunConfig) -> str | None:
     return None
 
 
-def build(cfg: RunConfig, variant: dict, workdir: Path) -> Built:
-    """Model on disk, tokenizer, prompts, reward, GRPOConfig -> GRPOTrainer (the user's path)."""
+def build(cfg: RunConfig, variant: dict, workdir: Path, after_context=None) -> Built:
+    """Model on disk, tokenizer, prompts, reward, GRPOConfig -> GRPOTrainer (the user's path).
+
+    `after_context()`, if given, runs once the bare CUDA context is measured and before the model is made
+    (the `history` probe starts recording there)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
@@ -201,6 +204,8 @@ def build(cfg: RunConfig, variant: dict, workdir: Path) -> Built:
         from sweeps.probes.torch_cuda import context_baseline
 
         info["cuda_context"] = context_baseline()
+    if after_context is not None:
+        after_context()
     model_path, hf_config = prepare_model(cfg, workdir, variant["seed"], variant["weights"])
     if hf_config is not None:  # AutoTokenizer would map model_type qwen2 to Qwen2Tokenizer
         tokenizer = tiny.build_tokenizer(hf_config["vocab_size"])

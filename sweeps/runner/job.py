@@ -5,7 +5,7 @@ settings schema and the one validator vram-estimate uses), the run variant, and 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -60,6 +60,7 @@ class Job:
     timeout_s: float
     gpus: list[int] | None
     keep_workdir: bool
+    probe_options: dict = field(default_factory=dict)  # per probe: {"history": {"out_dir": ...}}
 
     @property
     def key(self) -> str:
@@ -250,7 +251,8 @@ def to_job(cfg: DictConfig) -> Job:
         variant["tiny_model"] = tiny.spec_dict(config.model)
     probes = list(c["probe"]["names"])
     for p in probes:
-        _check(p, ("tensors", "torch_cuda", "nvml"), "probe")
+        _check(p, ("tensors", "torch_cuda", "nvml", "history"), "probe")
+    probe_options = _probe_options(c["probe"])
     s = _sweep_settings(c["sweep"])
     return Job(
         config=config,
@@ -262,7 +264,22 @@ def to_job(cfg: DictConfig) -> Job:
         timeout_s=s["timeout_s"],
         gpus=s["gpus"],
         keep_workdir=s["keep_workdir"],
+        probe_options=probe_options,
     )
+
+
+def _probe_options(node: dict) -> dict:
+    """The `probe` group's options beside its `names` (only the `history` probe has any), checked."""
+    from sweeps.probes.allocator_history import option_problem
+
+    extra = sorted(set(node) - {"names", "history"})
+    if extra:
+        raise BadInput(f"probe.{extra[0]}: unknown key; accepted keys are names, history")
+    history = dict(node.get("history") or {})
+    problem = option_problem(history)
+    if problem:
+        raise BadInput(printable(problem))
+    return {"history": history} if history else {}
 
 
 def first_line(exc: BaseException, value=None) -> str:

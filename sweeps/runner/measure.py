@@ -325,6 +325,7 @@ def _run_in(job: Job, lock_fd: int, workdir: Path) -> dict:
         "result_path": str(workdir / "result.json"),
         "workdir": str(workdir),
         "remove_workdir_if_orphaned": not job.keep_workdir,
+        "probe_options": job.probe_options,
     }
     t0 = time.perf_counter()
     try:

@@ -9,6 +9,7 @@ turns it into a row.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -20,7 +21,8 @@ import time
 import traceback
 from pathlib import Path
 
-PROBES = ("tensors", "torch_cuda", "nvml")
+PROBES = ("tensors", "torch_cuda", "nvml", "history")
+DEFAULT_PROBES = ("tensors", "torch_cuda", "nvml")  # `history` writes a stream file: only when asked for
 
 
 def _set_offline_env(device: str) -> None:
@@ -65,7 +67,7 @@ def _inject(kind: str | None) -> None:
     raise ValueError(f"inject_failure={kind!r}: accepted values are raise, oom, kill, hang")
 
 
-def _make_probes(names: list[str], device: str) -> dict:
+def _make_probes(names: list[str], device: str, spec: dict | None = None) -> dict:
     """Probe objects by name; probes that cannot apply on this device are skipped (nvml reports why)."""
     probes: dict = {}
     for name in names:
@@ -81,9 +83,22 @@ def _make_probes(names: list[str], device: str) -> dict:
             from sweeps.probes.nvml import make_probe
 
             probes[name] = make_probe(interval=0.01)
+        elif name == "history":
+            from sweeps.probes.allocator_history import make_probe as history_probe
+
+            probes[name] = history_probe(spec or {"config": {}})
         else:
             raise ValueError(f"probe {name!r}: accepted values are {', '.join(PROBES)}")
     return probes
+
+
+def _history_begin(spec: dict, device: str):
+    """Where the `history` probe is asked for on CUDA: its start, run before the model is loaded (else None)."""
+    if "history" not in spec.get("probes", ()) or device != "cuda":
+        return None
+    from sweeps.probes.allocator_history import begin
+
+    return functools.partial(begin, (spec.get("probe_options") or {}).get("history"))
 
 
 class _StepLabel:
@@ -147,11 +162,11 @@ def execute(spec: dict) -> dict:
     env = environment_info(cfg.device)
     workdir = Path(spec.get("workdir") or tempfile.mkdtemp(prefix="grpo-vram-run-"))
     limit_seen = memory_limit.apply(spec, cfg.device)  # before the model touches the GPU
-    built = grpo_setup.build(cfg, variant, workdir)
+    built = grpo_setup.build(cfg, variant, workdir, after_context=_history_begin(spec, cfg.device))
     trainer = built.trainer
     base_params, trainable = grpo_setup.count_params(trainer.model)
 
-    probes = _make_probes(list(spec.get("probes", PROBES)), cfg.device)
+    probes = _make_probes(list(spec.get("probes", DEFAULT_PROBES)), cfg.device, spec)
     tracker = phase_hooks.PhaseTracker(list(probes.values()))
     step_seconds: list[float] = []
     phase_hooks.install(trainer, tracker, step_seconds)

@@ -1,0 +1,246 @@
+"""`make gpu-streams`: the real allocation streams a GPU lease recorded (`probe=history`, results/streams/gpu/) against
+the traced streams of the same configs (results/streams/), written as results/streams/GPU_STREAMS.md.
+
+    python -m sweeps.report.gpu_streams [--gpu results/streams/gpu] [--traced results/streams]
+        [--out results/streams/GPU_STREAMS.md] [--trace-missing] [--no-need]
+
+Per real stream (`index.jsonl` there, one line per run): the traced stream whose config matches (the estimator's
+settings, the library versions aside); with `--trace-missing` a config without one is traced first
+(`sweeps.trace.streams.record`, CPU only, minutes per config). The analysis is `sweeps.report.stream_diff`.
+Without any real stream it says so on one line and exits 0, the report untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from estimator.hardware.allocator import load_stream
+from estimator.model.catalog import catalog_id
+from estimator.settings.config import RunConfig
+from sweeps.oneline import OneLineParser
+from sweeps.report import stream_diff
+
+REPO = Path(__file__).resolve().parents[2]
+GPU_DIR = REPO / "results" / "streams" / "gpu"
+TRACED_DIR = REPO / "results" / "streams"
+OUT = TRACED_DIR / "GPU_STREAMS.md"
+IGNORED = ("transformers_version", "trl_version", "device")  # not part of what is traced
+
+
+def read_index(path: Path) -> tuple[list[dict], int]:
+    """The JSON lines of an index file, and how many lines were not a JSON object (skipped)."""
+    rows, bad = [], 0
+    if not path.exists():
+        return rows, bad
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(row, dict) and isinstance(row.get("config"), dict):
+            rows.append(row)
+        else:
+            bad += 1
+    return rows, bad
+
+
+def config_id(config: dict) -> str:
+    """A config as the estimator reads it (defaults filled in, a size or catalog name read as its HF id), without
+    the fields tracing does not depend on."""
+    d = RunConfig.from_dict({k: v for k, v in config.items() if k not in IGNORED}).to_dict()
+    d["model"] = catalog_id(d["model"]) or d["model"]
+    return json.dumps({k: v for k, v in d.items() if k not in IGNORED}, sort_keys=True)
+
+
+def traced_for(real: dict, traced: list[dict]) -> dict | None:
+    """The traced index row with the real row's config (the most steps, where several)."""
+    want = config_id(real["config"])
+    found = [t for t in traced if config_id(t["config"]) == want]
+    return max(found, key=lambda t: t.get("steps", 0)) if found else None
+
+
+def _gib(b: int | None) -> str:
+    return "-" if b is None else f"{b / 2**30:.3f}"
+
+
+def _title(cfg: dict) -> str:
+    c = RunConfig.from_dict(
+        {k: v for k, v in cfg.items() if k not in ("transformers_version", "trl_version")}
+    )
+    method = "QLoRA" if c.load_in_4bit else "LoRA" if c.use_peft else "full"
+    return (
+        f"{c.model} {method}, {c.num_generations} generations, prompt {c.max_prompt_length} + completion "
+        f"{c.max_completion_length}, GC {'on' if c.gradient_checkpointing else 'off'}"
+    )
+
+
+def section(real: dict, traced: dict | None, result: dict | None) -> list[str]:
+    """The markdown of one real stream: its numbers, each labelled by where it came from."""
+    tr = real.get("torch_reserved", {})
+    lines = [f"## {real['key']}: {_title(real['config'])}", ""]
+    lines.append(
+        f"Real stream `{real.get('stream')}` (measured-gpu): {real.get('events')} events, trace entries by action "
+        f"{json.dumps(real.get('actions', {}), sort_keys=True)}; torch reserved (measured-gpu, segment events): "
+        f"start {_gib(tr.get('start_bytes'))} GiB, peak {_gib(tr.get('peak_bytes'))} GiB in "
+        f"`{tr.get('peak_phase') or '-'}`, end {_gib(tr.get('end_bytes'))} GiB."
+    )
+    at_stop = real.get("memory_reserved_at_stop_bytes")
+    if at_stop is not None and at_stop != tr.get("end_bytes"):
+        lines.append(
+            f"The segment events miss something: they end at {_gib(tr.get('end_bytes'))} GiB, "
+            f"torch.cuda.memory_reserved said {_gib(at_stop)} GiB (measured-gpu)."
+        )
+    if real.get("truncated") or real.get("unmatched_frees"):
+        lines.append(
+            f"The trace is incomplete: {real.get('lost')} (allocations, frees) lost to the ring buffer, "
+            f"{real.get('unmatched_frees')} frees of unseen blocks."
+        )
+    if traced is None or result is None:
+        lines += ["", "No traced stream of this config: rerun with `--trace-missing` (CPU, minutes).", ""]
+        return lines
+    f, r, t = result["fidelity"], result["real"], result["traced"]
+    lines += [
+        f"Traced stream `{traced['stream']}` (traced, {traced.get('steps')} steps, cut to the real "
+        f"{result['steps']}).",
+        "",
+        "**(a) Simulator fidelity on the real stream**: simulated peak reserved "
+        f"{_gib(f['simulated_peak_reserved'])} GiB vs torch's {_gib(f['measured_peak_reserved'])} GiB "
+        f"(measured-gpu): {f['error_bytes'] / 2**20:+.0f} MiB"
+        + (f" ({100 * f['error_fraction']:+.2f} %)" if f["error_fraction"] is not None else "")
+        + f"; torch had {_gib(f['measured_start_reserved'])} GiB reserved when the recording began.",
+        "",
+        "**(b) The streams (GiB)**",
+        "",
+        "| phase | allocated, real (simulated blocks) | allocated, traced (simulated blocks) | reserved, torch "
+        "(measured-gpu) | reserved, real (simulated) | reserved, traced (simulated) |",
+        "|---|---|---|---|---|---|",
+    ]
+    phases = sorted(set(r["phases"]) | set(t["phases"]) | set(tr.get("phases", {})))
+    for p in phases:
+        rp, tp = r["phases"].get(p, [None, None]), t["phases"].get(p, [None, None])
+        torch_p = max(
+            (v for k, v in tr.get("phases", {}).items() if stream_diff.phase_name(k) == p), default=None
+        )
+        lines.append(
+            f"| {p} | {_gib(rp[1])} | {_gib(tp[1])} | {_gib(torch_p)} | {_gib(rp[0])} | {_gib(tp[0])} |"
+        )
+    lines.append(
+        f"| **peak** | {_gib(r['peak_allocated'])} | {_gib(t['peak_allocated'])} | "
+        f"{_gib(tr.get('peak_bytes'))} | {_gib(r['peak_reserved'])} | {_gib(t['peak_reserved'])} |"
+    )
+    lines += [
+        "",
+        "Allocations by size class and phase: count / GiB requested, real (measured-gpu) vs traced (traced).",
+        "",
+        "| phase | " + " | ".join(f"{n} real | {n} traced" for n, _ in stream_diff.SIZE_CLASSES) + " |",
+        "|---|" + "---|---|" * len(stream_diff.SIZE_CLASSES),
+    ]
+    prof = result["profile"]
+    for p in sorted(set(prof["real"]) | set(prof["traced"])):
+        cells = []
+        for n, _ in stream_diff.SIZE_CLASSES:
+            for side in ("real", "traced"):
+                c, b = prof[side].get(p, {}).get(n, [0, 0])
+                cells.append(f"{c} / {b / 2**30:.2f}")
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Largest request sizes in the real stream that the traced stream never makes (measured-gpu):",
+        "",
+    ]
+    if not result["unmatched"]:
+        lines.append("none: every size the real run requests, the trace requests too.")
+    else:
+        lines += ["| size (MiB) | count | GiB in all | first phase |", "|---|---|---|---|"]
+    for u in result["unmatched"]:
+        lines.append(
+            f"| {u['size'] / 2**20:.2f} | {u['count']} | {u['bytes'] / 2**30:.2f} | {u['first_phase']} |"
+        )
+    lines += ["", "**(c) The reserve each stream implies (simulated, GiB)**", ""]
+    for name, s in (("real", r), ("traced", t)):
+        need = (
+            f"; smallest limit that runs it {_gib(s['min_device_limit'])}, {_gib(s['need'])} over peak allocated"
+            if "need" in s
+            else ""
+        )
+        lines.append(f"- {name}: peak reserved - peak allocated = {_gib(s['reserve'])}{need}")
+    lines.append("")
+    return lines
+
+
+def report(gpu: Path, traced_dir: Path, trace_missing: bool = False, need: bool = True) -> tuple[str, int]:
+    """The markdown for every real stream in `gpu`, and how many were compared with a traced stream."""
+    reals, bad = read_index(gpu / "index.jsonl")
+    traced, _ = read_index(traced_dir / "index.jsonl")
+    lines = [
+        "# Real allocation streams (measured-gpu) against traced ones",
+        "",
+        "Written by `python -m sweeps.report.gpu_streams` (`make gpu-streams`) from the `history` probe's streams "
+        f"(`{_rel(gpu)}`) and the traced streams (`{_rel(traced_dir)}`). measured-gpu: torch's own allocator "
+        "history on the GPU; traced: the FakeTensorMode trace on CPU; simulated: `estimator.hardware.allocator` "
+        "replaying a stream. Sizes are requests; allocated and reserved from a replay count whole blocks.",
+        "",
+    ]
+    if bad:
+        lines += [f"{bad} line(s) of `index.jsonl` skipped: not a run's JSON line.", ""]
+    compared = 0
+    for real in reals:
+        match = traced_for(real, traced)
+        if match is None and trace_missing:
+            match = _trace(real, traced_dir)
+        result = None
+        if match is not None:
+            events = load_stream(gpu / real["stream"])
+            result = stream_diff.compare(
+                events, load_stream(traced_dir / match["stream"]), real["torch_reserved"], need=need
+            )
+            compared += 1
+        lines += section(real, match, result)
+    return "\n".join(lines).rstrip() + "\n", compared
+
+
+def _rel(p: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(REPO))
+    except ValueError:
+        return str(p)
+
+
+def _trace(real: dict, traced_dir: Path) -> dict | None:
+    """Trace the real row's config into `traced_dir` (as many steps as the real run) and return its index row."""
+    from sweeps.trace import streams
+
+    cfg = RunConfig.from_dict({k: v for k, v in real["config"].items() if k != "trl_version"})
+    steps = int((real.get("variant") or {}).get("steps", 2))
+    streams.record(cfg, traced_dir, steps)
+    rows, _ = read_index(traced_dir / "index.jsonl")
+    return traced_for(real, rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = OneLineParser(prog="gpu-streams", description=__doc__.splitlines()[0])
+    ap.add_argument("--gpu", type=Path, default=GPU_DIR, help="folder of the history probe's streams")
+    ap.add_argument("--traced", type=Path, default=TRACED_DIR, help="folder of the traced streams")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--trace-missing", action="store_true", help="trace a config that has no traced stream")
+    ap.add_argument("--no-need", action="store_true", help="skip the smallest-limit search (faster)")
+    a = ap.parse_args(argv)
+    for flag, folder in (("--gpu", a.gpu), ("--traced", a.traced)):
+        if folder.exists() and not folder.is_dir():
+            ap.error(f"{flag} {str(folder)[:80]!r}: not a folder; accepted values are folders of streams")
+    if not (a.gpu / "index.jsonl").exists():
+        print(f"gpu-streams: no real streams in {_rel(a.gpu)} (record some with probe=history on a GPU)")
+        return 0
+    text, compared = report(a.gpu, a.traced, a.trace_missing, need=not a.no_need)
+    tmp = a.out.with_name(a.out.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(a.out)
+    print(f"gpu-streams: {compared} real stream(s) compared with traced ones -> {_rel(a.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""A real stream against a traced one (sweeps/report/stream_diff.py) and the report (sweeps/report/gpu_streams.py),
+on two tiny hand-made streams whose replay is worked out by hand below."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from estimator.hardware.allocator import dump_stream
+from estimator.settings.config import RunConfig
+from sweeps.report import gpu_streams, stream_diff
+
+MIB = 1024**2
+# real: model loading churns a 3 MB tensor (a 20 MiB segment); generation adds a 50 MiB buffer the trace never sees
+REAL = [
+    ("m", "load"),
+    ("a", 1, 3_000_000, 0),
+    ("f", 1),
+    ("m", "generate"),
+    ("a", 1, 100, 0),
+    ("a", 2, 50 * MIB, 0),
+    ("f", 2),
+    ("m", "train"),
+    ("a", 2, 4 * MIB, 0),
+    ("f", 2),
+    ("f", 1),
+    ("m", "other"),
+]
+# traced: two steps; the second ("a" of 8 MiB) is cut away to compare with the real stream's one step
+TRACED = [
+    ("a", 1, 100, 0),
+    ("m", "generate"),
+    ("a", 2, 4 * MIB, 0),
+    ("f", 2),
+    ("m", "(none)"),
+    ("m", "train"),
+    ("a", 2, 4 * MIB, 0),
+    ("f", 2),
+    ("f", 1),
+    ("m", "generate"),
+    ("a", 1, 8 * MIB, 0),
+    ("f", 1),
+]
+TORCH = {
+    "start_bytes": 0,
+    "peak_bytes": 80 * MIB,
+    "end_bytes": 80 * MIB,
+    "peak_phase": "generate",
+    "phases": {},
+}
+
+
+def test_size_classes_at_their_edges():
+    assert stream_diff.size_class(1 * MIB) == "<=1 MiB"
+    assert stream_diff.size_class(1 * MIB + 1) == "1-10 MiB"  # rounds to 1 MiB + 512 B: the large pool
+    assert stream_diff.size_class(10 * MIB) == "1-10 MiB"
+    assert stream_diff.size_class(10 * MIB + 1) == ">10 MiB"
+
+
+def test_first_steps_cuts_at_the_next_generate_mark():
+    assert stream_diff.steps_in(TRACED) == 2 and stream_diff.steps_in(REAL) == 1
+    assert stream_diff.first_steps(TRACED, 1) == TRACED[:9]
+    assert stream_diff.first_steps(TRACED, 2) == TRACED
+
+
+def test_comparison_by_hand():
+    res = stream_diff.compare(REAL, TRACED, TORCH)
+    r, t = res["real"], res["traced"]
+    # real: 3,000,320 B -> a 20 MiB segment (freed, cached); 100 B -> a 2 MiB small segment; 50 MiB -> its own
+    # segment: 72 MiB reserved with 50 MiB + 512 B allocated; the 4 MiB request reuses the cached 20 MiB segment
+    assert (r["peak_reserved"], r["peak_allocated"]) == (72 * MIB, 50 * MIB + 512)
+    assert r["reserve"] == 22 * MIB - 512
+    assert r["phases"] == {
+        "load": [20 * MIB, 3_000_320],
+        "generate": [72 * MIB, 50 * MIB + 512],
+        "train": [72 * MIB, 4 * MIB + 512],
+        "other": [72 * MIB, 0],
+    }
+    # peak allocated and reserved are 22 MiB - 512 B apart, under the 64 MiB search step: the limit is the peak
+    assert (r["min_device_limit"], r["need"]) == (72 * MIB, 22 * MIB - 512)
+    # traced, one step: 2 MiB small + one 20 MiB segment for both 4 MiB requests
+    assert (t["peak_reserved"], t["peak_allocated"]) == (22 * MIB, 4 * MIB + 512)
+    assert t["phases"] == {
+        "generate": [22 * MIB, 4 * MIB + 512],
+        "other": [22 * MIB, 512],
+        "train": [22 * MIB, 4 * MIB + 512],
+    }
+    # (a) the simulator 8 MiB under torch's 80 MiB on the real stream
+    f = res["fidelity"]
+    assert (f["error_bytes"], f["error_fraction"]) == (-8 * MIB, -0.1)
+    # (b) what only the real stream requests, largest first
+    assert res["unmatched"] == [
+        {"size": 50 * MIB, "count": 1, "bytes": 50 * MIB, "first_phase": "generate"},
+        {"size": 3_000_320, "count": 1, "bytes": 3_000_320, "first_phase": "load"},
+    ]
+    assert res["profile"]["real"]["generate"] == {"<=1 MiB": [1, 100], ">10 MiB": [1, 50 * MIB]}
+    assert res["profile"]["real"]["all"]["1-10 MiB"] == [2, 3_000_000 + 4 * MIB]
+    assert res["profile"]["traced"]["all"] == {"<=1 MiB": [1, 100], "1-10 MiB": [2, 8 * MIB]}
+
+
+CONFIG = {"model": "0.5B", "num_generations": 4, "max_prompt_length": 64, "max_completion_length": 32}
+
+
+def _folders(tmp_path, traced: bool = True):
+    gpu, tr = tmp_path / "gpu", tmp_path / "traced"
+    gpu.mkdir()
+    tr.mkdir()
+    dump_stream(REAL, gpu / "k1.gpu.txt.gz")
+    real_row = {
+        "key": "k1",
+        "stream": "k1.gpu.txt.gz",
+        "config": {
+            **CONFIG,
+            "model": "Qwen/Qwen2.5-0.5B-Instruct",
+            "device": "cuda",
+        },  # the traced one says 0.5B
+        "torch_reserved": TORCH,
+    }
+    (gpu / "index.jsonl").write_text(json.dumps(real_row) + "\nnot json\n")
+    if traced:
+        dump_stream(TRACED, tr / "t1.txt.gz")
+        full = RunConfig.from_dict(CONFIG).to_dict()
+        (tr / "index.jsonl").write_text(
+            json.dumps({"key": "t1", "stream": "t1.txt.gz", "steps": 2, "config": full}) + "\n"
+        )
+    return gpu, tr
+
+
+def test_report_pairs_a_real_stream_with_its_traced_one(tmp_path, capsys):
+    gpu, tr = _folders(tmp_path)
+    out = tmp_path / "GPU.md"
+    assert gpu_streams.main(["--gpu", str(gpu), "--traced", str(tr), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "1 line(s) of `index.jsonl` skipped" in text
+    assert "simulated peak reserved 0.070 GiB vs torch's 0.078 GiB (measured-gpu): -8 MiB (-10.00 %)" in text
+    assert "| **peak** | 0.049 | 0.004 | 0.078 | 0.070 | 0.021 |" in text
+    assert "| 50.00 | 1 | 0.05 | generate |" in text
+    assert "1 real stream(s) compared" in capsys.readouterr().out
+
+
+def test_report_says_when_no_traced_stream_matches(tmp_path):
+    gpu, tr = _folders(tmp_path, traced=False)
+    out = tmp_path / "GPU.md"
+    assert gpu_streams.main(["--gpu", str(gpu), "--traced", str(tr), "--out", str(out), "--no-need"]) == 0
+    assert "No traced stream of this config: rerun with `--trace-missing`" in out.read_text()
+
+
+def test_no_real_streams_is_one_line_and_no_report(tmp_path, capsys):
+    out = tmp_path / "GPU.md"
+    assert gpu_streams.main(["--gpu", str(tmp_path / "none"), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("gpu-streams: no real streams in")
+    assert not out.exists()
+
+
+def test_a_file_for_a_folder_is_one_line_and_exit_2(tmp_path, capsys):
+    f = tmp_path / "f"
+    f.write_text("")
+    with pytest.raises(SystemExit) as e:
+        gpu_streams.main(["--gpu", str(f)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--gpu" in err and "accepted values are folders" in err
