@@ -29,6 +29,7 @@ from sweeps.mincard import checkpoints, lineup, rows, schedule, search, trials
 from sweeps.oneline import OneLineParser
 from sweeps.runner import measure
 from sweeps.runner.job import BadInput, name_problem, printable
+from sweeps.runner.run_one import PROBES
 
 PROG = "grpo-vram-mincard"
 CHILD = "sweeps.runner.run_one"
@@ -49,8 +50,12 @@ def _parser() -> OneLineParser:
         "--usable-fraction", type=float, default=0.95, help="share of the card the runs may use (0.95)"
     )
     p.add_argument("--device-total-bytes", type=int, help="the card's memory (default: NVML's total)")
+    p.add_argument("--cap-gib", type=float, help="every baseline's limit (default: 2 x the estimator's need)")
     p.add_argument(
-        "--cap-gib", type=float, help="every baseline's limit (default: 1.3 x the estimator's need)"
+        "--baseline-probes",
+        default="history",
+        help="probes added to each configuration's first (baseline) run, comma-separated: history records "
+        "torch's own allocator stream there (default history; '' for none)",
     )
     p.add_argument("--results-dir", default="results/raw", help="where the rows go (default results/raw)")
     p.add_argument("--name", default="mincard", help="rows file name without .jsonl (default mincard)")
@@ -86,6 +91,11 @@ def _check(args) -> None:
     problem = name_problem(args.name)
     if problem:
         raise BadInput(f"--name={args.name!r}: {problem}")
+    for probe in (p for p in args.baseline_probes.split(",") if p):
+        if probe not in PROBES:
+            raise BadInput(
+                f"--baseline-probes={printable(args.baseline_probes)[:80]!r}: accepted names are {', '.join(PROBES)}"
+            )
 
 
 def device_total(device: str, given: int | None) -> int:
@@ -205,13 +215,21 @@ def run(args) -> int:
                 return 1
         log_dir = Path(args.log_dir) / time.strftime("%Y%m%d-%H%M%S")
 
+        extra_probes = [p for p in args.baseline_probes.split(",") if p]
+        baselines_started: set[int] = set()
+
         def launch(i: int, limit: int, timeout_s: float) -> ChildRun:
             job = todo[i].job
             workdir = Path(tempfile.mkdtemp(prefix=f"grpo-vram-mincard-{job.key}-"))
+            probes = list(job.probes)
+            if i not in baselines_started and limit == states[i].params.first_limit and not kept[i]:
+                baselines_started.add(i)  # the configuration's first run: its real stream comes back too
+                probes += [p for p in extra_probes if p not in probes]
             spec = {
                 "config": job.config.to_dict(),
                 "variant": job.variant,
-                "probes": job.probes,
+                "probes": probes,
+                "probe_options": job.probe_options,
                 "inject_failure": job.inject_failure,
                 "result_path": str(workdir / "result.json"),
                 "workdir": str(workdir),

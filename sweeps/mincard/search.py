@@ -39,7 +39,7 @@ class Trial:
 class Params:
     """How one configuration is searched."""
 
-    first_limit: int  # the baseline's limit: the estimate × 1.3, or a given cap
+    first_limit: int  # the baseline's limit: the estimator's need × 2, or a given cap
     max_limit: int  # the largest limit one run may get on this card
     k: int = 4  # limits per round
     resolution: float = 0.015  # stop when (hi − lo) / lo is at most this
