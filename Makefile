@@ -26,7 +26,7 @@ SMOKE_DIR ?= results/raw/scratch
 
 LEGACY_TRL ?= 0.14 0.17 0.19 0.23
 
-.PHONY: lease-wheels install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate gpu-mincard trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams gpu-streams validate heldout band lock upstream-check hostile
+.PHONY: lease-wheels install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate gpu-mincard gpu-zero zero-cpu trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams gpu-streams validate heldout band lock upstream-check hostile
 
 install: $(HARNESS_STAMP)
 
@@ -178,6 +178,24 @@ gpu-mincard: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m sweeps.mincard.cli --rows $(MINCARD_ROWS) \
 	  $(if $(MINCARD_BUDGET_S),--budget-s $(MINCARD_BUDGET_S)) $(MINCARD_ARGS)
 	$(PY) -m sweeps.report.mincard --markdown results/MINCARD.md
+
+# DeepSpeed ZeRO-2/3 with CPU offload on one GPU (+experiment=zero-offload, ~11 min on one H100, estimated) ->
+# results/raw/zero-offload.jsonl. Needs deepspeed (and hjson, pydantic); its CPU Adam op is JIT-built first
+# (ninja + the host compiler, into $$TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions) so no row's timeout
+# pays for the build.
+gpu-zero: install
+	$(PY) -c 'import torch; from deepspeed.ops.adam import DeepSpeedCPUAdam; DeepSpeedCPUAdam([torch.nn.Parameter(torch.zeros(1))])'
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-sweep --multirun +experiment=zero-offload $(SWEEP_ARGS)
+	.venv/bin/grpo-vram-accuracy results/raw/zero-offload.jsonl
+
+# The same ZeRO runner path rehearsed on CPU (tiny-2M, DeepSpeed's CPU accelerator) in a scratch venv with
+# deepspeed (.venvs/ds, built from the lock) -> results/raw/zero-cpu.jsonl (measured-cpu; a rerun resumes).
+DS_VENV := .venvs/ds
+zero-cpu:
+	test -x $(DS_VENV)/bin/python || python3 -m venv $(DS_VENV)
+	$(DS_VENV)/bin/pip install -q -c $(LOCK) $(TORCH_CPU)
+	$(DS_VENV)/bin/pip install -q --no-build-isolation -c $(LOCK) -e ".[sweep,dev]" deepspeed==0.19.8
+	PYTHONPATH=$(CURDIR) HF_HUB_OFFLINE=1 nice -n 10 $(DS_VENV)/bin/python -m sweeps.runner.zero_rehearsal
 
 # A CPU grid of tiny and small models; a few minutes on 2 cores. Measures into $(SMOKE_DIR) and prints the
 # estimator against what it measured (delete $(SMOKE_DIR)/smoke.jsonl to measure again).

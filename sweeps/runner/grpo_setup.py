@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from estimator.settings.config import RunConfig
-from sweeps.runner import data, tiny
+from sweeps.runner import data, deepspeed_config, tiny
 
 # Run settings that are not estimator fields (the run's `variant`), with their defaults.
 VARIANT_DEFAULTS = {
@@ -19,6 +19,7 @@ VARIANT_DEFAULTS = {
     "lora_alpha": 32,
     "seed": 0,
     "weights": "pretrained",  # pretrained = the hub checkpoint; random = catalog config.json, random weights, no hub
+    "ds3_gather_for_generation": True,  # GRPOConfig's default; read under ZeRO-3 only
 }
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -105,11 +106,13 @@ def peft_config(cfg: RunConfig, variant: dict):
 # What `build` applies beyond GRPOConfig's own settings (`grpo_config_values`): the model and its load
 # (model_init_kwargs, BitsAndBytesConfig, LoraConfig), the prompts, and what only the estimator reads
 # (gpu_memory_gib; trl_version and transformers_version, checked against the installed releases by
-# `release_problem`). Roles, vLLM server and sleep-level knobs, FSDP / offload and allocator settings are not.
+# `release_problem`), and ZeRO sharding with its offload (`deepspeed_config`). Roles, vLLM server and sleep-level
+# knobs, FSDP and allocator settings are not.
 APPLIED_BEYOND_GRPO_CONFIG = frozenset({
     "model", "device", "dtype", "attn_implementation", "use_peft", "lora_r", "lora_target_modules", "lora_dropout",
     "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant", "max_prompt_length", "bf16", "logprob_head",
-    "num_gpus", "sharding", "gpu_memory_gib", "trl_version", "transformers_version",
+    "num_gpus", "sharding", "offload_optimizer", "offload_param", "gpu_memory_gib", "trl_version",
+    "transformers_version",
 })  # fmt: skip
 
 
@@ -140,9 +143,12 @@ def grpo_args(cfg: RunConfig, variant: dict, output_dir: Path):
     """GRPOConfig with the run's settings (TRL defaults elsewhere)."""
     from trl import GRPOConfig
 
+    ds = deepspeed_config.ds_config(cfg)
     kwargs = dict(
         output_dir=str(output_dir),
-        use_cpu=cfg.device == "cpu",
+        # DeepSpeed on CPU (a rehearsal) runs through its CPU accelerator: accelerate takes the DeepSpeed path
+        # only without use_cpu
+        use_cpu=cfg.device == "cpu" and ds is None,
         bf16=cfg.bf16,
         report_to="none",
         max_steps=variant["steps"],
@@ -156,6 +162,10 @@ def grpo_args(cfg: RunConfig, variant: dict, output_dir: Path):
     )
     if cfg.bf16 is False:
         kwargs["fp16"] = False
+    if ds is not None:
+        kwargs["deepspeed"] = ds
+        if cfg.sharding == "zero3":
+            kwargs[deepspeed_config.GATHER_KEY] = variant[deepspeed_config.GATHER_KEY]
     if variant["force_length"]:
         # EOS is masked until the last token (a random model emits EOS at random); vLLM's SamplingParams name it
         # min_tokens, transformers' generate min_new_tokens
@@ -233,7 +243,8 @@ def build(cfg: RunConfig, variant: dict, workdir: Path, after_context=None) -> B
 
 
 def count_params(model) -> tuple[int, int]:
-    """(base parameters, trainable parameters); 4-bit packed weights count their unpacked elements."""
+    """(base parameters, trainable parameters); 4-bit packed weights count their unpacked elements, ZeRO-3
+    partitioned ones their full size."""
     total = trainable = 0
     for name, p in model.named_parameters():
         qs = getattr(p, "quant_state", None)
@@ -241,6 +252,10 @@ def count_params(model) -> tuple[int, int]:
         if qs is not None and getattr(qs, "shape", None) is not None:
             for s in qs.shape:
                 n *= int(s)
+        elif hasattr(
+            p, "ds_numel"
+        ):  # ZeRO-3 partitions in place: the local tensor is empty, ds_numel the whole
+            n = int(p.ds_numel)
         else:
             n = p.numel()
         if p.requires_grad:

@@ -16,7 +16,7 @@ from estimator.settings import validate
 from estimator.settings.config import RunConfig
 from sweeps import records
 from sweeps.oneline import shown
-from sweeps.runner import grpo_setup, schema, tiny
+from sweeps.runner import deepspeed_config, grpo_setup, schema, tiny
 from sweeps.runner.predict import arch_for
 
 RUN_KEYS = (
@@ -27,6 +27,7 @@ RUN_KEYS = (
     "learning_rate",
     "lora_alpha",
     "seed",
+    deepspeed_config.GATHER_KEY,
 )
 
 
@@ -163,6 +164,7 @@ RUN_CHECKS = {
     "num_prompts": lambda v: _positive_int(v, "run.num_prompts"),
     "seed": lambda v: _positive_int(v, "run.seed", minimum=0),
     "force_length": lambda v: _flag(v, "run.force_length"),
+    deepspeed_config.GATHER_KEY: lambda v: _flag(v, f"run.{deepspeed_config.GATHER_KEY}"),
 }
 
 
@@ -191,6 +193,21 @@ def _check_runnable(settings: dict) -> None:
             )
 
 
+def _deepspeed_variant(config: RunConfig, variant: dict) -> None:
+    """A ZeRO run's variant names its DeepSpeed config and, at ZeRO-3, whether generation gathers the parameters
+    (GRPOConfig.ds3_gather_for_generation, default true: the estimator models that case only)."""
+    key = deepspeed_config.GATHER_KEY
+    if config.sharding == "zero3":
+        variant.setdefault(key, grpo_setup.VARIANT_DEFAULTS[key])
+    elif variant.get(key, True) is not True:
+        raise BadInput(f"run.{key}={variant[key]!r}: applies to trainer.sharding=zero3 only; accepted: true")
+    else:
+        variant.pop(key, None)
+    ds = deepspeed_config.ds_config(config)
+    if ds is not None:
+        variant["deepspeed"] = ds
+
+
 def to_job(cfg: DictConfig) -> Job:
     """Map the composed Hydra config to a RunConfig + variant (raises BadInput on a value we cannot run)."""
     try:
@@ -207,10 +224,12 @@ def to_job(cfg: DictConfig) -> Job:
     settings["model"] = str(c["model"]["name"])
     settings["device"] = c["device"]["type"]
     _check_settings(settings)
-    # what one TRL 1.16 process can run: the chunked head, one GPU, no sharding, vLLM only on CUDA
+    # what one TRL 1.16 process can run: the chunked head, one GPU, DeepSpeed ZeRO on it, vLLM only on CUDA
     _check(settings.get("logprob_head", "chunked"), ("chunked",), "trainer.logprob_head")
     _check(settings.get("num_gpus", 1), (1,), "trainer.num_gpus")
-    _check(settings.get("sharding", "none"), ("none",), "trainer.sharding")
+    problem = deepspeed_config.problem(settings)
+    if problem:
+        raise BadInput(problem)
     _check_runnable(settings)
     if settings.get("use_vllm") and settings["device"] != "cuda":
         raise BadInput("trainer.use_vllm=true: accepted only with device=cuda")
@@ -234,6 +253,7 @@ def to_job(cfg: DictConfig) -> Job:
     variant = {k: run[k] for k in RUN_KEYS if k in run}
     _check(variant.get("prompts", "synthetic"), PROMPTS, "run.prompts")
     _check_run(variant)
+    _deepspeed_variant(config, variant)
     # run.weights enters the variant only when random, so rows measured before it existed keep their keys
     weights = run.get("weights", "pretrained")
     _check(weights, tiny.WEIGHTS, "run.weights")
@@ -251,7 +271,7 @@ def to_job(cfg: DictConfig) -> Job:
         variant["tiny_model"] = tiny.spec_dict(config.model)
     probes = list(c["probe"]["names"])
     for p in probes:
-        _check(p, ("tensors", "torch_cuda", "nvml", "history"), "probe")
+        _check(p, ("tensors", "torch_cuda", "nvml", "host", "history"), "probe")
     probe_options = _probe_options(c["probe"])
     s = _sweep_settings(c["sweep"])
     return Job(

@@ -21,7 +21,7 @@ import time
 import traceback
 from pathlib import Path
 
-PROBES = ("tensors", "torch_cuda", "nvml", "history")
+PROBES = ("tensors", "torch_cuda", "nvml", "host", "history")
 DEFAULT_PROBES = ("tensors", "torch_cuda", "nvml")  # `history` writes a stream file: only when asked for
 
 
@@ -87,6 +87,10 @@ def _make_probes(names: list[str], device: str, spec: dict | None = None) -> dic
             from sweeps.probes.allocator_history import make_probe as history_probe
 
             probes[name] = history_probe(spec or {"config": {}})
+        elif name == "host":
+            from sweeps.probes.host import make_probe as make_host_probe
+
+            probes[name] = make_host_probe(device, interval=0.01)
         else:
             raise ValueError(f"probe {name!r}: accepted values are {', '.join(PROBES)}")
     return probes
@@ -154,7 +158,7 @@ def execute(spec: dict) -> dict:
     from estimator.settings.versions import default_transformers
     from sweeps.probes import phases as phase_hooks
     from sweeps.records import environment_info
-    from sweeps.runner import grpo_setup, memory_limit
+    from sweeps.runner import deepspeed_config, grpo_setup, memory_limit
 
     # a spec that names no transformers release measures the installed one
     cfg = RunConfig.from_dict({"transformers_version": default_transformers(), **spec["config"]})
@@ -170,6 +174,8 @@ def execute(spec: dict) -> dict:
     tracker = phase_hooks.PhaseTracker(list(probes.values()))
     step_seconds: list[float] = []
     phase_hooks.install(trainer, tracker, step_seconds)
+    if deepspeed_config.uses_deepspeed(cfg.sharding):
+        deepspeed_config.install_step_phase(trainer, tracker)
     shapes: list[dict] = []
     original = trainer._generate_and_score_completions
 
@@ -291,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(arg) if arg.lstrip().startswith("{") else json.loads(Path(arg).read_text())
     die_with_parent(spec)
     _set_offline_env(spec["config"].get("device", "cuda"))
+    from sweeps.runner.deepspeed_config import prepare_process
+
+    prepare_process(spec["config"])  # ZeRO: a world of one process, before TRL / accelerate are imported
     if (spec.get("variant") or {}).get("weights") == "random":  # built from the catalog: never the hub
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:

@@ -46,7 +46,7 @@ def test_every_row_is_a_distinct_gpu_run_with_random_weights():
             row["gc"],
         )
         assert (c.optim, c.beta, c.use_vllm, c.dtype) == (row["optim"], row["beta"], row["vllm"], "bfloat16")
-        assert job.sweep == "gpu-validate" and job.probes == ["torch_cuda", "nvml"]
+        assert job.sweep == "gpu-validate" and job.probes == ["torch_cuda", "nvml", "host"]
         # no row is planned to run out of memory on an 80 GB card (estimated)
         assert estimate(c).peak_device_bytes < 80e9, name
 
