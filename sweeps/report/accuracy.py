@@ -30,10 +30,15 @@ SETS = {  # set name -> (source, sweep), reported on its own line as well
         "measured-cpu",
         "padded",
     ),  # left-padded GSM8K prompts, natural lengths, estimated at the maxima
+    # DeepSpeed ZeRO with CPU offload rehearsed on DeepSpeed's CPU accelerator: host and device are one memory
+    # there, so the live tensors count the offloaded master weights, gradients and Adam states that a GPU run
+    # keeps in host RAM; a check that the path runs, not a like-for-like error of the GPU estimate
+    "zero-offload on CPU": ("measured-cpu", "zero-cpu"),
 }
 # sets compared only on their own line: the padded runs are estimated at the maximum lengths on purpose (an upper
-# bound of natural-length batches), so they are not a like-for-like error and stay out of the per-source summaries
-OWN_LINE_ONLY = {SETS["padded"]}
+# bound of natural-length batches) and the ZeRO rehearsal counts host state as device memory, so neither is a
+# like-for-like error and both stay out of the per-source summaries
+OWN_LINE_ONLY = {SETS["padded"], SETS["zero-offload on CPU"]}
 DEFAULT_DIRS = tuple(str(p) for p in records.RESULT_DIRS)
 
 # (row config dict, stored config.json of a model built in code) -> (Estimate.to_dict()-like dict, error)
