@@ -50,8 +50,12 @@ def shard(cfg: RunConfig, component: str, nbytes: int) -> int:
 
 
 def gathered_weights(cfg: RunConfig, full_weights: int) -> int:
-    """ZeRO-3 gathers the full policy for generate (ds3_gather_for_generation=True, MU:141-150): full − own shard.
+    """ZeRO-3 gathers the full policy for generate (ds3_gather_for_generation=True, MU:141-150:
+    `deepspeed.zero.GatheredParameters(model.parameters())`): full − the shard already on this GPU. With
+    offload_param the shard lives on the host, so all of it is gathered onto the GPU, on one GPU too.
     (FSDP2 does not: TRL's summon_full_params is a no-op for it, trl/distributed.py `DistributedBackend.summon_full_params`; see estimator/step/fsdp.py.)"""
+    if cfg.sharding == "zero3" and cfg.offload_param:
+        return full_weights
     if cfg.sharding in ("zero3", "fsdp") and cfg.num_gpus > 1:
         return full_weights - shard(cfg, "weights", full_weights)
     return 0

@@ -77,3 +77,29 @@ def test_offload_flag_combinations_refused_in_one_line():
         RunConfig(num_gpus=2, sharding="fsdp", offload_optimizer=True)
     )
     assert offload_problem(RunConfig(num_gpus=2, sharding="zero3", offload_param=True)) is None
+
+
+def test_zero3_param_offload_gathers_every_weight_onto_the_gpu_for_generation():
+    """TRL's generation under ZeRO-3 (ds3_gather_for_generation=True) wraps `GatheredParameters(model.parameters())`:
+    with offload_param no shard stays on the GPU, so the whole bf16 policy is gathered there, on one GPU too."""
+    from estimator.settings.config import RunConfig
+    from estimator.step.estimate import estimate
+
+    params = (
+        1_543_714_304  # Qwen2.5-1.5B-Instruct: safetensors index total_size 3,087,428,608 bytes / 2 (bf16)
+    )
+    for gpus in (1, 4):
+        cfg = RunConfig(
+            model="1.5B",
+            dtype="bfloat16",
+            num_gpus=gpus,
+            sharding="zero3",
+            offload_optimizer=True,
+            offload_param=True,
+        )
+        gen = estimate(cfg).phases["generate"]
+        assert "weights" not in gen  # the partition lives on the host
+        assert gen["gathered_weights"] == 2 * params
+    # without offload, one GPU already holds all of it: nothing to gather
+    one = RunConfig(model="1.5B", dtype="bfloat16", num_gpus=1, sharding="zero3")
+    assert "gathered_weights" not in estimate(one).phases["generate"]
