@@ -1,6 +1,7 @@
 """The rooms' import rules: the estimator never imports sweeps, and no sweeps package imports a higher one.
 
-Layers, lowest first: records (row schema + I/O) < probes < runner < trace, mincard < report. Checked on the source
+Layers, lowest first: records (row schema + I/O) < probes < runner < trace, mincard < report < lease (what a
+GPU lease call runs and carries back). Checked on the source
 (every import statement, also those inside functions), so a lazy upward import fails too.
 """
 
@@ -8,7 +9,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-LAYERS = {"records": 0, "probes": 1, "runner": 2, "trace": 3, "mincard": 3, "report": 4}
+LAYERS = {"records": 0, "probes": 1, "runner": 2, "trace": 3, "mincard": 3, "report": 4, "lease": 5}
 
 
 def _imports(path: Path) -> list[str]:

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# One call of a GPU lease (docs/gpu-lease.md): the carried wheels installed beside the machine's own torch, the stack
+# checked in one line, one stage run so that it ends by itself inside the call's limit, then everything it measured
+# packed into $OUT (tarballs of repo-relative paths: unpack them at the repo root, `tar xzf`).
+#
+# Usage, at the repo root of the lent machine:  bash sweeps/lease/call.sh STAGE [SECONDS]
+#   mincard   the min-card lineup (grpo-vram-mincard): each configuration's smallest torch limit; its first run of
+#             each records torch's own allocator stream (the history probe) and the host probe
+#   zero      DeepSpeed ZeRO-2/3 with CPU offload (+experiment=zero-offload), after building DeepSpeed's CPU Adam op
+#   validate  the gpu-validate rows never measured (r10 r13 r14 r15) and one cast_lm_head_to_fp32 full fine-tune
+#             with the history probe
+# SECONDS (default 540) is the stage's whole budget, install and packing included; the call's limit is 600.
+# PYTHON (default python3) and STAGE_ARGS (appended to the stage's command) let a CPU machine rehearse a stage.
+set -uo pipefail
+stage=${1:-}
+budget=${2:-540}
+py=${PYTHON:-python3}
+out=${OUT:-outputs/lease}
+start=$SECONDS
+case $stage in mincard | zero | validate) ;; *)
+  echo "call.sh: stage '${stage:0:40}': accepted stages are mincard, zero, validate" >&2
+  exit 2
+  ;;
+esac
+case $budget in '' | *[!0-9]*)
+  echo "call.sh: SECONDS '${budget:0:40}': accepted values are whole seconds" >&2
+  exit 2
+  ;;
+esac
+mkdir -p "$out"
+left() { echo $((budget - (SECONDS - start))); }
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+  $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl ||
+    { echo "call.sh: the wheels in .whl/ did not install" >&2; exit 1; }
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
+$py - <<'EOF' | tee "$out/stack.txt"
+import importlib, platform, subprocess, torch
+names = ("transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes", "hydra", "deepspeed")
+found = []
+for n in names:
+    try:
+        found.append(f"{n} {importlib.import_module(n).__version__}")
+    except Exception as exc:  # a missing package is named, the stages that need it fail on their own
+        found.append(f"{n} missing ({type(exc).__name__})")
+gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA"
+driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                        capture_output=True, text=True).stdout.strip() if torch.cuda.is_available() else "-"
+print(f"stack: Python {platform.python_version()}, torch {torch.__version__}, {gpu}, driver {driver}; " + ", ".join(found))
+EOF
+
+sweep() { $py -c 'from sweeps.runner.app import main; main()' "$@"; }
+reserve=40 # seconds kept for packing
+case $stage in
+mincard)
+  # shellcheck disable=SC2086
+  $py -m sweeps.mincard.cli --budget-s "$(($(left) - reserve))" --baseline-probes history,host ${STAGE_ARGS:-}
+  $py -m sweeps.report.mincard --markdown results/MINCARD.md
+  ;;
+zero)
+  $py -c 'import torch; from deepspeed.ops.adam import DeepSpeedCPUAdam; DeepSpeedCPUAdam([torch.nn.Parameter(torch.zeros(1))])' ||
+    echo "call.sh: DeepSpeed's CPU Adam op did not build; the rows record why" >&2
+  # shellcheck disable=SC2086
+  timeout --signal=TERM "$(($(left) - reserve))" \
+    bash -c "$(declare -f sweep); py=$py; sweep --multirun +experiment=zero-offload ${STAGE_ARGS:-}"
+  ;;
+validate)
+  # shellcheck disable=SC2086
+  timeout --signal=TERM "$(($(left) - reserve))" bash -c "$(declare -f sweep); py=$py;
+    sweep --multirun +experiment=gpu-validate validate_row=r15 trainer.cast_lm_head_to_fp32=true probe=history ${STAGE_ARGS:-};
+    sweep --multirun +experiment=gpu-validate validate_row=r10,r13,r14,r15 ${STAGE_ARGS:-}"
+  ;;
+esac
+echo "call.sh: $stage ran $((SECONDS - start)) s of $budget"
+$py -m sweeps.lease.pack "$out"
