@@ -1,6 +1,6 @@
 """What a lease call measured, packed for the trip back: tarballs of repo-relative paths under a size cap.
 
-    python -m sweeps.lease.pack OUT_DIR [--cap-mib 15] [--max-files 7]
+    python -m sweeps.lease.pack [OUT_DIR] [--cap-mib 15] [--max-files 7]
 
 A lent machine returns at most 8 files of 16 MiB each (docs/gpu-lease.md), so everything the stages write (the rows
 in results/raw, the min-card trials, the real allocator streams and their index, the min-card table, the tail of
@@ -105,7 +105,7 @@ def pack(root: Path, out: Path, cap: int = 15 * MIB, max_files: int = 7) -> list
 
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="python -m sweeps.lease.pack", description=__doc__.splitlines()[0])
-    p.add_argument("out", help="the folder the lease returns ($OUT)")
+    p.add_argument("out", nargs="?", default="outputs/lease", help="the folder the lease returns ($OUT)")
     p.add_argument("--cap-mib", type=float, default=15.0, help="largest tarball in MiB (default 15)")
     p.add_argument("--max-files", type=int, default=7, help="most tarballs (default 7; $OUT returns 8 files)")
     args = p.parse_args(argv)

@@ -12,7 +12,11 @@ MODULES = [
     "sweeps.trace.streams",
     "sweeps.runner.legacy",
     "sweeps.report.allocator_check",
-    "sweeps.report.accuracy",
+    "sweeps.report.accuracy_cli",
+    "sweeps.report.mincard",
+    "sweeps.report.gpu_streams",
+    "sweeps.mincard.cli",
+    "sweeps.lease.pack",
     "sweeps.report.tables",
     "sweeps.report.fit_overheads",
 ]

@@ -55,7 +55,7 @@ def test_history_is_not_a_default_probe():
 
 def test_job_accepts_probe_history_with_its_options():
     job = to_job(_compose("probe=history", "device=cuda", "probe.history.min_bytes=4096"))
-    assert job.probes == ["torch_cuda", "nvml", "history"]
+    assert job.probes == ["torch_cuda", "nvml", "host", "history"]
     assert job.probe_options == {
         "history": {"out_dir": None, "max_entries": 20_000_000, "min_bytes": 4096, "free_at": "completed"}
     }
