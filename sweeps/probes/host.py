@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sweeps.probes.sampling import SamplingThread
+
 STATUS = Path("/proc/self/status")
 KIB = 1024
 
@@ -75,8 +77,10 @@ def pinned_stats() -> dict:
 
 
 @dataclass
-class HostProbe:
+class HostProbe(SamplingThread):
     """Samples this process's RSS every `interval` seconds on a thread; peaks overall and per phase."""
+
+    thread_name = "host-probe"
 
     reader: Callable[[], int] | None
     source: str = "measured-cpu"
@@ -104,38 +108,8 @@ class HostProbe:
             self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
             self.phases[self.phase] = max(self.phases.get(self.phase, 0), rss)
 
-    def set_phase(self, name: str) -> None:
-        """Label later samples with `name`; one sample at each boundary, so a short phase is seen."""
-        if self.available and self._thread is not None:
-            self.sample()
-        with self._lock:
-            self.phase = name
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval)
-
-    def start(self) -> HostProbe:
-        if self.available:
-            self.baseline_bytes = int(self.reader())
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._loop, name="host-probe", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join(timeout=5)
-            self.sample()
-            self._thread = None
-
-    def __enter__(self) -> HostProbe:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def read_baseline(self) -> int:
+        return int(self.reader())
 
     def result(self) -> dict:
         """{"available": False, "reason"} or the sampled peaks (bytes) overall and per phase, the kernel's high

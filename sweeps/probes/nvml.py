@@ -7,6 +7,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from sweeps.probes.sampling import SamplingThread
+
 
 @dataclass
 class NvmlDevice:
@@ -75,8 +77,10 @@ def open_cuda_device(cuda_index: int = 0):
 
 
 @dataclass
-class NvmlProbe:
+class NvmlProbe(SamplingThread):
     """Samples `device` every `interval` seconds on a thread; peaks overall and per phase."""
+
+    thread_name = "nvml-probe"
 
     device: object | None
     interval: float = 0.01
@@ -110,38 +114,8 @@ class NvmlProbe:
                 self.peak_process_bytes = max(self.peak_process_bytes or 0, proc)
                 self.phase_process_peaks[phase] = max(self.phase_process_peaks.get(phase, 0), proc)
 
-    def set_phase(self, name: str) -> None:
-        """Label later samples with `name` (one sample is taken at the boundary so short phases are seen)."""
-        if self.available and self._thread is not None:
-            self.sample()
-        with self._lock:
-            self.phase = name
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval)
-
-    def start(self) -> NvmlProbe:
-        if self.available:
-            self.baseline_bytes = self.device.used_bytes()
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._loop, name="nvml-probe", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join(timeout=5)
-            self.sample()
-            self._thread = None
-
-    def __enter__(self) -> NvmlProbe:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def read_baseline(self) -> int:
+        return self.device.used_bytes()
 
     def result(self) -> dict:
         """{"available": False, "reason"} or the peaks (bytes) overall and per phase."""
