@@ -193,7 +193,7 @@ def _check_runnable(settings: dict) -> None:
             )
 
 
-def _deepspeed_variant(config: RunConfig, variant: dict) -> None:
+def deepspeed_variant(config: RunConfig, variant: dict) -> None:
     """A ZeRO run's variant names its DeepSpeed config and, at ZeRO-3, whether generation gathers the parameters
     (GRPOConfig.ds3_gather_for_generation, default true: the estimator models that case only)."""
     key = deepspeed_config.GATHER_KEY
@@ -253,7 +253,7 @@ def to_job(cfg: DictConfig) -> Job:
     variant = {k: run[k] for k in RUN_KEYS if k in run}
     _check(variant.get("prompts", "synthetic"), PROMPTS, "run.prompts")
     _check_run(variant)
-    _deepspeed_variant(config, variant)
+    deepspeed_variant(config, variant)
     # run.weights enters the variant only when random, so rows measured before it existed keep their keys
     weights = run.get("weights", "pretrained")
     _check(weights, tiny.WEIGHTS, "run.weights")

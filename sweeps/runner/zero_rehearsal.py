@@ -11,13 +11,13 @@ labels, row) is the path a GPU lease takes. Needs deepspeed installed (`.venvs/d
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from estimator.settings.config import RunConfig
+from sweeps.oneline import OneLineParser
 from sweeps.runner import deepspeed_config, tiny
-from sweeps.runner.job import Job, _deepspeed_variant
+from sweeps.runner.job import Job, deepspeed_variant
 
 SHAPE = dict(
     model="tiny-2M",
@@ -40,7 +40,7 @@ def jobs(results_path: Path, timeout_s: float = 900.0) -> list[Job]:
     for case in CASES:
         cfg = RunConfig(**SHAPE, **case)
         variant = {"steps": 2, "tiny_model": tiny.spec_dict(cfg.model)}
-        _deepspeed_variant(cfg, variant)
+        deepspeed_variant(cfg, variant)
         out.append(
             Job(
                 config=cfg,
@@ -58,7 +58,7 @@ def jobs(results_path: Path, timeout_s: float = 900.0) -> list[Job]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeps.runner.zero_rehearsal", description=__doc__)
+    parser = OneLineParser(prog="python -m sweeps.runner.zero_rehearsal", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("results/raw/zero-cpu.jsonl"))
     args = parser.parse_args(argv)
     if not deepspeed_config.deepspeed_installed():

@@ -17,6 +17,7 @@ MODULES = [
     "sweeps.report.gpu_streams",
     "sweeps.mincard.cli",
     "sweeps.lease.pack",
+    "sweeps.runner.zero_rehearsal",
     "sweeps.report.tables",
     "sweeps.report.fit_overheads",
 ]
