@@ -550,8 +550,14 @@ def environment_info(device: str) -> dict:
     return {"versions": versions, "device": device_info(device)}
 
 
+# the commit of a checkout copied without its .git (a lent GPU machine's tree)
+COMMIT_ENV = "GRPO_VRAM_COMMIT"
+
+
 def git_commit(repo: str | os.PathLike = REPO) -> str | None:
-    """HEAD commit of this repo (with a `-dirty` suffix when the tree has changes), or None."""
+    """HEAD commit of this repo (with a `-dirty` suffix when the tree has changes); where git cannot tell (a copy of
+    the tree without .git), $GRPO_VRAM_COMMIT as given; else None."""
+    given = os.environ.get(COMMIT_ENV) or None
     try:
         head = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "HEAD"],
@@ -567,8 +573,8 @@ def git_commit(repo: str | os.PathLike = REPO) -> str | None:
             timeout=10,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return None
-    return head + ("-dirty" if dirty else "") if head else None
+        return given
+    return head + ("-dirty" if dirty else "") if head else given
 
 
 def base_row(

@@ -114,3 +114,12 @@ def test_environment_info_cpu():
         assert env["versions"]["driver"] is None  # no NVIDIA driver, no driver version
     assert set(env["versions"]) >= {"peft", "accelerate", "bitsandbytes", "transformers", "cuda"}
     assert env["versions"]["trl"].startswith("1.16")
+
+
+def test_commit_of_a_tree_without_git_comes_from_the_environment(tmp_path, monkeypatch):
+    """A lent GPU machine gets a copy of the tree without .git: the commit the lease call names is recorded."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # git must not find an enclosing repo
+    monkeypatch.delenv(records.COMMIT_ENV, raising=False)
+    assert records.git_commit(tmp_path) is None
+    monkeypatch.setenv(records.COMMIT_ENV, "0123abcd")
+    assert records.git_commit(tmp_path) == "0123abcd"
