@@ -51,12 +51,17 @@ def shard(cfg: RunConfig, component: str, nbytes: int) -> int:
 
 def gathered_weights(cfg: RunConfig, full_weights: int) -> int:
     """ZeRO-3 gathers the full policy for generate (ds3_gather_for_generation=True, MU:141-150:
-    `deepspeed.zero.GatheredParameters(model.parameters())`): full − the shard already on this GPU. With
-    offload_param the shard lives on the host, so all of it is gathered onto the GPU, on one GPU too.
-    (FSDP2 does not: TRL's summon_full_params is a no-op for it, trl/distributed.py `DistributedBackend.summon_full_params`; see estimator/step/fsdp.py.)"""
-    if cfg.sharding == "zero3" and cfg.offload_param:
+    `deepspeed.zero.GatheredParameters(model.parameters())`). DeepSpeed 0.19.8 `partition_parameters.py`: over
+    several GPUs the all-gather writes every parameter into a new full-size buffer (`_all_gather_dtype`'s
+    `flat_tensor`) while the rank's own partition (`ds_tensor`) stays allocated, so the GPU holds the full 16-bit
+    weights beside its shard; on one GPU `NoGatherHandle` points the parameter at its partition moved to the GPU,
+    no copy when the partition is already there, a full copy when offload_param keeps it on the host.
+    (FSDP2 does not gather for generation: TRL's summon_full_params is a no-op for it, trl/distributed.py
+    `DistributedBackend.summon_full_params`; estimator/step/fsdp.py. The FSDP branch below is the shard model of
+    QLoRA under FSDP, which is not traced.)"""
+    if cfg.sharding == "zero3" and (cfg.num_gpus > 1 or cfg.offload_param):
         return full_weights
-    if cfg.sharding in ("zero3", "fsdp") and cfg.num_gpus > 1:
+    if cfg.sharding == "fsdp" and cfg.num_gpus > 1:
         return full_weights - shard(cfg, "weights", full_weights)
     return 0
 

@@ -103,3 +103,10 @@ def test_zero3_param_offload_gathers_every_weight_onto_the_gpu_for_generation():
     # without offload, one GPU already holds all of it: nothing to gather
     one = RunConfig(model="1.5B", dtype="bfloat16", num_gpus=1, sharding="zero3")
     assert "gathered_weights" not in estimate(one).phases["generate"]
+    # over 4 GPUs the all-gather fills a full-size buffer beside the rank's own quarter (DeepSpeed's flat_tensor
+    # and ds_tensor): the whole policy again, the shard still counted under weights
+    four = estimate(RunConfig(model="1.5B", dtype="bfloat16", num_gpus=4, sharding="zero3")).phases[
+        "generate"
+    ]
+    assert four["gathered_weights"] == 2 * params
+    assert four["weights"] == 2 * -(-params // 4)
