@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from estimator.units import GIB
@@ -156,7 +156,6 @@ def run(args) -> int:
         for e in lineup.entries(wanted, args.overrides)
     ]
     measure.check_writable(results_path)
-    tpath = trials.trials_path(results_path)
     clock = time.monotonic
     deadline = clock() + args.budget_s if args.budget_s else None
     lock_path = results_path.with_name(f".{results_path.stem}.mincard.jsonl.lock")
@@ -166,40 +165,93 @@ def run(args) -> int:
             return 1
         measure.recover(results_path)
         versions = records.package_versions()
-        done = measure.skip_keys(results_path, versions)
-        todo = []
-        for e in entries:
-            if e.job.key in done:
-                print(f"skip {e.row} {e.job.key} {e.job.config.model}: already in {results_path}", flush=True)
-            else:
-                todo.append(e)
+        todo = _not_done(entries, results_path, versions)
         if not todo:
             return 0
-        devices = {e.job.config.device for e in todo}
-        if len(devices) != 1:
-            raise BadInput(f"device: the rows run on {sorted(devices)}; accepted: one device for the lineup")
-        card = schedule.Card(
-            usable_bytes=int(device_total(devices.pop(), args.device_total_bytes) * args.usable_fraction),
-            context_bytes=int(args.context_gib * GIB),
-            max_concurrent=args.max_concurrent,
+        searches = Searches(args, todo, trials.trials_path(results_path), _card(todo, args))
+        searches.resume(versions)
+        for model, seed, device in checkpoints.needed([e.job for e in todo]):
+            problem = checkpoints.build(model, seed, device)
+            if problem:
+                print(f"{PROG}: {problem}", file=sys.stderr)
+                return 1
+        complete = schedule.run(
+            searches.states,
+            searches.launch,
+            searches.card,
+            child_timeout_s=min(e.job.timeout_s for e in todo),
+            deadline=deadline,
+            on_trial=searches.on_trial,
+            on_done=searches.on_done,
+            clock=clock,
         )
-        if card.max_limit <= 0:
-            raise BadInput(f"--context-gib={args.context_gib!r}: leaves no memory for torch on this card")
-        cap = int(args.cap_gib * GIB) if args.cap_gib else None
-        states, kept = [], []
-        for e in todo:
+        if not complete:
+            left = sum(1 for s in searches.states if s.state == "searching")
+            print(
+                f"{PROG}: budget reached with {left} configuration(s) unfinished; their runs are kept in "
+                f"{searches.trials_path}, a rerun of the same command resumes them",
+                flush=True,
+            )
+    return 0
+
+
+def _not_done(entries: list, results_path: Path, versions: dict) -> list:
+    """The entries without a finished row in `results_path` (the sweep's one "already done" rule)."""
+    done = measure.skip_keys(results_path, versions)
+    todo = []
+    for e in entries:
+        if e.job.key in done:
+            print(f"skip {e.row} {e.job.key} {e.job.config.model}: already in {results_path}", flush=True)
+        else:
+            todo.append(e)
+    return todo
+
+
+def _card(todo: list, args) -> schedule.Card:
+    """The card the runs share: its usable bytes, each run's memory outside torch, the most runs at once."""
+    devices = {e.job.config.device for e in todo}
+    if len(devices) != 1:
+        raise BadInput(f"device: the rows run on {sorted(devices)}; accepted: one device for the lineup")
+    card = schedule.Card(
+        usable_bytes=int(device_total(devices.pop(), args.device_total_bytes) * args.usable_fraction),
+        context_bytes=int(args.context_gib * GIB),
+        max_concurrent=args.max_concurrent,
+    )
+    if card.max_limit <= 0:
+        raise BadInput(f"--context-gib={args.context_gib!r}: leaves no memory for torch on this card")
+    return card
+
+
+@dataclass
+class Searches:
+    """One search per configuration: its state, the runs kept so far, and what the scheduler calls back (a run
+    to start, a run finished, a search done)."""
+
+    args: object
+    todo: list
+    trials_path: Path
+    card: schedule.Card
+    states: list = field(default_factory=list)
+    kept: list = field(default_factory=list)
+    baselines_started: set = field(default_factory=set)
+    log_dir: Path = field(default_factory=lambda: Path("."))
+
+    def resume(self, versions: dict) -> None:
+        """Each configuration's search from its kept runs (none for a new one), its baseline under the cap."""
+        cap = int(self.args.cap_gib * GIB) if self.args.cap_gib else None
+        for e in self.todo:
             first = lineup.baseline_limit(e, cap)
             if first is None:
                 raise BadInput(f"row {e.row}: the estimator cannot size {e.job.config.model}; give --cap-gib")
             params = search.Params(
-                first_limit=min(first, card.max_limit),
-                max_limit=card.max_limit,
-                k=args.k,
-                resolution=args.resolution,
+                first_limit=min(first, self.card.max_limit),
+                max_limit=self.card.max_limit,
+                k=self.args.k,
+                resolution=self.args.resolution,
             )
-            lines = trials.load(tpath, e.job.key, versions)
-            kept.append(lines)
-            states.append(
+            lines = trials.load(self.trials_path, e.job.key, versions)
+            self.kept.append(lines)
+            self.states.append(
                 schedule.SearchState(params, [trials.as_trial(x) for x in lines], e.expected_s, seconds=[])
             )
             need = f"need {_gib(e.need_bytes)} (estimated)" if e.need_bytes else "need unknown"
@@ -208,82 +260,64 @@ def run(args) -> int:
                 f"{len(lines)} run(s) kept",
                 flush=True,
             )
-        for model, seed, device in checkpoints.needed([e.job for e in todo]):
-            problem = checkpoints.build(model, seed, device)
-            if problem:
-                print(f"{PROG}: {problem}", file=sys.stderr)
-                return 1
-        log_dir = Path(args.log_dir) / time.strftime("%Y%m%d-%H%M%S")
+        self.log_dir = Path(self.args.log_dir) / time.strftime("%Y%m%d-%H%M%S")
 
-        extra_probes = [p for p in args.baseline_probes.split(",") if p]
-        baselines_started: set[int] = set()
+    def launch(self, i: int, limit: int, timeout_s: float) -> ChildRun:
+        """The child run of search `i` under `limit`; a configuration's first run also gets the baseline probes."""
+        job = self.todo[i].job
+        workdir = Path(tempfile.mkdtemp(prefix=f"grpo-vram-mincard-{job.key}-"))
+        probes = list(job.probes)
+        if (
+            i not in self.baselines_started
+            and limit == self.states[i].params.first_limit
+            and not self.kept[i]
+        ):
+            self.baselines_started.add(i)  # the configuration's first run: its real stream comes back too
+            extra = [p for p in self.args.baseline_probes.split(",") if p]
+            probes += [p for p in extra if p not in probes]
+        spec = {
+            "config": job.config.to_dict(),
+            "variant": job.variant,
+            "probes": probes,
+            "probe_options": job.probe_options,
+            "inject_failure": job.inject_failure,
+            "result_path": str(workdir / "result.json"),
+            "workdir": str(workdir),
+            "remove_workdir_if_orphaned": True,
+            "memory_limit_bytes": limit,
+            "simulated_need_bytes": self.args.simulated_need_bytes,
+        }
+        log = self.log_dir / f"{self.todo[i].row}-{limit}.log"
+        return ChildRun(spec, timeout_s, log, self.args.child_module)
 
-        def launch(i: int, limit: int, timeout_s: float) -> ChildRun:
-            job = todo[i].job
-            workdir = Path(tempfile.mkdtemp(prefix=f"grpo-vram-mincard-{job.key}-"))
-            probes = list(job.probes)
-            if i not in baselines_started and limit == states[i].params.first_limit and not kept[i]:
-                baselines_started.add(i)  # the configuration's first run: its real stream comes back too
-                probes += [p for p in extra_probes if p not in probes]
-            spec = {
-                "config": job.config.to_dict(),
-                "variant": job.variant,
-                "probes": probes,
-                "probe_options": job.probe_options,
-                "inject_failure": job.inject_failure,
-                "result_path": str(workdir / "result.json"),
-                "workdir": str(workdir),
-                "remove_workdir_if_orphaned": True,
-                "memory_limit_bytes": limit,
-                "simulated_need_bytes": args.simulated_need_bytes,
-            }
-            return ChildRun(spec, timeout_s, log_dir / f"{todo[i].row}-{limit}.log", args.child_module)
-
-        def on_trial(f: schedule.Finished) -> search.Trial | None:
-            e = todo[f.search]
-            line = trials.trial_line(e.job.key, args.name, f.limit_bytes, f.result, f.seconds)
-            t = line["trial"]
-            print(
-                f"{e.row} limit {_gib(f.limit_bytes)}: {t['status']} (reserved {_gib(t['peak_reserved_bytes'])}, "
-                f"{f.seconds:.0f} s)" + (f": {t['error']}" if t["status"] == "error" else ""),
-                flush=True,
-            )
-            if t["status"] == "error":
-                return None  # a crash bounds nothing: not kept, run again
-            trials.record(tpath, line)
-            kept[f.search].append(line)
-            return trials.as_trial(line)
-
-        def on_done(i: int) -> None:
-            e, s = todo[i], states[i]
-            row = rows.make_mincard_row(e.job, kept[i], s.state, s.params)
-            with measure.signals_deferred():
-                measure.store_row(e.job, row, Path(tempfile.gettempdir()))
-            m = row["mincard"]
-            print(
-                f"{row['status']} {e.row} {e.job.key} {e.job.config.model}: min {_gib(m['min_torch_bytes'])}, "
-                f"max failing {_gib(m['max_failing_bytes'])} ({len(m['limits_tried'])} runs)",
-                flush=True,
-            )
-
-        complete = schedule.run(
-            states,
-            launch,
-            card,
-            child_timeout_s=min(e.job.timeout_s for e in todo),
-            deadline=deadline,
-            on_trial=on_trial,
-            on_done=on_done,
-            clock=clock,
+    def on_trial(self, f: schedule.Finished) -> search.Trial | None:
+        """A finished run, kept at once (a crash bounds nothing: not kept, run again)."""
+        e = self.todo[f.search]
+        line = trials.trial_line(e.job.key, self.args.name, f.limit_bytes, f.result, f.seconds)
+        t = line["trial"]
+        print(
+            f"{e.row} limit {_gib(f.limit_bytes)}: {t['status']} (reserved {_gib(t['peak_reserved_bytes'])}, "
+            f"{f.seconds:.0f} s)" + (f": {t['error']}" if t["status"] == "error" else ""),
+            flush=True,
         )
-        if not complete:
-            left = sum(1 for s in states if s.state == "searching")
-            print(
-                f"{PROG}: budget reached with {left} configuration(s) unfinished; their runs are kept in {tpath}, "
-                "a rerun of the same command resumes them",
-                flush=True,
-            )
-    return 0
+        if t["status"] == "error":
+            return None
+        trials.record(self.trials_path, line)
+        self.kept[f.search].append(line)
+        return trials.as_trial(line)
+
+    def on_done(self, i: int) -> None:
+        """Search `i` ended: its one row, written atomically."""
+        e, s = self.todo[i], self.states[i]
+        row = rows.make_mincard_row(e.job, self.kept[i], s.state, s.params)
+        with measure.signals_deferred():
+            measure.store_row(e.job, row, Path(tempfile.gettempdir()))
+        m = row["mincard"]
+        print(
+            f"{row['status']} {e.row} {e.job.key} {e.job.config.model}: min {_gib(m['min_torch_bytes'])}, "
+            f"max failing {_gib(m['max_failing_bytes'])} ({len(m['limits_tried'])} runs)",
+            flush=True,
+        )
 
 
 class Terminated(BaseException):
