@@ -146,6 +146,68 @@ def reserved_bytes(snapshot: dict | None, device: int = 0) -> int:
     )
 
 
+class _Replay:
+    """The stream being built from torch's trace entries: live blocks by address, ids reused as the simulator
+    expects, the requested bytes, and torch's reserved curve walked from its segment events."""
+
+    def __init__(self, out: Converted, min_bytes: int) -> None:
+        self.out = out
+        self.min_bytes = min_bytes
+        self.ids = _Ids()
+        self.live: dict[int, int] = {}  # address -> id
+        self.sizes: dict[int, int] = {}  # address -> requested size (live, kept or dropped)
+        self.dropped: set[int] = set()
+        self.requested = 0
+        self.label = ""
+
+    def stream_of(self, handle) -> int:
+        return self.out.streams.setdefault(int(handle or 0), len(self.out.streams))
+
+    def alloc(self, addr: int, size: int, stream) -> None:
+        s = self.stream_of(stream)
+        if addr in self.sizes:  # never freed (its free fell outside the trace): free it first
+            self.out.reallocs += 1
+            self.free(addr)
+        self.sizes[addr] = size
+        self.requested += size
+        self.out.requested_peak = max(self.out.requested_peak, self.requested)
+        if size < self.min_bytes:
+            self.dropped.add(addr)
+            self.out.dropped_allocs += 1
+            return
+        i = self.ids.take()
+        self.live[addr] = i
+        self.out.events.append((ALLOC, i, size, s))
+
+    def free(self, addr: int) -> None:
+        if addr not in self.sizes:
+            self.out.unmatched_frees += 1
+            return
+        self.requested -= self.sizes.pop(addr)
+        if addr in self.dropped:
+            self.dropped.discard(addr)
+            return
+        i = self.live.pop(addr)
+        self.out.events.append((FREE, i))
+        self.ids.give(i)
+
+    def enter(self, mark: PhaseMark) -> None:
+        """A phase begins: its mark in the stream, and the reserved bytes it starts with."""
+        self.label = mark.label
+        self.out.events.append((MARK, mark.label))
+        phases = self.out.reserved_phases
+        phases[mark.label] = max(phases.get(mark.label, 0), self.out.reserved_end)
+
+    def segment(self, delta: int) -> None:
+        """torch mapped (+) or released (-) device memory: the reserved curve and its peaks."""
+        out = self.out
+        out.reserved_end += delta
+        if out.reserved_end > out.reserved_peak:
+            out.reserved_peak, out.reserved_peak_phase = out.reserved_end, self.label
+        if self.label:
+            out.reserved_phases[self.label] = max(out.reserved_phases.get(self.label, 0), out.reserved_end)
+
+
 def convert(
     snapshot: dict,
     marks: Sequence[PhaseMark] = (),
@@ -167,77 +229,26 @@ def convert(
     traces = snapshot.get("device_traces") or []
     trace: Iterable[dict] = traces[device] if device < len(traces) else []
     free_action = "free_" + free_at
-    ids = _Ids()
-    live: dict[int, int] = {}  # address -> id
-    sizes: dict[int, int] = {}  # address -> requested size (live, kept or dropped)
-    dropped: set[int] = set()
-    streams: dict[int, int] = {}
-    events: list[tuple] = []
-    actions: dict[str, int] = {}
-
-    def stream_of(handle) -> int:
-        return streams.setdefault(int(handle or 0), len(streams))
-
-    requested = peak_requested = 0
-
-    def alloc(addr: int, size: int, stream) -> None:
-        nonlocal requested, peak_requested
-        s = stream_of(stream)
-        if addr in sizes:  # never freed (its free fell outside the trace): free it first
-            out.reallocs += 1
-            free(addr)
-        sizes[addr] = size
-        requested += size
-        peak_requested = max(peak_requested, requested)
-        if size < min_bytes:
-            dropped.add(addr)
-            out.dropped_allocs += 1
-            return
-        i = ids.take()
-        live[addr] = i
-        events.append((ALLOC, i, size, s))
-
-    def free(addr: int) -> None:
-        nonlocal requested
-        if addr not in sizes:
-            out.unmatched_frees += 1
-            return
-        requested -= sizes.pop(addr)
-        if addr in dropped:
-            dropped.discard(addr)
-            return
-        i = live.pop(addr)
-        events.append((FREE, i))
-        ids.give(i)
-
     reserved = reserved_bytes(start, device)
-    out = Converted(events, actions, reserved, reserved, reserved, "", {}, 0)
+    out = Converted([], {}, reserved, reserved, reserved, "", {}, 0)
+    replay = _Replay(out, min_bytes)
     for addr, size, stream in live_blocks(start, device):
-        alloc(addr, size, stream)
+        replay.alloc(addr, size, stream)
         out.initial_blocks += 1
-
+    # a mark is placed once torch's counters reach it: its counts are of the whole run, the trace's of what it kept
     pending = sorted(marks, key=lambda m: (m.allocs, m.frees))
     pending = [PhaseMark(m.allocs - lost[0], m.frees - lost[1], m.label) for m in pending]
     n_alloc = n_free = 0
-    label = ""
-    phases = out.reserved_phases
     prev: dict | None = None
-
-    def enter(m: PhaseMark) -> None:
-        nonlocal label
-        label = m.label
-        events.append((MARK, label))
-        phases[label] = max(phases.get(label, 0), reserved)
-
     for e in trace:
         action = e.get("action", "?")
-        actions[action] = actions.get(action, 0) + 1
+        out.actions[action] = out.actions.get(action, 0) + 1
         if action != "free_completed":
             while pending and pending[0].allocs <= n_alloc and pending[0].frees <= n_free:
-                enter(pending.pop(0))
+                replay.enter(pending.pop(0))
         if action == "alloc":
             n_alloc += 1
-            alloc(int(e["addr"]), int(e["size"]), e.get("stream"))
+            replay.alloc(int(e["addr"]), int(e["size"]), e.get("stream"))
         elif action == "free_requested":
             n_free += 1
         elif action == "free_completed" and not (
@@ -245,19 +256,12 @@ def convert(
         ):
             out.deferred_frees += 1
         if action == free_action:
-            free(int(e["addr"]))
+            replay.free(int(e["addr"]))
         elif action in SEGMENT_GROW or action in SEGMENT_SHRINK:
-            reserved += int(e["size"]) if action in SEGMENT_GROW else -int(e["size"])
-            if reserved > out.reserved_peak:
-                out.reserved_peak, out.reserved_peak_phase = reserved, label
-            if label:
-                phases[label] = max(phases.get(label, 0), reserved)
+            replay.segment(int(e["size"]) if action in SEGMENT_GROW else -int(e["size"]))
         prev = e
     for m in pending:
-        enter(m)
-    out.reserved_end = reserved
-    out.requested_peak = peak_requested
-    out.streams = streams
+        replay.enter(m)
     out.truncated = lost != (0, 0)
     return out
 
