@@ -79,6 +79,26 @@ def _title(cfg: dict) -> str:
 
 def section(real: dict, traced: dict | None, result: dict | None) -> list[str]:
     """The markdown of one real stream: its numbers, each labelled by where it came from."""
+    lines = _real_stream(real)
+    if traced is None or result is None:
+        return [
+            *lines,
+            "",
+            "No traced stream of this config: rerun with `--trace-missing` (CPU, minutes).",
+            "",
+        ]
+    return [
+        *lines,
+        *_fidelity(traced, result),
+        *_phase_table(real.get("torch_reserved", {}), result["real"], result["traced"]),
+        *_size_classes(result["profile"]),
+        *_unmatched(result["unmatched"]),
+        *_reserves(result["real"], result["traced"]),
+    ]
+
+
+def _real_stream(real: dict) -> list[str]:
+    """The real stream's own figures, and what it may be missing (measured-gpu)."""
     tr = real.get("torch_reserved", {})
     lines = [f"## {real['key']}: {_title(real['config'])}", ""]
     lines.append(
@@ -98,11 +118,13 @@ def section(real: dict, traced: dict | None, result: dict | None) -> list[str]:
             f"The trace is incomplete: {real.get('lost')} (allocations, frees) lost to the ring buffer, "
             f"{real.get('unmatched_frees')} frees of unseen blocks."
         )
-    if traced is None or result is None:
-        lines += ["", "No traced stream of this config: rerun with `--trace-missing` (CPU, minutes).", ""]
-        return lines
-    f, r, t = result["fidelity"], result["real"], result["traced"]
-    lines += [
+    return lines
+
+
+def _fidelity(traced: dict, result: dict) -> list[str]:
+    """(a): the simulator replaying the real stream against torch's own reserved peak."""
+    f = result["fidelity"]
+    return [
         f"Traced stream `{traced['stream']}` (traced, {traced.get('steps')} steps, cut to the real "
         f"{result['steps']}).",
         "",
@@ -112,14 +134,19 @@ def section(real: dict, traced: dict | None, result: dict | None) -> list[str]:
         + (f" ({100 * f['error_fraction']:+.2f} %)" if f["error_fraction"] is not None else "")
         + f"; torch had {_gib(f['measured_start_reserved'])} GiB reserved when the recording began.",
         "",
+    ]
+
+
+def _phase_table(tr: dict, r: dict, t: dict) -> list[str]:
+    """(b): allocated and reserved per phase, real against traced, beside torch's own reserved."""
+    lines = [
         "**(b) The streams (GiB)**",
         "",
         "| phase | allocated, real (simulated blocks) | allocated, traced (simulated blocks) | reserved, torch "
         "(measured-gpu) | reserved, real (simulated) | reserved, traced (simulated) |",
         "|---|---|---|---|---|---|",
     ]
-    phases = sorted(set(r["phases"]) | set(t["phases"]) | set(tr.get("phases", {})))
-    for p in phases:
+    for p in sorted(set(r["phases"]) | set(t["phases"]) | set(tr.get("phases", {}))):
         rp, tp = r["phases"].get(p, [None, None]), t["phases"].get(p, [None, None])
         torch_p = max(
             (v for k, v in tr.get("phases", {}).items() if stream_diff.phase_name(k) == p), default=None
@@ -131,14 +158,18 @@ def section(real: dict, traced: dict | None, result: dict | None) -> list[str]:
         f"| **peak** | {_gib(r['peak_allocated'])} | {_gib(t['peak_allocated'])} | "
         f"{_gib(tr.get('peak_bytes'))} | {_gib(r['peak_reserved'])} | {_gib(t['peak_reserved'])} |"
     )
-    lines += [
+    return lines
+
+
+def _size_classes(prof: dict) -> list[str]:
+    """Allocations by size class and phase, real against traced."""
+    lines = [
         "",
         "Allocations by size class and phase: count / GiB requested, real (measured-gpu) vs traced (traced).",
         "",
         "| phase | " + " | ".join(f"{n} real | {n} traced" for n, _ in stream_diff.SIZE_CLASSES) + " |",
         "|---|" + "---|---|" * len(stream_diff.SIZE_CLASSES),
     ]
-    prof = result["profile"]
     for p in sorted(set(prof["real"]) | set(prof["traced"])):
         cells = []
         for n, _ in stream_diff.SIZE_CLASSES:
@@ -146,20 +177,29 @@ def section(real: dict, traced: dict | None, result: dict | None) -> list[str]:
                 c, b = prof[side].get(p, {}).get(n, [0, 0])
                 cells.append(f"{c} / {b / 2**30:.2f}")
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
-    lines += [
+    return lines
+
+
+def _unmatched(unmatched: list[dict]) -> list[str]:
+    """The largest request sizes only the real stream makes: what the CPU trace misses."""
+    lines = [
         "",
         "Largest request sizes in the real stream that the traced stream never makes (measured-gpu):",
         "",
     ]
-    if not result["unmatched"]:
-        lines.append("none: every size the real run requests, the trace requests too.")
-    else:
-        lines += ["| size (MiB) | count | GiB in all | first phase |", "|---|---|---|---|"]
-    for u in result["unmatched"]:
+    if not unmatched:
+        return [*lines, "none: every size the real run requests, the trace requests too."]
+    lines += ["| size (MiB) | count | GiB in all | first phase |", "|---|---|---|---|"]
+    for u in unmatched:
         lines.append(
             f"| {u['size'] / 2**20:.2f} | {u['count']} | {u['bytes'] / 2**30:.2f} | {u['first_phase']} |"
         )
-    lines += ["", "**(c) The reserve each stream implies (simulated, GiB)**", ""]
+    return lines
+
+
+def _reserves(r: dict, t: dict) -> list[str]:
+    """(c): the reserve each stream implies under the simulated allocator."""
+    lines = ["", "**(c) The reserve each stream implies (simulated, GiB)**", ""]
     for name, s in (("real", r), ("traced", t)):
         need = (
             f"; smallest limit that runs it {_gib(s['min_device_limit'])}, {_gib(s['need'])} over peak allocated"
