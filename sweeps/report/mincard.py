@@ -94,6 +94,10 @@ def summary_lines(rows: Iterable[dict], figures: Figures = estimated_figures) ->
 
 def markdown(t: list[dict]) -> str:
     """The table as markdown, every number labelled with its source."""
+    if not t:
+        return (
+            f"No {SOURCE} min-card rows yet: `make gpu-mincard` on a GPU writes results/raw/mincard.jsonl.\n"
+        )
     lines = [
         "| config | min torch limit (measured-gpu) | torch-limit figure (estimated) | error | "
         "fit figure (estimated) | error |",

@@ -86,3 +86,8 @@ def test_makefile_target_runs_the_yaml_rows_in_order():
         yaml.safe_load(YAML.read_text())["mincard"]["rows"]
     )
     assert "gpu-mincard:" in make and "-m sweeps.mincard.cli" in make
+
+
+def test_empty_table_says_so_instead_of_a_bare_header():
+    text = mincard.markdown([])
+    assert text.startswith("No measured-gpu min-card rows yet") and "|" not in text
