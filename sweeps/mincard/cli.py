@@ -296,8 +296,8 @@ class Searches:
         line = trials.trial_line(e.job.key, self.args.name, f.limit_bytes, f.result, f.seconds)
         t = line["trial"]
         print(
-            f"{e.row} limit {_gib(f.limit_bytes)}: {t['status']} (reserved {_gib(t['peak_reserved_bytes'])}, "
-            f"{f.seconds:.0f} s)" + (f": {t['error']}" if t["status"] == "error" else ""),
+            f"{e.row} limit {_gib(f.limit_bytes)}: {t['status']} (reserved {_gib(t['peak_reserved_bytes'])} "
+            f"{e.job.source}, {f.seconds:.0f} s)" + (f": {t['error']}" if t["status"] == "error" else ""),
             flush=True,
         )
         if t["status"] == "error":
@@ -315,7 +315,7 @@ class Searches:
         m = row["mincard"]
         print(
             f"{row['status']} {e.row} {e.job.key} {e.job.config.model}: min {_gib(m['min_torch_bytes'])}, "
-            f"max failing {_gib(m['max_failing_bytes'])} ({len(m['limits_tried'])} runs)",
+            f"max failing {_gib(m['max_failing_bytes'])} ({e.job.source}, {len(m['limits_tried'])} runs)",
             flush=True,
         )
 
