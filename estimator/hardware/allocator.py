@@ -293,6 +293,17 @@ class _Block:
     def is_split(self) -> bool:
         return self.prev is not None or self.next is not None
 
+    def split(self, size: int) -> _Block:
+        """Keep the first `size` bytes; the rest becomes a new block linked right after this one, with the same
+        pool, stream and kind (torch's `splitBlock` / `map_block` remainder); returns it."""
+        rest = _Block(self.size - size, self.addr + size, self.small, self.stream, self.expandable)
+        rest.prev, rest.next = self, self.next
+        if self.next:
+            self.next.prev = rest
+        self.next = rest
+        self.size = size
+        return rest
+
 
 @dataclass(frozen=True)
 class SimResult:
@@ -395,13 +406,7 @@ class CachingAllocator:
         if not block:
             return False
         if should_split(block.size, size, small, s):
-            rest = _Block(block.size - size, block.addr + size, small, stream, block.expandable)
-            rest.prev, rest.next = block, block.next
-            if block.next:
-                block.next.prev = rest
-            block.next = rest
-            block.size = size
-            self._insert(rest)
+            self._insert(block.split(size))
         block.allocated = True
         self.live[key] = block
         self.allocated += block.size
@@ -603,13 +608,8 @@ class CachingAllocator:
         self._erase_unmapped(b)
         b.mapped = True
         if mapped < b.size:
-            rest = _Block(b.size - mapped, b.addr + mapped, b.small, b.stream, expandable=True)
+            rest = b.split(mapped)
             rest.mapped = False
-            rest.prev, rest.next = b, b.next
-            if b.next:
-                b.next.prev = rest
-            b.next = rest
-            b.size = mapped
             self._insert_unmapped(rest)
         for n in (b.prev, b.next):
             if n is not None and not n.allocated and n.mapped:
