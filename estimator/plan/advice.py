@@ -72,63 +72,26 @@ class Advice:
     plan: Option | None = None
 
 
-# ---- the single changes; each takes (cfg, arch, fits) and returns the changed config(s) ----
+# ---- the single changes; each takes (cfg, fits) and returns the changed config(s) ----
 
 
-def _load_bf16(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
-    if cfg.dtype != "float32" or cfg.load_in_4bit:
-        return []
-    return [
-        Change(
-            "bf16",
-            "load in bf16 (model_init_kwargs dtype: bfloat16)",
-            1,
-            cfg.with_(dtype="bfloat16"),
-            "bf16 weights and optimizer state instead of fp32 (bf16 autocast already computes in bf16)",
-        )
-    ]
+@dataclass(frozen=True, eq=False)
+class Toggle:
+    """A single change that either applies to a config or not, and then sets fixed values: called like the other
+    changes, `(cfg, fits) -> [Change]` (empty when `when(cfg)` is false)."""
 
+    key: str
+    label: str | Callable[[RunConfig], str]
+    cost: int
+    when: Callable[[RunConfig], bool]
+    edits: dict
+    tradeoff: str
 
-def _grad_ckpt(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
-    if cfg.gradient_checkpointing:
-        return []
-    return [
-        Change(
-            "gc",
-            "--gradient-checkpointing",
-            1,
-            cfg.with_(gradient_checkpointing=True),
-            "each layer's forward runs twice: the training step is roughly a third slower",
-        )
-    ]
-
-
-def _adam8bit(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
-    if cfg.device != "cuda" or cfg.optim not in ("adamw_torch_fused", "adamw_torch", "paged_adamw_32bit"):
-        return []
-    return [
-        Change(
-            "adam8",
-            "--optim adamw_bnb_8bit",
-            2,
-            cfg.with_(optim="adamw_bnb_8bit"),
-            "8-bit AdamW moments (block-wise quantized): usually no visible quality change",
-        )
-    ]
-
-
-def _lora(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
-    if cfg.use_peft:
-        return []
-    return [
-        Change(
-            "lora",
-            f"--use-peft (LoRA r={cfg.lora_r})",
-            4,
-            cfg.with_(use_peft=True),
-            "trains adapters only: fewer trainable parameters, may learn less than a full fine-tune",
-        )
-    ]
+    def __call__(self, cfg: RunConfig, fits: FitsFn | None = None) -> list[Change]:
+        if not self.when(cfg):
+            return []
+        label = self.label(cfg) if callable(self.label) else self.label
+        return [Change(self.key, label, self.cost, cfg.with_(**self.edits), self.tradeoff)]
 
 
 def _prequantized(cfg: RunConfig) -> bool:
@@ -139,37 +102,83 @@ def _prequantized(cfg: RunConfig) -> bool:
         return False
 
 
-def _qlora(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
-    if cfg.load_in_4bit or cfg.device != "cuda" or _prequantized(cfg):
-        return []
-    return [
-        Change(
-            "qlora",
-            "--qlora (LoRA on a 4-bit base)",
-            5,
-            cfg.with_(use_peft=True, load_in_4bit=True),
-            "4-bit NF4 base: slower (dequantized every matmul), a small quality loss",
-        )
-    ]
+def _colocated_vllm(cfg: RunConfig) -> bool:
+    return cfg.use_vllm and cfg.vllm_mode == "colocate"
 
 
-def _vllm_sleep(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
-    if not (cfg.use_vllm and cfg.vllm_mode == "colocate") or cfg.vllm_sleeps:
-        return []
-    return [
-        Change(
-            "sleep",
-            "--vllm-enable-sleep-mode",
-            1,
-            cfg.with_(vllm_enable_sleep_mode=True, vllm_sleep_level=None),
-            "vLLM frees its weights and KV cache while training (level 2): every step re-pushes the weights",
-        )
-    ]
+_load_bf16 = Toggle(
+    "bf16",
+    "load in bf16 (model_init_kwargs dtype: bfloat16)",
+    1,
+    lambda cfg: cfg.dtype == "float32" and not cfg.load_in_4bit,
+    {"dtype": "bfloat16"},
+    "bf16 weights and optimizer state instead of fp32 (bf16 autocast already computes in bf16)",
+)
+_grad_ckpt = Toggle(
+    "gc",
+    "--gradient-checkpointing",
+    1,
+    lambda cfg: not cfg.gradient_checkpointing,
+    {"gradient_checkpointing": True},
+    "each layer's forward runs twice: the training step is roughly a third slower",
+)
+_adam8bit = Toggle(
+    "adam8",
+    "--optim adamw_bnb_8bit",
+    2,
+    lambda cfg: (
+        cfg.device == "cuda" and cfg.optim in ("adamw_torch_fused", "adamw_torch", "paged_adamw_32bit")
+    ),
+    {"optim": "adamw_bnb_8bit"},
+    "8-bit AdamW moments (block-wise quantized): usually no visible quality change",
+)
+_lora = Toggle(
+    "lora",
+    lambda cfg: f"--use-peft (LoRA r={cfg.lora_r})",
+    4,
+    lambda cfg: not cfg.use_peft,
+    {"use_peft": True},
+    "trains adapters only: fewer trainable parameters, may learn less than a full fine-tune",
+)
+_qlora = Toggle(
+    "qlora",
+    "--qlora (LoRA on a 4-bit base)",
+    5,
+    lambda cfg: not cfg.load_in_4bit and cfg.device == "cuda" and not _prequantized(cfg),
+    {"use_peft": True, "load_in_4bit": True},
+    "4-bit NF4 base: slower (dequantized every matmul), a small quality loss",
+)
+_vllm_sleep = Toggle(
+    "sleep",
+    "--vllm-enable-sleep-mode",
+    1,
+    lambda cfg: _colocated_vllm(cfg) and not cfg.vllm_sleeps,
+    {"vllm_enable_sleep_mode": True, "vllm_sleep_level": None},
+    "vLLM frees its weights and KV cache while training (level 2): every step re-pushes the weights",
+)
+_offload_optimizer = Toggle(  # DeepSpeed ZeRO-Offload of the optimizer state
+    "offload",
+    "--offload-optimizer (DeepSpeed offload_optimizer: cpu)",
+    3,
+    lambda cfg: cfg.sharding in ("zero2", "zero3") and not cfg.offload_optimizer,
+    {"offload_optimizer": True},
+    "AdamW state and step on the CPU: slower optimizer steps, needs host RAM for the fp32 state",
+)
+_vllm_server = (
+    Toggle(  # vLLM on a GPU of its own (`trl vllm-serve`): the training GPUs keep none of its share
+        "vllm_server",
+        "--vllm-mode server (vLLM on a GPU of its own: trl vllm-serve)",
+        3,
+        _colocated_vllm,
+        {"vllm_mode": "server"},
+        "needs one more GPU for vLLM; generation no longer waits on the training GPUs' memory",
+    )
+)
 
 
 def _vllm_share(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     """A smaller vLLM share: the largest that fits, never below what holds one prompt + completion request."""
-    if not (cfg.use_vllm and cfg.vllm_mode == "colocate"):
+    if not _colocated_vllm(cfg):
         return []
     floor = vllm_floor(cfg)
     u = cfg.vllm_gpu_memory_utilization
@@ -186,38 +195,6 @@ def _vllm_share(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
             cfg.with_(vllm_gpu_memory_utilization=pick),
             f"a smaller KV cache (down to {floor} still holds one {cfg.sequence_length}-token request, with "
             "vllm_max_model_length set to it): fewer sequences at once, generation may run in waves",
-        )
-    ]
-
-
-def _offload_optimizer(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
-    """DeepSpeed ZeRO-Offload of the optimizer state, when RunConfig carries `offload_optimizer`."""
-    if "offload_optimizer" not in RunConfig.field_names() or cfg.sharding not in ("zero2", "zero3"):
-        return []
-    if getattr(cfg, "offload_optimizer", False):
-        return []
-    return [
-        Change(
-            "offload",
-            "--offload-optimizer (DeepSpeed offload_optimizer: cpu)",
-            3,
-            cfg.with_(offload_optimizer=True),
-            "AdamW state and step on the CPU: slower optimizer steps, needs host RAM for the fp32 state",
-        )
-    ]
-
-
-def _vllm_server(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
-    """Move vLLM to a GPU of its own (`trl vllm-serve`): the training GPUs keep none of its share."""
-    if not (cfg.use_vllm and cfg.vllm_mode == "colocate"):
-        return []
-    return [
-        Change(
-            "vllm_server",
-            "--vllm-mode server (vLLM on a GPU of its own: trl vllm-serve)",
-            3,
-            cfg.with_(vllm_mode="server"),
-            "needs one more GPU for vLLM; generation no longer waits on the training GPUs' memory",
         )
     ]
 
