@@ -12,6 +12,7 @@ from estimator.plan.layout import Layout
 from estimator.plan.solve import Solution
 from estimator.step.estimate import SOURCE, Estimate
 from estimator.terms.phase_names import PHASE_HELP, PHASES
+from estimator.terms.sharding import deepspeed_dtype_config
 from estimator.terms.vllm import VERSION as VLLM_VERSION
 from estimator.units import gib
 
@@ -454,10 +455,13 @@ def verdict(est: Estimate, fits: list[Fit], target: Fit | None, reference: Fit |
 def run_line(est: Estimate) -> str:
     """What was estimated, in a few words: model, weights, method, sequences x tokens, GPUs, vLLM."""
     c = est.config
+    held = deepspeed_dtype_config(c).dtype  # DeepSpeed casts the module to bf16 under bf16 mixed precision
     weights = (
         "4-bit base"
         if c.load_in_4bit
-        else {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(c.dtype, c.dtype) + " weights"
+        else {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(held, held)
+        + " weights"
+        + (" (cast by DeepSpeed)" if held != c.dtype else "")
     )
     method = (
         f"QLoRA r{c.lora_r}" if c.load_in_4bit else (f"LoRA r{c.lora_r}" if c.use_peft else "full fine-tune")
