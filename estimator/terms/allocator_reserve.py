@@ -93,6 +93,11 @@ def fitted_fraction(cfg: RunConfig, peak_allocated: int, variant: str = "default
     fit = _table()["fit"].get(variant)
     if not fit:
         return 0.07  # no table: AgileRL arena's measured slack (the estimator's former flat fraction)
+    return fitted_from(fit, cfg, peak_allocated)
+
+
+def fitted_from(fit: dict, cfg: RunConfig, peak_allocated: int) -> float:
+    """One fitted model's fraction at `cfg`: intercept + coefficients · `features`, + its LOO margin, at least 0."""
     f = features(cfg, peak_allocated)
     central = fit["intercept"] + sum(fit["coef"][k] * f[k] for k in fit["coef"])
     margin = max(0.0, -min(fit["loo_errors"]))

@@ -1,11 +1,19 @@
-"""Record the allocation streams of a few traced GRPO runs (3 steps each) and simulate the caching allocator on them.
+"""Record the allocation streams of traced GRPO runs and simulate the caching allocator on them.
 
     python -m sweeps.trace.streams [--grid core] [--index 0 2 4] [--steps 3] [--out results/streams]
+    python -m sweeps.trace.streams --sample SEED N [--held-out]
+    python -m sweeps.trace.streams --table | --report
 
-Per config: `<key>.txt.gz` (the event stream, `estimator.hardware.allocator.dump_stream` format) and one row appended to
-`index.jsonl`: the config, the traced peak, and the simulation of the stream under the default allocator, with
-`expandable_segments:True` and with `max_split_size_mb:128` (source "simulated", stream "traced"). A rerun skips
-configs whose stream and row exist. Streams are kept to a handful of representative configs (repo size).
+Per picked config: `<key>.txt.gz` (the event stream, `estimator.hardware.allocator.dump_stream` format) and one
+row appended to `index.jsonl`: the config, the traced peak, and the simulation of the stream under the default
+allocator, with `expandable_segments:True` and with `max_split_size_mb:128` (source "simulated", stream "traced").
+Streams are kept for a handful of representative configs (repo size).
+
+`--sample` traces seeded random configurations (sweeps/trace/random_grid.py, full depth, 2 steps; those this
+machine cannot trace in a few minutes are left out, `sample_skip`) and keeps only their simulations, one row each
+in `sampled.jsonl`, split "validation" (read while the fallback is changed) or, with `--held-out`, "held-out"
+(scored once). The fallback is fitted on the kept streams only; `--report` prints its errors on each split apart.
+Every command resumes: a config whose row exists is skipped.
 """
 
 from __future__ import annotations
@@ -61,6 +69,85 @@ def simulate_variants(events: list) -> dict:
     }
     out["torch_empty_cache_steps_1"] = simulate(with_empty_cache_steps(events, 1)).to_dict()
     return out
+
+
+SAMPLED = "sampled.jsonl"  # simulations of traced streams not kept on disk (--sample)
+SAMPLE_STEPS = 2
+SAMPLE_MAX_PARAMS = 4.5e9  # full-depth traces of larger models take several minutes on 2 cores
+SAMPLE_MAX_TOKENS = 3072  # prompt + completion
+
+
+def sample_skip(cfg: RunConfig) -> str | None:
+    """Why a random draw is not sampled (the tracer cannot run it here, or it would take minutes), else None."""
+    from estimator.model.catalog import resolve_model
+    from sweeps.trace.random_grid import skip_reason
+
+    params = resolve_model(cfg.model).total_params
+    if why := skip_reason(cfg):
+        return why
+    if params > SAMPLE_MAX_PARAMS:
+        return f"{params / 1e9:.1f}B parameters (more than {SAMPLE_MAX_PARAMS / 1e9:.1f}B take minutes at full depth)"
+    if cfg.max_prompt_length + cfg.max_completion_length > SAMPLE_MAX_TOKENS:
+        return f"prompt + completion over {SAMPLE_MAX_TOKENS} tokens (minutes at full depth)"
+    if cfg.dtype == "float32" and params > 2e9:
+        return "float32 above 2B parameters (minutes at full depth)"
+    return None
+
+
+def simulation_row(cfg: RunConfig, events: list, steps: int) -> dict:
+    """A config's traced stream as the table keeps it: its simulation under every variant and the smallest
+    passing limit of each (the stream itself is not part of the row)."""
+    return {
+        "key": stream_key(cfg, steps),
+        "source": "traced",
+        "steps": steps,
+        "config": cfg.to_dict(),
+        "events": len(events),
+        "simulated": simulate_variants(events),
+        "min_limits": min_limits(events),
+    }
+
+
+def sample(seed: int, n: int, out: Path, held_out: bool = False) -> list[dict]:
+    """Trace the first `n` draws of `random_configs(seed)` that `sample_skip` keeps and append their simulation
+    rows to `out/sampled.jsonl` (split "held-out" with `held_out`, else "validation"); skips rows already there."""
+    from sweeps import records
+    from sweeps.trace import step
+    from sweeps.trace.random_grid import random_configs
+
+    path = out / SAMPLED
+    done = {(r["seed"], r["draw"]) for r in _read_rows(path)}
+    rows = []
+    for i, cfg in enumerate(random_configs(seed, n)):
+        cfg = cfg.with_(device="cuda")
+        if (seed, i) in done:
+            continue
+        if why := sample_skip(cfg):
+            print(f"draw {seed}/{i}: skipped: {why}", flush=True)
+            continue
+        res = step.run(cfg, fake=True, steps=SAMPLE_STEPS, max_micro=2)
+        row = simulation_row(cfg, res.events, SAMPLE_STEPS) | {
+            "seed": seed,
+            "draw": i,
+            "split": "held-out" if held_out else "validation",
+            "variant": {"max_micro": 2, "decode": "fast-forward", "k": 2},
+        }
+        records.append_row(path, row)
+        d = row["simulated"]["default"]
+        print(
+            f"draw {seed}/{i} {cfg.model}: allocated {d['peak_allocated'] / 2**30:.2f} GiB, reserve "
+            f"{100 * d['fragmentation_fraction']:.1f}%, need "
+            f"{100 * (row['min_limits']['default'] - d['peak_allocated']) / d['peak_allocated']:.1f}%",
+            flush=True,
+        )
+        rows.append(row)
+    return rows
+
+
+def _read_rows(path: Path) -> list[dict]:
+    return (
+        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    )
 
 
 def _lstsq(xs: list[list[float]], ys: list[float]) -> list[float]:
@@ -120,26 +207,28 @@ def min_limits(events: list) -> dict[str, int]:
     return out
 
 
+KEEP = (
+    "peak_reserved",
+    "peak_allocated",
+    "fragmentation",
+    "fragmentation_at_peak",
+    "peak_label",
+    "step_peaks",
+)
+
+
 def build_table(out: Path) -> dict:
-    """Re-simulate every recorded stream under every variant (unlimited, and its smallest passing limit); the
-    estimator's table with the fitted models of both (`fit[variant]`, `fit["need:" + variant]`)."""
+    """Re-simulate every kept stream under every variant (unlimited, and its smallest passing limit); the
+    estimator's table with the fitted models of both (`fit[variant]`, `fit["need:" + variant]`). The sampled
+    rows are not fitted: `sampled_errors` scores the fits on them."""
     streams, by_variant = [], {}
-    keep = (
-        "peak_reserved",
-        "peak_allocated",
-        "fragmentation",
-        "fragmentation_at_peak",
-        "peak_label",
-        "step_peaks",
-    )
-    for line in (out / "index.jsonl").read_text().splitlines():
-        idx = json.loads(line)
+    for idx in _read_rows(out / "index.jsonl"):
         events = load_stream(out / idx["stream"])
         cfg = RunConfig.from_dict(idx["config"])
         limits = min_limits(events)
         variants = {}
         for name, r in simulate_variants(events).items():
-            variants[name] = {k: r[k] for k in keep} | {
+            variants[name] = {k: r[k] for k in KEEP} | {
                 "stream": idx["stream"],
                 "source": "simulated",
                 "min_limit": limits[name],
@@ -153,15 +242,33 @@ def build_table(out: Path) -> dict:
     return {"source": src, "streams": streams, "fit": fit}
 
 
+def sampled_errors(table: dict, rows: list[dict]) -> dict:
+    """Per split of the sampled rows ("validation", "held-out") and fitted model: the fit's error (prediction -
+    simulation, in fraction of the allocated peak) on each row, none of which the fit saw."""
+    errors: dict = {}
+    for row in rows:
+        cfg = RunConfig.from_dict(row["config"])
+        for name, v in row["simulated"].items():
+            pa = v["peak_allocated"]
+            need = (row["min_limits"][name] - pa) / pa
+            for key, y in ((name, v["fragmentation"] / pa), ("need:" + name, need)):
+                fit = table["fit"].get(key)
+                if fit:
+                    pred = allocator_term.fitted_from(fit, cfg, pa)
+                    errors.setdefault(row["split"], {}).setdefault(key, []).append(pred - y)
+    return errors
+
+
 def _median(xs: list[float]) -> float:
     n = len(xs)
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-def report(table: dict) -> str:
-    """Simulated fragmentation per variant (min / median / max over the streams) and the fits' errors: the
+def report(table: dict, sampled: dict | None = None) -> str:
+    """Simulated fragmentation per variant (min / median / max over the kept streams) and the fits' errors: the
     unlimited reserve (max_memory_reserved - max_memory_allocated) and the need (smallest passing limit - peak
-    allocated), both as fractions of the allocated peak."""
+    allocated), both as fractions of the allocated peak; then, per split of the sampled rows (`sampled_errors`),
+    how many the fit predicts low, the worst and the median error."""
     lines = []
     for name in allocator_term.VARIANTS:
         for kind, label in (("reserve", "reserve"), ("need", "need   ")):
@@ -178,6 +285,15 @@ def report(table: dict) -> str:
                 f"in-sample max error {100 * f['in_sample_max_abs']:.1f} pts, leave-one-out max "
                 f"{100 * f['loo_max_abs']:.1f} pts"
             )
+    for split, by_key in sorted((sampled or {}).items()):
+        for name in allocator_term.VARIANTS:
+            for key, label in ((name, "reserve"), ("need:" + name, "need   ")):
+                errs = sorted(by_key.get(key, []))
+                if errs:
+                    lines.append(
+                        f"{split:10s} {name:26s} {label} {len(errs)} sampled streams: {sum(e < 0 for e in errs)} "
+                        f"predicted low, worst {100 * errs[0]:+.1f} pts, median {100 * _median(errs):+.1f} pts"
+                    )
     return "\n".join(lines)
 
 
@@ -217,14 +333,29 @@ def main(argv: list[str] | None = None) -> int:
         "--table", action="store_true", help=f"write {allocator_term.TABLE.name} from the streams"
     )
     ap.add_argument("--report", action="store_true", help="print simulated fragmentation and the fit's error")
+    ap.add_argument(
+        "--sample",
+        type=int,
+        nargs=2,
+        metavar=("SEED", "N"),
+        help=f"trace the first N random draws of SEED and keep their simulations ({SAMPLED})",
+    )
+    ap.add_argument("--held-out", action="store_true", help="with --sample: rows the fit never sees")
     a = ap.parse_args(argv)
+    if a.sample:
+        seed, n = a.sample
+        if n < 1:
+            ap.error(f"--sample N: {n} (accepted: 1 or more)")
+        a.out.mkdir(parents=True, exist_ok=True)
+        sample(seed, n, a.out, a.held_out)
+        return 0
     if a.table or a.report:
         table = build_table(a.out)
         if a.table:
             tmp = allocator_term.TABLE.with_suffix(".tmp")
             tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
             tmp.replace(allocator_term.TABLE)
-        print(report(table))
+        print(report(table, sampled_errors(table, _read_rows(a.out / SAMPLED))))
         return 0
     from sweeps.trace.grids import grid_configs as _grid
 

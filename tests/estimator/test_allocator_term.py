@@ -17,6 +17,11 @@ INDEX = (
     if STREAMS.exists()
     else []
 )
+SAMPLED = (  # seeded random configs: simulations only, never fitted
+    [json.loads(line) for line in (STREAMS / "sampled.jsonl").read_text().splitlines()]
+    if (STREAMS / "sampled.jsonl").exists()
+    else []
+)
 
 
 @pytest.mark.skipif(not INDEX, reason="no recorded streams in results/streams")
@@ -63,3 +68,23 @@ def test_need_is_between_allocated_and_reserve():
         peak = row["simulated"]["default"]["peak_allocated"]
         need, res = allocator_term.need(cfg, peak), allocator_term.reserve(cfg, peak)
         assert 0 <= need.bytes <= res.bytes, row["key"]
+
+
+@pytest.mark.skipif(len(SAMPLED) < 2, reason="no sampled streams in results/streams")
+def test_sampled_rows_are_scored_apart_and_a_low_prediction_shows():
+    # every sampled row is scored under its own split; a row whose simulated need is raised by half its
+    # allocated peak must come out predicted low by about that much
+    from sweeps.trace import streams
+
+    table = {"fit": allocator_term._table()["fit"]}
+    base = next(r for r in SAMPLED if r["split"] == "validation")
+    raised = json.loads(json.dumps(base)) | {"split": "check"}
+    pa = raised["simulated"]["default"]["peak_allocated"]
+    raised["min_limits"]["default"] += pa // 2
+    errors = streams.sampled_errors(table, SAMPLED + [raised])
+    assert {s: len(e["need:default"]) for s, e in errors.items()} == {
+        s: sum(r["split"] == s for r in SAMPLED + [raised]) for s in errors
+    }
+    (low,) = errors["check"]["need:default"]
+    (same,) = streams.sampled_errors(table, [base | {"split": "check"}])["check"]["need:default"]
+    assert low == pytest.approx(same - 0.5, abs=1e-6)
