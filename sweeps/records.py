@@ -434,6 +434,25 @@ def load_rows(path_or_dir: str | os.PathLike | Iterable[str | os.PathLike]) -> l
     return read_rows(path_or_dir).rows
 
 
+def read_index(path: Path) -> tuple[list[dict], int]:
+    """The rows of a stream index (`results/streams/index.jsonl`, `sampled.jsonl`, `gpu/index.jsonl`: JSON
+    objects with a `config`, no schema version), and how many lines were not such a row (skipped)."""
+    rows, bad = [], 0
+    if not path.exists():
+        return rows, bad
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(row, dict) and isinstance(row.get("config"), dict):
+            rows.append(row)
+        else:
+            bad += 1
+    return rows, bad
+
+
 _STATUS_RANK = {"ok": 2, "oom": 1}
 
 

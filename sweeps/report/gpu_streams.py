@@ -20,6 +20,7 @@ from estimator.hardware.allocator import load_stream
 from estimator.model.catalog import catalog_id
 from estimator.settings.config import RunConfig
 from sweeps.oneline import OneLineParser
+from sweeps.records import read_index
 from sweeps.report import stream_diff
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,24 +28,6 @@ GPU_DIR = REPO / "results" / "streams" / "gpu"
 TRACED_DIR = REPO / "results" / "streams"
 OUT = TRACED_DIR / "GPU_STREAMS.md"
 IGNORED = ("transformers_version", "trl_version", "device")  # not part of what is traced
-
-
-def read_index(path: Path) -> tuple[list[dict], int]:
-    """The JSON lines of an index file, and how many lines were not a JSON object (skipped)."""
-    rows, bad = [], 0
-    if not path.exists():
-        return rows, bad
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            bad += 1
-            continue
-        if isinstance(row, dict) and isinstance(row.get("config"), dict):
-            rows.append(row)
-        else:
-            bad += 1
-    return rows, bad
 
 
 def config_id(config: dict) -> str:

@@ -32,7 +32,8 @@ from estimator.hardware.allocator import (
 )
 from estimator.settings.config import RunConfig
 from estimator.terms import allocator_reserve as allocator_term
-from sweeps.oneline import OneLineParser
+from sweeps import records
+from sweeps.oneline import OneLineParser, shown
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "results" / "streams"
@@ -57,8 +58,6 @@ VARIANTS = {
 
 def stream_key(cfg: RunConfig, steps: int) -> str:
     """Stable file name for a config's stream."""
-    from sweeps import records
-
     return records.make_key(cfg.to_dict(), {"steps": steps, "stream": "alloc"})
 
 
@@ -111,12 +110,11 @@ def simulation_row(cfg: RunConfig, events: list, steps: int) -> dict:
 def sample(seed: int, n: int, out: Path, held_out: bool = False) -> list[dict]:
     """Trace the first `n` draws of `random_configs(seed)` that `sample_skip` keeps and append their simulation
     rows to `out/sampled.jsonl` (split "held-out" with `held_out`, else "validation"); skips rows already there."""
-    from sweeps import records
     from sweeps.trace import step
     from sweeps.trace.random_grid import random_configs
 
     path = out / SAMPLED
-    done = {(r["seed"], r["draw"]) for r in _read_rows(path)}
+    done = {(r.get("seed"), r.get("draw")) for r in records.read_index(path)[0]}
     rows = []
     for i, cfg in enumerate(random_configs(seed, n)):
         cfg = cfg.with_(device="cuda")
@@ -125,7 +123,11 @@ def sample(seed: int, n: int, out: Path, held_out: bool = False) -> list[dict]:
         if why := sample_skip(cfg):
             print(f"draw {seed}/{i}: skipped: {why}", flush=True)
             continue
-        res = step.run(cfg, fake=True, steps=SAMPLE_STEPS, max_micro=2)
+        try:
+            res = step.run(cfg, fake=True, steps=SAMPLE_STEPS, max_micro=2)
+        except Exception as e:  # noqa: BLE001 - one draw the tracer cannot run must not stop the others
+            print(f"draw {seed}/{i}: not traced: {type(e).__name__}: {shown(str(e))}", flush=True)
+            continue
         row = simulation_row(cfg, res.events, SAMPLE_STEPS) | {
             "seed": seed,
             "draw": i,
@@ -142,12 +144,6 @@ def sample(seed: int, n: int, out: Path, held_out: bool = False) -> list[dict]:
         )
         rows.append(row)
     return rows
-
-
-def _read_rows(path: Path) -> list[dict]:
-    return (
-        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    )
 
 
 def _lstsq(xs: list[list[float]], ys: list[float]) -> list[float]:
@@ -222,7 +218,7 @@ def build_table(out: Path) -> dict:
     estimator's table with the fitted models of both (`fit[variant]`, `fit["need:" + variant]`). The sampled
     rows are not fitted: `sampled_errors` scores the fits on them."""
     streams, by_variant = [], {}
-    for idx in _read_rows(out / "index.jsonl"):
+    for idx in records.read_index(out / "index.jsonl")[0]:
         events = load_stream(out / idx["stream"])
         cfg = RunConfig.from_dict(idx["config"])
         limits = min_limits(events)
@@ -291,7 +287,8 @@ def report(table: dict, sampled: dict | None = None) -> str:
                 errs = sorted(by_key.get(key, []))
                 if errs:
                     lines.append(
-                        f"{split:10s} {name:26s} {label} {len(errs)} sampled streams: {sum(e < 0 for e in errs)} "
+                        f"{split:10s} {name:26s} {label} {len(errs)} sampled streams (simulated): "
+                        f"{sum(e < 0 for e in errs)} "
                         f"predicted low, worst {100 * errs[0]:+.1f} pts, median {100 * _median(errs):+.1f} pts"
                     )
     return "\n".join(lines)
@@ -342,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--held-out", action="store_true", help="with --sample: rows the fit never sees")
     a = ap.parse_args(argv)
+    if a.held_out and not a.sample:
+        ap.error("--held-out marks the rows of --sample SEED N; give --sample too")
     if a.sample:
         seed, n = a.sample
         if n < 1:
@@ -355,7 +354,10 @@ def main(argv: list[str] | None = None) -> int:
             tmp = allocator_term.TABLE.with_suffix(".tmp")
             tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
             tmp.replace(allocator_term.TABLE)
-        print(report(table, sampled_errors(table, _read_rows(a.out / SAMPLED))))
+        sampled, bad = records.read_index(a.out / SAMPLED)
+        if bad:
+            print(f"{SAMPLED}: {bad} line(s) skipped: not a row", file=sys.stderr)
+        print(report(table, sampled_errors(table, sampled)))
         return 0
     from sweeps.trace.grids import grid_configs as _grid
 

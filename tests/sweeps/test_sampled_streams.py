@@ -1,0 +1,38 @@
+"""`python -m sweeps.trace.streams --sample`: one row per traced draw, written as it finishes; a draw the tracer
+cannot run is named on one line and the others go on; a rerun traces only what is missing."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from sweeps import records
+from sweeps.trace import step, streams
+
+
+def test_a_failed_draw_keeps_the_others_and_a_rerun_retries_only_it(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def fake_run(cfg, **kw):
+        calls.append(cfg)
+        if len(calls) == 2:
+            raise RuntimeError("shape mismatch\nin layer 3")
+        return SimpleNamespace(events=[("a", 1, 3 * 2**20), ("a", 2, 2**20), ("f", 1), ("f", 2)])
+
+    monkeypatch.setattr(streams, "sample_skip", lambda cfg: None)
+    monkeypatch.setattr(step, "run", fake_run)
+    streams.sample(7, 4, tmp_path)
+    out = capsys.readouterr().out
+    rows, bad = records.read_index(tmp_path / streams.SAMPLED)
+    assert (len(rows), bad) == (3, 0)
+    assert sorted(r["draw"] for r in rows) == [0, 2, 3]
+    assert {r["split"] for r in rows} == {"validation"}
+    (line,) = [ln for ln in out.splitlines() if "not traced" in ln]
+    assert line == "draw 7/1: not traced: RuntimeError: 'shape mismatch\\nin layer 3'"  # one line, escaped
+    # the row holds the simulation: 3 MiB takes a 20 MiB large-pool segment (torch's kLargeBuffer), 1 MiB a 2 MiB
+    # small-pool one (kSmallSize 1 MiB, kSmallBuffer 2 MiB)
+    assert rows[0]["simulated"]["default"]["peak_reserved"] == 22 * 2**20
+
+    calls.clear()
+    streams.sample(7, 4, tmp_path)  # resumes: only the failed draw is traced again
+    assert len(calls) == 1
+    assert len(records.read_index(tmp_path / streams.SAMPLED)[0]) == 4
