@@ -330,11 +330,12 @@ def _allocator_settings(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     if cfg.device != "cuda":
         return []
     try:
-        peak = estimate(cfg).peak_allocated_bytes
+        est = estimate(cfg)
     except (ValueError, KeyError):
         return []
+    peak, shares = est.peak_allocated_bytes, allocator_term.shares_of(est.phases)
     default = allocator_term.config_variant(cfg) == "default"
-    saves = {s.setting: s for s in allocator_term.setting_savings(cfg, peak)}
+    saves = {s.setting: s for s in allocator_term.setting_savings(cfg, peak, shares)}
     conf = cfg.pytorch_cuda_alloc_conf
 
     def joined(item: str) -> str:

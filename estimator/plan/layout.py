@@ -18,6 +18,7 @@ from estimator.settings.config import RunConfig
 from estimator.settings.role_spec import PLACEMENTS, ROLE_KINDS, Role, config_roles  # noqa: F401 (re-exported)
 from estimator.step.estimate import Estimate, allocator_layers
 from estimator.step.single import resident
+from estimator.terms import allocator_reserve as allocator_term
 from estimator.terms import overhead
 from estimator.terms import roles as rt
 from estimator.terms import vllm as vt
@@ -159,8 +160,13 @@ def _role_bytes(cfg: RunConfig, role: Role, arch: Arch, shards: int) -> RoleByte
 
 
 def _device(cfg: RunConfig, allocated: int) -> int:
-    """allocated + the allocator's reserve + one CUDA context (terms/overhead.py)."""
-    return allocated + overhead.allocator_overhead(cfg, allocated) + overhead.cuda_context(cfg)
+    """allocated + the allocator's reserve + one CUDA context (terms/overhead.py); a role's own GPU runs no
+    generation."""
+    return (
+        allocated
+        + overhead.allocator_overhead(cfg, allocated, allocator_term.NO_GENERATION)
+        + overhead.cuda_context(cfg)
+    )
 
 
 def policy_resident(cfg: RunConfig, arch: Arch) -> int:
@@ -448,7 +454,7 @@ def with_roles(
             est,
             phases=phases,
             notes=(*est.notes, f"roles on the training GPUs: {', '.join(b.role for _, b in rows)}"),
-            **allocator_layers(cfg, allocated),
+            **allocator_layers(cfg, allocated, allocator_term.shares_of(phases)),
         )
 
     return fn

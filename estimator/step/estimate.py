@@ -192,19 +192,22 @@ def estimate(cfg: RunConfig, arch: Arch | None = None) -> Estimate:
         notes=tuple(notes),
         trainable_params=weights.trainable_params(effective, arch),
         non_tensor=items,
-        **allocator_layers(effective, peak_allocated),
+        **allocator_layers(effective, peak_allocated, allocator_term.shares_of(phases)),
     )
 
 
-def allocator_layers(cfg: RunConfig, peak_allocated: int) -> dict:
+def allocator_layers(
+    cfg: RunConfig, peak_allocated: int, shares: allocator_term.Shares = allocator_term.UNKNOWN
+) -> dict:
     """The Estimate fields the caching allocator sets at `peak_allocated`, under the allocator settings `cfg`
     carries: the reserve beyond the peak (max_memory_reserved - max_memory_allocated with room to spare) and the
-    smallest extra the step passes with (`allocator_term.reserve` / `need`), and where they came from."""
+    smallest extra the step passes with (`allocator_term.reserve` / `need`), and where they came from.
+    `shares`: where the estimate's peak sits (`allocator_term.shares_of` its phases)."""
     if cfg.device != "cuda":
         return {"allocator_overhead_bytes": 0, "reserve_source": "none (cpu)", "need_extra_bytes": 0}
     variant = allocator_term.config_variant(cfg)
-    r = allocator_term.reserve(cfg, peak_allocated, variant)
-    n = allocator_term.need(cfg, peak_allocated, variant)
+    r = allocator_term.reserve(cfg, peak_allocated, variant, shares)
+    n = allocator_term.need(cfg, peak_allocated, variant, shares)
     return {
         "allocator_overhead_bytes": r.bytes,
         "reserve_source": r.source.split(" ", 1)[0],

@@ -1,16 +1,18 @@
 """The allocator's reserve (max_memory_reserved - max_memory_allocated) for a config, and what settings save.
 
 Where the config's allocation stream was traced and simulated (`sweeps.trace.streams` -> the table
-`estimator/data/allocator_streams.json`), the reserve is that simulation's. Otherwise it comes from a small
-model fitted over those simulations (`fit` in the same table, written by `python -m sweeps.trace.streams
---table`); the fit's error against the simulations is stored next to it and printed by `make accuracy`-style
-`python -m sweeps.trace.streams --report`. Stdlib only: the estimator never replays a stream at run time (a
-7B stream takes ~0.3 s; the table holds the results).
+`estimator/data/allocator_streams.json`), the reserve is that simulation's. Otherwise it comes from small
+models fitted over those simulations (`fit` in the same table, written by `python -m sweeps.trace.streams
+--table`): a step model, and where generation sets the peak (`regime`) a generation model as well. The fits'
+errors against the simulations are stored next to them and printed by `python -m sweeps.trace.streams
+--report`. Stdlib only: the estimator never replays a stream at run time (a 7B stream takes ~0.3 s; the table
+holds the results).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -69,8 +71,57 @@ def simulated(cfg: RunConfig, variant: str = "default") -> dict | None:
     return None
 
 
+# generation's working memory within 10 % of the peak phase's: generation sets the peak
+GENERATION_AT_PEAK = 0.90
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Where the estimate's peak sits, as the fallback sees it (fractions; "working memory" is a phase's total
+    less the lightest phase's, which holds what every phase holds: weights, adapters, optimizer state, other
+    roles). `generation`: generation's working memory over the peak phase's; `generation_activations`:
+    generation's activations (a prefill's per-layer transients or a decode step's) over the peak phase total;
+    `working`: the peak phase's working memory over its total."""
+
+    generation: float
+    generation_activations: float
+    working: float = 1.0
+
+
+# shares not given: the generation regime at its largest transients, the side that errs high
+UNKNOWN = Shares(1.0, 1.0)
+NO_GENERATION = Shares(0.0, 0.0)  # a device that runs no generation (a reward model on its own GPU)
+
+
+def shares_of(phases: dict[str, dict[str, int]]) -> Shares:
+    """`Shares` of an estimate's per-phase component bytes (`Estimate.phases`)."""
+    totals = {p: sum(c.values()) for p, c in phases.items()}
+    peak = max(totals.values(), default=0)
+    gen = phases.get("generate")
+    if not peak or gen is None:
+        return NO_GENERATION
+    held = min(totals.values())
+    generation = (totals["generate"] - held) / (peak - held) if peak > held else 0.0
+    return Shares(generation, gen.get("activations", 0) / peak, (peak - held) / peak)
+
+
+def regime(cfg: RunConfig, shares: Shares = UNKNOWN) -> str:
+    """ "generation" where transformers' generate sets the peak under gradient checkpointing, else "step".
+
+    In the simulated streams the largest needs (13-38 % of the allocated peak) are all in this regime: a
+    prefill's per-layer transients (eager scores and their fp32 softmax, q/k/v) are carved from segments that the
+    growing cache pins layer by layer, so the next layer's transients need fresh segments (the QLoRA Llama-3.2-1B
+    row with 80 eager prefills of 781 tokens needs 7.3 GiB above 19.1 GiB allocated; results/streams/REPORT.txt).
+    The 10 % tolerance covers the estimate's own error on the working memory, a smaller base than the total.
+    """
+    at_peak = shares.generation >= GENERATION_AT_PEAK
+    # vLLM generates in its own preallocated pool, not through torch's caching allocator
+    hf_generate = not cfg.use_vllm
+    return "generation" if at_peak and cfg.gradient_checkpointing and hf_generate else "step"
+
+
 def features(cfg: RunConfig, peak_allocated: int) -> dict[str, float]:
-    """What the fitted model sees: checkpointing, PEFT, 4-bit, and 1 / allocated peak in GiB (a fixed-bytes part
+    """What the step model sees: checkpointing, PEFT, 4-bit, and 1 / allocated peak in GiB (a fixed-bytes part
     of the reserve: the fraction falls as the peak grows, as the simulations show from 0.5B to 7B)."""
     return {
         "gradient_checkpointing": float(cfg.gradient_checkpointing),
@@ -80,26 +131,52 @@ def features(cfg: RunConfig, peak_allocated: int) -> dict[str, float]:
     }
 
 
-def fitted_fraction(cfg: RunConfig, peak_allocated: int, variant: str = "default") -> float:
-    """Reserve / allocated peak from the model fitted over the simulated streams (constants in the table), raised
-    by the fit's worst leave-one-out under-prediction so that none of the held-out streams is predicted low.
-    `variant` may be "need:<variant>": the fit of (smallest passing limit - peak allocated) / peak allocated.
+def generation_features(shares: Shares, peak_allocated: int) -> dict[str, float]:
+    """What the generation-regime model sees: generation's activations over the peak (the transients whose
+    segments the cache pins), and 1 / allocated peak in GiB."""
+    return {
+        "generation_activations": shares.generation_activations,
+        "inv_peak_gib": 2**30 / max(peak_allocated, 2**30),
+    }
 
-    Fitted: intercept + coefficients of `features` are least squares over the traced streams' simulated
-    fractions (`sweeps.trace.streams --table`), one set per allocator variant; `margin` (the worst LOO
-    under-prediction, in fraction of the allocated peak) is added: the fallback errs high by up to
-    `loo_max_abs + margin` (see results/streams/REPORT.txt for the current figures).
+
+def fitted_fraction(
+    cfg: RunConfig, peak_allocated: int, variant: str = "default", shares: Shares = UNKNOWN
+) -> float:
+    """Extra / allocated peak from the models fitted over the simulated streams (constants in the table), each
+    raised by its worst leave-one-out under-prediction so that none of the rows it was fitted on is predicted low
+    when left out. `variant` may be "need:<variant>": the fit of (smallest passing limit - peak allocated) /
+    peak allocated.
+
+    Fitted (`sweeps.trace.streams --table`), one set per allocator variant, least squares plus the LOO margin:
+    the step model (`features`) over the kept streams; in the generation regime (`regime`), at least the
+    generation model (`generation_features`) over the kept streams and the tuning rows of that regime
+    (`fit["generation:" + variant]`), capped at `working_cap` times the working memory (the largest need those
+    rows show as a multiple of it: fragmentation comes from what comes and goes, not from the weights, so a
+    weight-heavy step with little working memory is not charged a fraction of its weights). Both err high by
+    up to their `loo_max_abs + margin` (results/streams/REPORT.txt has the current figures).
     """
-    fit = _table()["fit"].get(variant)
+    return predicted_fraction(_table()["fit"], variant, cfg, peak_allocated, shares)
+
+
+def predicted_fraction(
+    fits: dict, variant: str, cfg: RunConfig, peak_allocated: int, shares: Shares = UNKNOWN
+) -> float:
+    """`fitted_fraction` from the fitted models in `fits` (a table's "fit")."""
+    fit = fits.get(variant)
     if not fit:
         return 0.07  # no table: AgileRL arena's measured slack (the estimator's former flat fraction)
-    return fitted_from(fit, cfg, peak_allocated)
+    frac = fitted_from(fit, features(cfg, peak_allocated))
+    gen = fits.get("generation:" + variant)
+    if gen and regime(cfg, shares) == "generation":
+        model = fitted_from(gen, generation_features(shares, peak_allocated))
+        frac = max(frac, min(model, gen.get("working_cap", math.inf) * shares.working))
+    return frac
 
 
-def fitted_from(fit: dict, cfg: RunConfig, peak_allocated: int) -> float:
-    """One fitted model's fraction at `cfg`: intercept + coefficients · `features`, + its LOO margin, at least 0."""
-    f = features(cfg, peak_allocated)
-    central = fit["intercept"] + sum(fit["coef"][k] * f[k] for k in fit["coef"])
+def fitted_from(fit: dict, x: dict[str, float]) -> float:
+    """One fitted model's fraction at features `x`: intercept + coefficients · x, + its LOO margin, at least 0."""
+    central = fit["intercept"] + sum(fit["coef"][k] * x[k] for k in fit["coef"])
     margin = max(0.0, -min(fit["loo_errors"]))
     return max(0.0, central + margin)
 
@@ -125,32 +202,42 @@ def config_variant(cfg: RunConfig) -> str:
     return variant_for(cfg.pytorch_cuda_alloc_conf, cfg.torch_empty_cache_steps)
 
 
-def reserve(cfg: RunConfig, peak_allocated: int, variant: str = "default") -> Reserve:
+def reserve(
+    cfg: RunConfig, peak_allocated: int, variant: str = "default", shares: Shares = UNKNOWN
+) -> Reserve:
     """The reserve for `cfg` at `peak_allocated` (max_memory_reserved - max_memory_allocated on a card with
-    room): simulated where its stream exists, else fitted."""
-    return _extra(cfg, peak_allocated, variant, need=False)
+    room): simulated where its stream exists, else fitted, and never below `need` (an allocator that has room
+    reserves at least what it needs at its limit). `shares`: `shares_of` the estimate's phases (not given: the
+    side that errs high)."""
+    fitted = _extra(cfg, peak_allocated, variant, shares, need=False)
+    if fitted.source.startswith("simulated"):
+        return fitted
+    floor = _extra(cfg, peak_allocated, variant, shares, need=True)
+    return floor if floor.bytes > fitted.bytes else fitted
 
 
-def need(cfg: RunConfig, peak_allocated: int, variant: str = "default") -> Reserve:
+def need(cfg: RunConfig, peak_allocated: int, variant: str = "default", shares: Shares = UNKNOWN) -> Reserve:
     """What the card must hold beyond `peak_allocated` for the run not to OOM: the smallest allocator limit at
     which the simulated stream passes (the allocator frees its cache and retries before failing), minus the
     allocated peak. At most `reserve`; the fit verdict should use this one."""
-    return _extra(cfg, peak_allocated, variant, need=True)
+    return _extra(cfg, peak_allocated, variant, shares, need=True)
 
 
-def _extra(cfg: RunConfig, peak_allocated: int, variant: str, need: bool) -> Reserve:
+def _extra(cfg: RunConfig, peak_allocated: int, variant: str, shares: Shares, need: bool) -> Reserve:
     sim = simulated(cfg, variant)
     if sim is not None:
         extra = sim["min_limit"] - sim["peak_allocated"] if need else sim["fragmentation"]
         frac = extra / sim["peak_allocated"]
         return Reserve(int(frac * peak_allocated), frac, f"simulated (traced stream {sim['stream']})")
     key = "need:" + variant if need else variant
-    frac = fitted_fraction(cfg, peak_allocated, key)
-    fit = _table()["fit"].get(key, {})
+    frac = fitted_fraction(cfg, peak_allocated, key, shares)
+    fits = _table()["fit"]
+    fit = fits.get(key, {})
+    if regime(cfg, shares) == "generation" and "generation:" + key in fits:
+        fit = fits["generation:" + key] if frac > fitted_from(fit, features(cfg, peak_allocated)) else fit
     n, loo = fit.get("n", 0), fit.get("loo_max_abs", 0.0)
-    note = (
-        f"fitted over {n} simulated streams (+ worst LOO under-prediction; LOO max error {100 * loo:.1f} pts)"
-    )
+    which = fit.get("model", "step")
+    note = f"fitted over {n} simulated streams, {which} model (+ worst LOO under-prediction; LOO max error {100 * loo:.1f} pts)"
     return Reserve(int(frac * peak_allocated), frac, note)
 
 
@@ -172,7 +259,7 @@ SETTINGS = {
 }
 
 
-def setting_savings(cfg: RunConfig, peak_allocated: int) -> list[SettingSaving]:
+def setting_savings(cfg: RunConfig, peak_allocated: int, shares: Shares = UNKNOWN) -> list[SettingSaving]:
     """For each fragmentation setting, the reserve it saves against the default allocator at this config.
 
     `expandable_segments` cannot apply inside vLLM's own memory pool (CuMemAllocator) in colocate mode
@@ -182,10 +269,13 @@ def setting_savings(cfg: RunConfig, peak_allocated: int) -> list[SettingSaving]:
     """
     if cfg.device != "cuda":
         return []
-    base, base_need = reserve(cfg, peak_allocated), need(cfg, peak_allocated)
+    base, base_need = (
+        reserve(cfg, peak_allocated, shares=shares),
+        need(cfg, peak_allocated, shares=shares),
+    )
     out = []
     for variant, text in SETTINGS.items():
-        r, n = reserve(cfg, peak_allocated, variant), need(cfg, peak_allocated, variant)
+        r, n = reserve(cfg, peak_allocated, variant, shares), need(cfg, peak_allocated, variant, shares)
         caveat = ""
         if variant == "expandable_segments" and cfg.use_vllm and cfg.vllm_mode == "colocate":
             caveat = "not inside vLLM's colocated memory pool (pytorch#147851): applies to the trainer's tensors only"

@@ -127,12 +127,14 @@ def cuda_context(cfg: RunConfig) -> int:
     return sum(i.bytes for i in non_tensor_items(cfg))
 
 
-def allocator_overhead(cfg: RunConfig, peak_allocated: int) -> int:
+def allocator_overhead(
+    cfg: RunConfig, peak_allocated: int, shares: allocator_term.Shares = allocator_term.UNKNOWN
+) -> int:
     """The caching allocator's reserve beyond the allocated peak (max_memory_reserved - max_memory_allocated):
     from the simulated allocation stream of this config where one was traced, else from the model fitted over
     the simulated streams (`estimator.terms.allocator_reserve`), under the allocator settings the config carries
-    (`pytorch_cuda_alloc_conf`, `torch_empty_cache_steps`). 0 on CPU."""
+    (`pytorch_cuda_alloc_conf`, `torch_empty_cache_steps`); `shares` as in `allocator_term.reserve`. 0 on CPU."""
     if cfg.device != "cuda":
         return 0
 
-    return allocator_term.reserve(cfg, peak_allocated, allocator_term.config_variant(cfg)).bytes
+    return allocator_term.reserve(cfg, peak_allocated, allocator_term.config_variant(cfg), shares).bytes

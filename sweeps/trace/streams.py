@@ -1,7 +1,7 @@
 """Record the allocation streams of traced GRPO runs and simulate the caching allocator on them.
 
     python -m sweeps.trace.streams [--grid core] [--index 0 2 4] [--steps 3] [--out results/streams]
-    python -m sweeps.trace.streams --sample SEED N [--held-out]
+    python -m sweeps.trace.streams --sample SEED N [--tuning | --held-out]
     python -m sweeps.trace.streams --table | --report
 
 Per picked config: `<key>.txt.gz` (the event stream, `estimator.hardware.allocator.dump_stream` format) and one
@@ -11,8 +11,9 @@ Streams are kept for a handful of representative configs (repo size).
 
 `--sample` traces seeded random configurations (sweeps/trace/random_grid.py, full depth, 2 steps; those this
 machine cannot trace in a few minutes are left out, `sample_skip`) and keeps only their simulations, one row each
-in `sampled.jsonl`, split "validation" (read while the fallback is changed) or, with `--held-out`, "held-out"
-(scored once). The fallback is fitted on the kept streams only; `--report` prints its errors on each split apart.
+in `sampled.jsonl`, split "validation" (read while the fallback is changed), with `--tuning` "tuning" (the
+generation-regime model is fitted on those of its regime, with the kept streams) or, with `--held-out`, "held-out"
+(scored once). The step model is fitted on the kept streams only; `--report` prints the errors on each split apart.
 Every command resumes: a config whose row exists is skipped.
 """
 
@@ -72,6 +73,8 @@ def simulate_variants(events: list) -> dict:
 
 SAMPLED = "sampled.jsonl"  # simulations of traced streams not kept on disk (--sample)
 SAMPLE_STEPS = 2
+# "tuning": fitted with the kept streams; "validation": read while the fallback is changed; "held-out": scored once
+SPLITS = ("tuning", "validation", "held-out")
 SAMPLE_MAX_PARAMS = 4.5e9  # full-depth traces of larger models take several minutes on 2 cores
 SAMPLE_MAX_TOKENS = 3072  # prompt + completion
 
@@ -107,9 +110,11 @@ def simulation_row(cfg: RunConfig, events: list, steps: int) -> dict:
     }
 
 
-def sample(seed: int, n: int, out: Path, held_out: bool = False) -> list[dict]:
+def sample(seed: int, n: int, out: Path, split: str = "validation") -> list[dict]:
     """Trace the first `n` draws of `random_configs(seed)` that `sample_skip` keeps and append their simulation
-    rows to `out/sampled.jsonl` (split "held-out" with `held_out`, else "validation"); skips rows already there."""
+    rows to `out/sampled.jsonl` under `split` (one of SPLITS); skips rows already there."""
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r} (accepted: {', '.join(SPLITS)})")
     from sweeps.trace import step
     from sweeps.trace.random_grid import random_configs
 
@@ -131,7 +136,7 @@ def sample(seed: int, n: int, out: Path, held_out: bool = False) -> list[dict]:
         row = simulation_row(cfg, res.events, SAMPLE_STEPS) | {
             "seed": seed,
             "draw": i,
-            "split": "held-out" if held_out else "validation",
+            "split": split,
             "variant": {"max_micro": 2, "decode": "fast-forward", "k": 2},
         }
         records.append_row(path, row)
@@ -162,25 +167,26 @@ def _lstsq(xs: list[list[float]], ys: list[float]) -> list[float]:
     return [b[i] / a[i][i] if a[i][i] else 0.0 for i in range(k)]
 
 
-def fit_variant(rows: list[tuple[RunConfig, int, float]]) -> dict:
-    """Fit reserve/allocated = intercept + sum(coef * feature) over (config, peak allocated, simulated fraction),
-    with its in-sample and leave-one-out errors (absolute, in fraction of the allocated peak)."""
-    names = list(allocator_term.features(rows[0][0], rows[0][1]))
+def fit_variant(rows: list[tuple[dict[str, float], float]]) -> dict:
+    """Fit extra/allocated = intercept + sum(coef * feature) over (features, simulated fraction) rows, with its
+    in-sample and leave-one-out errors (absolute, in fraction of the allocated peak): the estimator adds the
+    worst LOO under-prediction (`allocator_term.fitted_from`)."""
+    names = list(rows[0][0])
 
     def design(sub):
-        return [[1.0] + [allocator_term.features(c, p)[n] for n in names] for c, p in sub]
+        return [[1.0] + [x[n] for n in names] for x in sub]
 
     def solve(sub):
-        return _lstsq(design([(c, p) for c, p, _ in sub]), [y for _, _, y in sub])
+        return _lstsq(design([x for x, _ in sub]), [y for _, y in sub])
 
     w = solve(rows)
-    pred = [sum(a * b for a, b in zip(w, x, strict=True)) for x in design([(c, p) for c, p, _ in rows])]
+    pred = [sum(a * b for a, b in zip(w, x, strict=True)) for x in design([x for x, _ in rows])]
     loo = []
     for i in range(len(rows)):
         wi = solve(rows[:i] + rows[i + 1 :]) if len(rows) > len(w) else w
-        xi = design([rows[i][:2]])[0]
-        loo.append(sum(a * b for a, b in zip(wi, xi, strict=True)) - rows[i][2])
-    errs = [p - y for p, (_, _, y) in zip(pred, rows, strict=True)]
+        xi = design([rows[i][0]])[0]
+        loo.append(sum(a * b for a, b in zip(wi, xi, strict=True)) - rows[i][1])
+    errs = [p - y for p, (_, y) in zip(pred, rows, strict=True)]
     return {
         "intercept": w[0],
         "coef": dict(zip(names, w[1:], strict=True)),
@@ -190,6 +196,14 @@ def fit_variant(rows: list[tuple[RunConfig, int, float]]) -> dict:
         "loo_errors": loo,
         "source": "fitted (sweeps.trace.streams --table) over simulated traced streams",
     }
+
+
+def shares(cfg: RunConfig) -> allocator_term.Shares:
+    """Where the estimator puts `cfg`'s peak (`allocator_term.shares_of` its phases): what the fallback sees at
+    estimate time, not the trace's."""
+    from estimator.step.estimate import estimate
+
+    return allocator_term.shares_of(estimate(cfg).phases)
 
 
 def min_limits(events: list) -> dict[str, int]:
@@ -215,9 +229,11 @@ KEEP = (
 
 def build_table(out: Path) -> dict:
     """Re-simulate every kept stream under every variant (unlimited, and its smallest passing limit); the
-    estimator's table with the fitted models of both (`fit[variant]`, `fit["need:" + variant]`). The sampled
-    rows are not fitted: `sampled_errors` scores the fits on them."""
-    streams, by_variant = [], {}
+    estimator's table with the fitted models: the step model of both (`fit[variant]`, `fit["need:" + variant]`)
+    over the kept streams, and the generation-regime model of the need (`fit["generation:need:" + variant]`)
+    over the kept streams and the sampled rows of split "tuning" in that regime (`allocator_term.regime`). The
+    other sampled rows are not fitted: `sampled_errors` scores the fits on them."""
+    streams, step_rows, generation_rows = [], {}, {}
     for idx in records.read_index(out / "index.jsonl")[0]:
         events = load_stream(out / idx["stream"])
         cfg = RunConfig.from_dict(idx["config"])
@@ -229,29 +245,69 @@ def build_table(out: Path) -> dict:
                 "source": "simulated",
                 "min_limit": limits[name],
             }
-            pa = r["peak_allocated"]
-            by_variant.setdefault(name, []).append((cfg, pa, r["fragmentation"] / pa))
-            by_variant.setdefault("need:" + name, []).append((cfg, pa, (limits[name] - pa) / pa))
         streams.append({"config": idx["config"], "events": len(events), "variants": variants})
-    fit = {name: fit_variant(rows) for name, rows in by_variant.items()}
+        row = {"config": idx["config"], "simulated": variants, "min_limits": limits}
+        for key, _, pa, _, y in _targets(row):
+            step_rows.setdefault(key, []).append((allocator_term.features(cfg, pa), y))
+        _generation_targets(row, generation_rows)
+    for row in records.read_index(out / SAMPLED)[0]:
+        if row.get("split") == "tuning":
+            _generation_targets(row, generation_rows)
+    fit = {key: fit_variant(rows) for key, rows in step_rows.items()}
+    for key, rows in generation_rows.items():
+        fit["generation:" + key] = fit_variant([(x, y) for x, y, _ in rows]) | {
+            "model": "generation-regime",
+            "working_cap": max(y / w for _, y, w in rows if w > 0),
+            "source": "fitted (sweeps.trace.streams --table) over the simulated streams and tuning rows where "
+            "generation sets the peak under gradient checkpointing",
+        }
     src = "simulated (estimator.hardware.allocator) on traced streams (results/streams)"
     return {"source": src, "streams": streams, "fit": fit}
 
 
+def _targets(row: dict) -> list[tuple[str, RunConfig, int, allocator_term.Shares, float]]:
+    """A simulated row's fit targets: (fit key, config, peak allocated, shares, simulated fraction) for the
+    reserve and the need of every variant."""
+    cfg = RunConfig.from_dict(row["config"])
+    where = shares(cfg)
+    out = []
+    for name, v in row["simulated"].items():
+        pa = v["peak_allocated"]
+        out.append((name, cfg, pa, where, v["fragmentation"] / pa))
+        out.append(("need:" + name, cfg, pa, where, (row["min_limits"][name] - pa) / pa))
+    return out
+
+
+def _generation_targets(row: dict, into: dict) -> None:
+    """Add a row's need targets to the generation-regime model's rows when the config is in that regime:
+    (features, need fraction, working share of the peak)."""
+    for key, cfg, pa, where, y in _targets(row):
+        if key.startswith("need:") and allocator_term.regime(cfg, where) == "generation":
+            into.setdefault(key, []).append((allocator_term.generation_features(where, pa), y, where.working))
+
+
 def sampled_errors(table: dict, rows: list[dict]) -> dict:
-    """Per split of the sampled rows ("validation", "held-out") and fitted model: the fit's error (prediction -
-    simulation, in fraction of the allocated peak) on each row, none of which the fit saw."""
+    """Per split of the sampled rows ("tuning": the generation model's; "validation", "held-out": not fitted)
+    and fitted model: the fallback's error (prediction - simulation, in fraction of the allocated peak) on each
+    row, and the same for the rows of the generation regime alone (key "generation:" + model). Held-out rows
+    are kept apart per seed ("held-out <seed>"): a seed scored once stays apart from later ones."""
     errors: dict = {}
     for row in rows:
-        cfg = RunConfig.from_dict(row["config"])
-        for name, v in row["simulated"].items():
-            pa = v["peak_allocated"]
-            need = (row["min_limits"][name] - pa) / pa
-            for key, y in ((name, v["fragmentation"] / pa), ("need:" + name, need)):
-                fit = table["fit"].get(key)
-                if fit:
-                    pred = allocator_term.fitted_from(fit, cfg, pa)
-                    errors.setdefault(row["split"], {}).setdefault(key, []).append(pred - y)
+        split = row["split"] + (f" {row['seed']}" if row["split"] == "held-out" and "seed" in row else "")
+        for key, cfg, pa, where, y in _targets(row):
+            if key in table["fit"]:
+                pred = allocator_term.predicted_fraction(table["fit"], key, cfg, pa, where)
+                if not key.startswith(
+                    "need:"
+                ):  # the reserve is never below the need (`allocator_term.reserve`)
+                    pred = max(
+                        pred, allocator_term.predicted_fraction(table["fit"], "need:" + key, cfg, pa, where)
+                    )
+                e = pred - y
+                by_key = errors.setdefault(split, {})
+                by_key.setdefault(key, []).append(e)
+                if allocator_term.regime(cfg, where) == "generation":
+                    by_key.setdefault("generation:" + key, []).append(e)
     return errors
 
 
@@ -263,8 +319,9 @@ def _median(xs: list[float]) -> float:
 def report(table: dict, sampled: dict | None = None) -> str:
     """Simulated fragmentation per variant (min / median / max over the kept streams) and the fits' errors: the
     unlimited reserve (max_memory_reserved - max_memory_allocated) and the need (smallest passing limit - peak
-    allocated), both as fractions of the allocated peak; then, per split of the sampled rows (`sampled_errors`),
-    how many the fit predicts low, the worst and the median error."""
+    allocated), both as fractions of the allocated peak, and the generation-regime need model; then, per split
+    of the sampled rows (`sampled_errors`), how many the fallback predicts low, the worst and the median error,
+    on all rows and on the generation regime's."""
     lines = []
     for name in allocator_term.VARIANTS:
         for kind, label in (("reserve", "reserve"), ("need", "need   ")):
@@ -281,16 +338,32 @@ def report(table: dict, sampled: dict | None = None) -> str:
                 f"in-sample max error {100 * f['in_sample_max_abs']:.1f} pts, leave-one-out max "
                 f"{100 * f['loo_max_abs']:.1f} pts"
             )
+        g = table["fit"].get("generation:need:" + name)
+        if g:
+            lines.append(
+                f"{name:26s} need, generation regime: model over {g['n']} rows (kept + tuning); in-sample max "
+                f"error {100 * g['in_sample_max_abs']:.1f} pts, leave-one-out max {100 * g['loo_max_abs']:.1f} "
+                f"pts, margin {100 * max(0.0, -min(g['loo_errors'])):.1f} pts, capped at "
+                f"{g['working_cap']:.2f} x the working memory"
+            )
+    keys = [
+        (key, label)
+        for name in allocator_term.VARIANTS
+        for key, label in (
+            (name, "reserve"),
+            ("need:" + name, "need   "),
+            ("generation:need:" + name, "need, generation regime"),
+        )
+    ]
     for split, by_key in sorted((sampled or {}).items()):
-        for name in allocator_term.VARIANTS:
-            for key, label in ((name, "reserve"), ("need:" + name, "need   ")):
-                errs = sorted(by_key.get(key, []))
-                if errs:
-                    lines.append(
-                        f"{split:10s} {name:26s} {label} {len(errs)} sampled streams (simulated): "
-                        f"{sum(e < 0 for e in errs)} "
-                        f"predicted low, worst {100 * errs[0]:+.1f} pts, median {100 * _median(errs):+.1f} pts"
-                    )
+        for key, label in keys:
+            errs = sorted(by_key.get(key, []))
+            if errs:
+                lines.append(
+                    f"{split:15s} {key.split(':')[-1]:26s} {label} {len(errs)} sampled streams (simulated): "
+                    f"{sum(e < 0 for e in errs)} "
+                    f"predicted low, worst {100 * errs[0]:+.1f} pts, median {100 * _median(errs):+.1f} pts"
+                )
     return "\n".join(lines)
 
 
@@ -337,16 +410,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("SEED", "N"),
         help=f"trace the first N random draws of SEED and keep their simulations ({SAMPLED})",
     )
-    ap.add_argument("--held-out", action="store_true", help="with --sample: rows the fit never sees")
+    marks = ap.add_mutually_exclusive_group()
+    marks.add_argument("--held-out", action="store_true", help="with --sample: rows the fit never sees")
+    marks.add_argument("--tuning", action="store_true", help="with --sample: rows the fit is made from")
     a = ap.parse_args(argv)
-    if a.held_out and not a.sample:
-        ap.error("--held-out marks the rows of --sample SEED N; give --sample too")
+    for flag, on in (("--held-out", a.held_out), ("--tuning", a.tuning)):
+        if on and not a.sample:
+            ap.error(f"{flag} marks the rows of --sample SEED N; give --sample too")
     if a.sample:
         seed, n = a.sample
         if n < 1:
             ap.error(f"--sample N: {n} (accepted: 1 or more)")
         a.out.mkdir(parents=True, exist_ok=True)
-        sample(seed, n, a.out, a.held_out)
+        sample(seed, n, a.out, "held-out" if a.held_out else "tuning" if a.tuning else "validation")
         return 0
     if a.table or a.report:
         table = build_table(a.out)

@@ -36,3 +36,19 @@ def test_a_failed_draw_keeps_the_others_and_a_rerun_retries_only_it(tmp_path, mo
     streams.sample(7, 4, tmp_path)  # resumes: only the failed draw is traced again
     assert len(calls) == 1
     assert len(records.read_index(tmp_path / streams.SAMPLED)[0]) == 4
+
+
+def test_tuning_rows_are_marked_and_a_split_must_come_with_sample(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(streams, "sample_skip", lambda cfg: None)
+    monkeypatch.setattr(step, "run", lambda cfg, **kw: SimpleNamespace(events=[("a", 1, 2**20), ("f", 1)]))
+    assert streams.main(["--sample", "5", "2", "--tuning", "--out", str(tmp_path)]) == 0
+    rows, _ = records.read_index(tmp_path / streams.SAMPLED)
+    assert [r["split"] for r in rows] == ["tuning", "tuning"]
+    for argv in (["--tuning"], ["--sample", "5", "2", "--tuning", "--held-out"]):
+        try:
+            streams.main(argv + ["--out", str(tmp_path)])
+        except SystemExit as e:
+            assert e.code == 2
+        else:
+            raise AssertionError(f"{argv} accepted")
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
