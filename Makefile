@@ -171,7 +171,7 @@ gpu-validate: install
 # limit its 2 GRPO steps pass under, to 1.5 %, several limit runs at once on one GPU; one row per configuration in
 # results/raw/mincard.jsonl. MINCARD_BUDGET_S makes one call end by itself inside a 10-minute lease call; a
 # rerun resumes from the runs kept in results/raw/trials/mincard.jsonl. MINCARD_ARGS passes more flags.
-MINCARD_ROWS ?= r00,r01,r02,r03,r04,r05,r06,r07
+MINCARD_ROWS ?= r00,r01,r02,r03,r04,r05,r06,r07,r08,r09
 MINCARD_BUDGET_S ?= 540
 MINCARD_ARGS ?=
 gpu-mincard: install

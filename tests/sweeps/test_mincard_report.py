@@ -58,11 +58,14 @@ def test_the_estimator_figures_take_the_outside_of_the_allocator_off_need_and_fi
 
 
 def test_lineup_rows_compose_into_gpu_runs_and_cover_each_method_early():
+    from estimator.step.estimate import estimate
+    from estimator.terms import allocator_reserve
+
     rows = yaml.safe_load(YAML.read_text())["mincard"]["rows"]
     entries = lineup.entries()
-    assert [e.row for e in entries] == list(rows) and len({e.job.key for e in entries}) == 8
+    assert [e.row for e in entries] == list(rows) and len({e.job.key for e in entries}) == 10
     methods = []
-    for e in entries:
+    for e in entries[:8]:  # the methods at two prompt lengths, TRL's shapes otherwise
         c = e.job.config
         assert (c.device, c.dtype, c.per_device_train_batch_size, c.num_generations) == (
             "cuda",
@@ -71,6 +74,7 @@ def test_lineup_rows_compose_into_gpu_runs_and_cover_each_method_early():
             8,
         )
         assert c.max_completion_length == 256 and c.max_prompt_length in (256, 1024)
+        assert c.attn_implementation == "sdpa" and c.steps_per_generation is None
         assert e.job.variant["weights"] == "random" and e.job.variant["steps"] == 2
         method = "qlora" if c.load_in_4bit else "lora" if c.use_peft else "full"
         assert (method == "full") == (c.model in ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct"))
@@ -78,6 +82,13 @@ def test_lineup_rows_compose_into_gpu_runs_and_cover_each_method_early():
         methods.append((method, c.model, c.max_prompt_length))
         assert e.need_bytes and e.need_bytes * lineup.BASELINE_MARGIN < 75 * GIB  # estimated
     assert len(set(methods)) == 8 and {m[0] for m in methods[:3]} == {"full", "lora", "qlora"}
+    for e in entries[8:]:  # runs whose peak is set in generation: eager prefills of 80 sequences
+        c = e.job.config
+        assert c.attn_implementation == "eager" and c.generation_sequences == 80 and c.gradient_checkpointing
+        assert allocator_reserve.regime(c, allocator_reserve.shares_of(estimate(c).phases)) == "generation"
+        assert (
+            e.need_bytes and e.need_bytes < 75 * GIB
+        )  # one run fits the card; the baseline is clamped to it
 
 
 def test_makefile_target_runs_the_yaml_rows_in_order():
