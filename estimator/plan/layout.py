@@ -159,14 +159,12 @@ def _role_bytes(cfg: RunConfig, role: Role, arch: Arch, shards: int) -> RoleByte
     )
 
 
-def _device(cfg: RunConfig, allocated: int) -> int:
-    """allocated + the allocator's reserve + one CUDA context (terms/overhead.py); a role's own GPU runs no
-    generation."""
-    return (
-        allocated
-        + overhead.allocator_overhead(cfg, allocated, allocator_term.NO_GENERATION)
-        + overhead.cuda_context(cfg)
-    )
+def _device(
+    cfg: RunConfig, allocated: int, shares: allocator_term.Shares = allocator_term.NO_GENERATION
+) -> int:
+    """allocated + the allocator's reserve + one CUDA context (terms/overhead.py); `shares`: where generation sits
+    on this GPU (a role's own GPU runs none)."""
+    return allocated + overhead.allocator_overhead(cfg, allocated, shares) + overhead.cuda_context(cfg)
 
 
 def policy_resident(cfg: RunConfig, arch: Arch) -> int:
@@ -182,7 +180,11 @@ def training_peak(est: Estimate, roles: list[RoleBytes]) -> int:
     candidates = [est.peak_allocated_bytes + held]
     base = policy_resident(cfg, arch) + held
     candidates += [base + r.working for r in roles]
-    return _device(cfg, max(candidates))
+    peak = max(candidates)
+    # the policy generates on this GPU with the roles' resident state beside it; a role's own work may set the peak
+    shares = allocator_term.shares_of({p: {**c, "roles": held} for p, c in est.phases.items()})
+    scale = candidates[0] / peak
+    return _device(cfg, peak, dataclasses.replace(shares, generation_total=shares.generation_total * scale))
 
 
 def vllm_weights(cfg: RunConfig, arch: Arch, settings: VllmSettings) -> int:

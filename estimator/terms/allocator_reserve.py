@@ -3,7 +3,7 @@
 Where the config's allocation stream was traced and simulated (`sweeps.trace.streams` -> the table
 `estimator/data/allocator_streams.json`), the reserve is that simulation's. Otherwise it comes from small
 models fitted over those simulations (`fit` in the same table, written by `python -m sweeps.trace.streams
---table`): a step model, and where generation sets the peak (`regime`) a generation model as well. The fits'
+--table`): a step model for the peak, and a generation model for generation's phase (`predicted_fraction`). The fits'
 errors against the simulations are stored next to them and printed by `python -m sweeps.trace.streams
 --report`. Stdlib only: the estimator never replays a stream at run time (a 7B stream takes ~0.3 s; the table
 holds the results).
@@ -77,20 +77,22 @@ GENERATION_AT_PEAK = 0.90
 
 @dataclass(frozen=True)
 class Shares:
-    """Where the estimate's peak sits, as the fallback sees it (fractions; "working memory" is a phase's total
-    less the lightest phase's, which holds what every phase holds: weights, adapters, optimizer state, other
-    roles). `generation`: generation's working memory over the peak phase's; `generation_activations`:
-    generation's activations (a prefill's per-layer transients or a decode step's) over the peak phase total;
-    `working`: the peak phase's working memory over its total."""
+    """Where the estimate's memory sits, as the fallback sees it ("working memory" is a phase's total less what
+    every phase holds, component by component: weights, adapters, optimizer state, other roles' resident part).
+    `generation`: generation's working memory over the peak phase's (1.0 where generation sets the peak);
+    `generation_total`: generation's phase total over the peak phase total; `generation_activations` and
+    `generation_working`: generation's activations (a prefill's per-layer transients or a decode step's) and its
+    working memory, each over generation's phase total."""
 
     generation: float
+    generation_total: float
     generation_activations: float
-    working: float = 1.0
+    generation_working: float
 
 
-# shares not given: the generation regime at its largest transients, the side that errs high
-UNKNOWN = Shares(1.0, 1.0)
-NO_GENERATION = Shares(0.0, 0.0)  # a device that runs no generation (a reward model on its own GPU)
+# shares not given: generation sets the peak and all of it comes and goes, the side that errs high
+UNKNOWN = Shares(1.0, 1.0, 1.0, 1.0)
+NO_GENERATION = Shares(0.0, 0.0, 0.0, 0.0)  # a device that runs no generation (a reward model on its own GPU)
 
 
 def shares_of(phases: dict[str, dict[str, int]]) -> Shares:
@@ -98,26 +100,28 @@ def shares_of(phases: dict[str, dict[str, int]]) -> Shares:
     totals = {p: sum(c.values()) for p, c in phases.items()}
     peak = max(totals.values(), default=0)
     gen = phases.get("generate")
-    if not peak or gen is None:
+    if not peak or not gen or not totals["generate"]:
         return NO_GENERATION
-    held = min(totals.values())
-    generation = (totals["generate"] - held) / (peak - held) if peak > held else 0.0
-    return Shares(generation, gen.get("activations", 0) / peak, (peak - held) / peak)
+    held = sum(min(c.get(k, 0) for c in phases.values()) for k in set().union(*phases.values()))
+    total = totals["generate"]
+    generation = (total - held) / (peak - held) if peak > held else 0.0
+    return Shares(generation, total / peak, gen.get("activations", 0) / total, (total - held) / total)
 
 
 def regime(cfg: RunConfig, shares: Shares = UNKNOWN) -> str:
-    """ "generation" where transformers' generate sets the peak under gradient checkpointing, else "step".
+    """ "generation" where transformers' generate sets the peak, else "step": the rows the generation model is
+    fitted on (`predicted_fraction` applies it to every config that generates through torch's allocator).
 
-    In the simulated streams the largest needs (13-38 % of the allocated peak) are all in this regime: a
-    prefill's per-layer transients (eager scores and their fp32 softmax, q/k/v) are carved from segments that the
-    growing cache pins layer by layer, so the next layer's transients need fresh segments (the QLoRA Llama-3.2-1B
-    row with 80 eager prefills of 781 tokens needs 7.3 GiB above 19.1 GiB allocated; results/streams/REPORT.txt).
-    The 10 % tolerance covers the estimate's own error on the working memory, a smaller base than the total.
+    In the simulated streams the largest needs (up to 38 % of the allocated peak in the tuning rows) are all in
+    this regime, with gradient checkpointing or without: a prefill's per-layer transients (eager scores and their
+    fp32 softmax, q/k/v) are carved from segments that the growing cache pins layer by layer, so the next layer's
+    transients need fresh segments (the QLoRA Llama-3.2-1B row with 80 eager prefills of 781 tokens needs 7.3 GiB
+    above 19.1 GiB allocated; results/streams/REPORT.txt). The 10 % tolerance covers the estimate's own error on
+    the working memory, a smaller base than the total.
     """
     at_peak = shares.generation >= GENERATION_AT_PEAK
     # vLLM generates in its own preallocated pool, not through torch's caching allocator
-    hf_generate = not cfg.use_vllm
-    return "generation" if at_peak and cfg.gradient_checkpointing and hf_generate else "step"
+    return "generation" if at_peak and not cfg.use_vllm else "step"
 
 
 def features(cfg: RunConfig, peak_allocated: int) -> dict[str, float]:
@@ -132,11 +136,11 @@ def features(cfg: RunConfig, peak_allocated: int) -> dict[str, float]:
 
 
 def generation_features(shares: Shares, peak_allocated: int) -> dict[str, float]:
-    """What the generation-regime model sees: generation's activations over the peak (the transients whose
-    segments the cache pins), and 1 / allocated peak in GiB."""
+    """What the generation model sees: generation's activations over its phase total (the transients whose
+    segments the cache pins), and 1 / generation's total in GiB."""
     return {
         "generation_activations": shares.generation_activations,
-        "inv_peak_gib": 2**30 / max(peak_allocated, 2**30),
+        "inv_peak_gib": 2**30 / max(peak_allocated * shares.generation_total, 2**30),
     }
 
 
@@ -149,12 +153,14 @@ def fitted_fraction(
     peak allocated.
 
     Fitted (`sweeps.trace.streams --table`), one set per allocator variant, least squares plus the LOO margin:
-    the step model (`features`) over the kept streams; in the generation regime (`regime`), at least the
-    generation model (`generation_features`) over the kept streams and the tuning rows of that regime
-    (`fit["generation:" + variant]`), capped at `working_cap` times the working memory (the largest need those
-    rows show as a multiple of it: fragmentation comes from what comes and goes, not from the weights, so a
-    weight-heavy step with little working memory is not charged a fraction of its weights). Both err high by
-    up to their `loo_max_abs + margin` (results/streams/REPORT.txt has the current figures).
+    the step model (`features`) over the kept streams, and the generation model (`generation_features`) over the
+    rows of the generation regime (`regime`) among the kept streams and the tuning rows
+    (`fit["generation:" + variant]`). The card must hold the larger of the peak with the step model's extra and
+    generation's phase total with the generation model's, the latter at most `working_cap` times generation's
+    working memory (the largest need those rows show as a multiple of it: fragmentation comes from what comes and
+    goes, not from the weights, so a weight-heavy step is not charged a fraction of its weights). As generation's
+    total falls below the peak, its requirement falls below the step's smoothly: no threshold to cross. Both err
+    high by up to their `loo_max_abs + margin` (results/streams/REPORT.txt has the current figures).
     """
     return predicted_fraction(_table()["fit"], variant, cfg, peak_allocated, shares)
 
@@ -168,9 +174,10 @@ def predicted_fraction(
         return 0.07  # no table: AgileRL arena's measured slack (the estimator's former flat fraction)
     frac = fitted_from(fit, features(cfg, peak_allocated))
     gen = fits.get("generation:" + variant)
-    if gen and regime(cfg, shares) == "generation":
+    if gen and not cfg.use_vllm and shares.generation_total:  # vLLM generates in its own pool, not torch's
         model = fitted_from(gen, generation_features(shares, peak_allocated))
-        frac = max(frac, min(model, gen.get("working_cap", math.inf) * shares.working))
+        extra = min(model, gen.get("working_cap", math.inf) * shares.generation_working)
+        frac = max(frac, shares.generation_total * (1 + extra) - 1)
     return frac
 
 
@@ -233,8 +240,8 @@ def _extra(cfg: RunConfig, peak_allocated: int, variant: str, shares: Shares, ne
     frac = fitted_fraction(cfg, peak_allocated, key, shares)
     fits = _table()["fit"]
     fit = fits.get(key, {})
-    if regime(cfg, shares) == "generation" and "generation:" + key in fits:
-        fit = fits["generation:" + key] if frac > fitted_from(fit, features(cfg, peak_allocated)) else fit
+    if "generation:" + key in fits and frac > fitted_from(fit, features(cfg, peak_allocated)):
+        fit = fits["generation:" + key]
     n, loo = fit.get("n", 0), fit.get("loo_max_abs", 0.0)
     which = fit.get("model", "step")
     note = f"fitted over {n} simulated streams, {which} model (+ worst LOO under-prediction; LOO max error {100 * loo:.1f} pts)"

@@ -110,9 +110,13 @@ def simulation_row(cfg: RunConfig, events: list, steps: int) -> dict:
     }
 
 
-def sample(seed: int, n: int, out: Path, split: str = "validation") -> list[dict]:
+def sample(
+    seed: int, n: int, out: Path, split: str = "validation", generation_peaked: bool = False
+) -> list[dict]:
     """Trace the first `n` draws of `random_configs(seed)` that `sample_skip` keeps and append their simulation
-    rows to `out/sampled.jsonl` under `split` (one of SPLITS); skips rows already there."""
+    rows to `out/sampled.jsonl` under `split` (one of SPLITS); skips rows already there. `generation_peaked`: only
+    the draws whose estimate puts the peak in transformers' generate (`allocator_term.GENERATION_AT_PEAK`, any
+    checkpointing), where the reserve is least known; their rows say so (`drawn`)."""
     if split not in SPLITS:
         raise ValueError(f"split {split!r} (accepted: {', '.join(SPLITS)})")
     from sweeps.trace import step
@@ -125,7 +129,7 @@ def sample(seed: int, n: int, out: Path, split: str = "validation") -> list[dict
         cfg = cfg.with_(device="cuda")
         if (seed, i) in done:
             continue
-        if why := sample_skip(cfg):
+        if why := sample_skip(cfg) or (generation_peaked and _not_generation_peaked(cfg)):
             print(f"draw {seed}/{i}: skipped: {why}", flush=True)
             continue
         try:
@@ -133,12 +137,16 @@ def sample(seed: int, n: int, out: Path, split: str = "validation") -> list[dict
         except Exception as e:  # noqa: BLE001 - one draw the tracer cannot run must not stop the others
             print(f"draw {seed}/{i}: not traced: {type(e).__name__}: {shown(str(e))}", flush=True)
             continue
-        row = simulation_row(cfg, res.events, SAMPLE_STEPS) | {
-            "seed": seed,
-            "draw": i,
-            "split": split,
-            "variant": {"max_micro": 2, "decode": "fast-forward", "k": 2},
-        }
+        row = (
+            simulation_row(cfg, res.events, SAMPLE_STEPS)
+            | {
+                "seed": seed,
+                "draw": i,
+                "split": split,
+                "variant": {"max_micro": 2, "decode": "fast-forward", "k": 2},
+            }
+            | ({"drawn": "generation-peaked"} if generation_peaked else {})
+        )
         records.append_row(path, row)
         d = row["simulated"]["default"]
         print(
@@ -149,6 +157,16 @@ def sample(seed: int, n: int, out: Path, split: str = "validation") -> list[dict
         )
         rows.append(row)
     return rows
+
+
+def _not_generation_peaked(cfg: RunConfig) -> str | None:
+    """Why `cfg` is not a run whose peak transformers' generate sets (estimated), else None."""
+    if cfg.use_vllm:
+        return "vLLM generates (not through torch's allocator)"
+    share = shares(cfg).generation
+    if share < allocator_term.GENERATION_AT_PEAK:
+        return f"generation's working memory is {100 * share:.0f} % of the peak phase's (estimated)"
+    return None
 
 
 def _lstsq(xs: list[list[float]], ys: list[float]) -> list[float]:
@@ -259,7 +277,7 @@ def build_table(out: Path) -> dict:
             "model": "generation-regime",
             "working_cap": max(y / w for _, y, w in rows if w > 0),
             "source": "fitted (sweeps.trace.streams --table) over the simulated streams and tuning rows where "
-            "generation sets the peak under gradient checkpointing",
+            "transformers' generate sets the peak",
         }
     src = "simulated (estimator.hardware.allocator) on traced streams (results/streams)"
     return {"source": src, "streams": streams, "fit": fit}
@@ -279,11 +297,16 @@ def _targets(row: dict) -> list[tuple[str, RunConfig, int, allocator_term.Shares
 
 
 def _generation_targets(row: dict, into: dict) -> None:
-    """Add a row's need targets to the generation-regime model's rows when the config is in that regime:
-    (features, need fraction, working share of the peak)."""
+    """Add a row's need targets to the generation model's rows when the config is in its regime: (features, the
+    need as a fraction of generation's phase total, generation's working share of that total)."""
     for key, cfg, pa, where, y in _targets(row):
         if key.startswith("need:") and allocator_term.regime(cfg, where) == "generation":
-            into.setdefault(key, []).append((allocator_term.generation_features(where, pa), y, where.working))
+            y_gen = (
+                1 + y
+            ) / where.generation_total - 1  # the card holds the peak + y = generation's total + y_gen
+            into.setdefault(key, []).append(
+                (allocator_term.generation_features(where, pa), y_gen, where.generation_working)
+            )
 
 
 def sampled_errors(table: dict, rows: list[dict]) -> dict:
@@ -413,16 +436,26 @@ def main(argv: list[str] | None = None) -> int:
     marks = ap.add_mutually_exclusive_group()
     marks.add_argument("--held-out", action="store_true", help="with --sample: rows the fit never sees")
     marks.add_argument("--tuning", action="store_true", help="with --sample: rows the fit is made from")
+    ap.add_argument(
+        "--generation-peaked",
+        action="store_true",
+        help="with --sample: only draws whose estimated peak is in generation",
+    )
     a = ap.parse_args(argv)
-    for flag, on in (("--held-out", a.held_out), ("--tuning", a.tuning)):
+    for flag, on in (
+        ("--held-out", a.held_out),
+        ("--tuning", a.tuning),
+        ("--generation-peaked", a.generation_peaked),
+    ):
         if on and not a.sample:
-            ap.error(f"{flag} marks the rows of --sample SEED N; give --sample too")
+            ap.error(f"{flag} applies to the rows of --sample SEED N; give --sample too")
     if a.sample:
         seed, n = a.sample
         if n < 1:
             ap.error(f"--sample N: {n} (accepted: 1 or more)")
         a.out.mkdir(parents=True, exist_ok=True)
-        sample(seed, n, a.out, "held-out" if a.held_out else "tuning" if a.tuning else "validation")
+        split = "held-out" if a.held_out else "tuning" if a.tuning else "validation"
+        sample(seed, n, a.out, split, a.generation_peaked)
         return 0
     if a.table or a.report:
         table = build_table(a.out)

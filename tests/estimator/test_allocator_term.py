@@ -62,50 +62,76 @@ def test_fallback_does_not_predict_the_rows_it_was_fitted_on_low():
     assert generation >= 5  # the generation model has rows of its own to be held to
 
 
-def test_generation_regime_is_where_generation_sets_the_peak_under_checkpointing():
+def test_generation_regime_is_where_transformers_generate_sets_the_peak():
     gc, plain = (
         RunConfig(model="7B", gradient_checkpointing=True),
         RunConfig(model="7B", gradient_checkpointing=False),
     )
-    # every phase holds the score phase's 60; generation works with 36 above it, the train phase with 40
+    vllm = RunConfig(model="7B", use_vllm=True)
+    # every phase holds 60 of weights; generation works with 36 above it, the train phase with 40
     phases = {
         "generate": {"weights": 60, "kv_cache": 20, "activations": 16},
         "score": {"weights": 60},
         "train": {"weights": 60, "activations": 40},
     }
-    assert allocator_term.shares_of(phases) == allocator_term.Shares(0.9, 0.16, working=0.4)
+    assert allocator_term.shares_of(phases) == allocator_term.Shares(0.9, 0.96, 16 / 96, 36 / 96)
     assert allocator_term.shares_of({"train": {"weights": 1}}) == allocator_term.NO_GENERATION
-    assert allocator_term.regime(gc, allocator_term.Shares(0.9, 0.0)) == "generation"
-    assert allocator_term.regime(gc, allocator_term.Shares(0.89, 0.5)) == "step"
-    assert allocator_term.regime(plain, allocator_term.Shares(1.0, 0.5)) == "step"
+    assert allocator_term.regime(gc, allocator_term.Shares(0.9, 1.0, 0.0, 1.0)) == "generation"
+    assert allocator_term.regime(gc, allocator_term.Shares(0.89, 1.0, 0.5, 1.0)) == "step"
+    assert allocator_term.regime(plain, allocator_term.Shares(1.0, 1.0, 0.5, 1.0)) == "generation"
+    assert allocator_term.regime(vllm, allocator_term.Shares(1.0, 1.0, 0.5, 1.0)) == "step"
     assert allocator_term.regime(gc) == "generation"  # not known: the side that errs high
 
 
-def test_the_generation_model_only_raises_the_step_model_and_stops_at_its_working_cap():
-    # in the generation regime the fallback is the larger of the step model and the generation model, the
-    # latter at most working_cap times the working memory; elsewhere the step model alone
-    fits = {
-        "need:default": {"intercept": 0.05, "coef": {}, "loo_errors": [-0.01]},
-        "generation:need:default": {
-            "intercept": 0.10,
-            "coef": {"generation_activations": 0.5},
-            "loo_errors": [-0.02],
-            "working_cap": 1.0,
-        },
-    }
-    gc = RunConfig(model="7B", gradient_checkpointing=True)
+FITS = {
+    "need:default": {"intercept": 0.05, "coef": {}, "loo_errors": [-0.01]},
+    "generation:need:default": {
+        "intercept": 0.10,
+        "coef": {"generation_activations": 0.5},
+        "loo_errors": [-0.02],
+        "working_cap": 1.0,
+    },
+}
 
-    def frac(shares):
-        return allocator_term.predicted_fraction(fits, "need:default", gc, 2**34, shares)
 
-    assert frac(allocator_term.Shares(1.0, 0.4)) == pytest.approx(0.10 + 0.2 + 0.02)
-    assert frac(allocator_term.Shares(0.5, 0.4)) == pytest.approx(0.06)  # step regime
-    assert frac(allocator_term.Shares(1.0, 0.4, working=0.1)) == pytest.approx(0.10)  # weight-heavy: the cap
-    assert frac(allocator_term.Shares(1.0, 0.4, working=0.01)) == pytest.approx(
+def _frac(shares, cfg=None):
+    cfg = cfg or RunConfig(model="7B")
+    return allocator_term.predicted_fraction(FITS, "need:default", cfg, 2**34, shares)
+
+
+def test_the_card_holds_the_larger_of_the_peak_and_generation_each_with_its_extra():
+    # generation at the peak: 0.10 + 0.5 * 0.4 + 0.02 of it; the step model alone gives 0.06
+    assert _frac(allocator_term.Shares(1.0, 1.0, 0.4, 1.0)) == pytest.approx(0.32)
+    # generation at 90 % of the peak: it needs 0.9 * 1.32 = 1.188 of the peak
+    assert _frac(allocator_term.Shares(0.8, 0.9, 0.4, 1.0)) == pytest.approx(0.188)
+    # generation at half the peak: 0.5 * 1.32 < 1.06, the step model's figure
+    assert _frac(allocator_term.Shares(0.3, 0.5, 0.4, 1.0)) == pytest.approx(0.06)
+    # weight-heavy generation: its extra stops at working_cap x its working memory (1.0 x 0.1)
+    assert _frac(allocator_term.Shares(1.0, 1.0, 0.4, 0.1)) == pytest.approx(0.10)
+    assert _frac(allocator_term.Shares(1.0, 1.0, 0.4, 0.01)) == pytest.approx(
         0.06
     )  # never below the step model
-    fits["generation:need:default"]["intercept"] = -0.5
-    assert frac(allocator_term.Shares(1.0, 0.4)) == pytest.approx(0.06)
+    assert _frac(
+        allocator_term.Shares(1.0, 1.0, 0.4, 1.0), RunConfig(model="7B", use_vllm=True)
+    ) == pytest.approx(0.06)
+
+
+def test_more_memory_elsewhere_never_lowers_what_the_card_must_hold():
+    # a phase growing past generation (a larger training batch, a role's pass beside the policy) may move the peak
+    # away from generation; what the card must hold must not fall for it
+    gen = {"weights": 50, "kv_cache": 10, "activations": 20}
+    before, last = None, 0.0
+    for train_act in range(0, 80, 5):
+        phases = {
+            "generate": gen,
+            "score": {"weights": 50},
+            "train": {"weights": 50, "activations": train_act},
+        }
+        peak = max(sum(c.values()) for c in phases.values())
+        held = peak * (1 + _frac(allocator_term.shares_of(phases)))
+        assert held >= last - 1e-9, (train_act, held, last)
+        last, before = held, before or held
+    assert last > before
 
 
 def test_variant_for_user_settings():

@@ -52,3 +52,32 @@ def test_tuning_rows_are_marked_and_a_split_must_come_with_sample(tmp_path, monk
         else:
             raise AssertionError(f"{argv} accepted")
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_generation_peaked_draws_are_the_only_ones_traced_and_say_so(tmp_path, monkeypatch, capsys):
+    from estimator.terms import allocator_reserve
+
+    traced = []
+    monkeypatch.setattr(streams, "sample_skip", lambda cfg: None)
+    monkeypatch.setattr(
+        step,
+        "run",
+        lambda cfg, **kw: traced.append(cfg) or SimpleNamespace(events=[("a", 1, 2**20), ("f", 1)]),
+    )
+    # draw i is generation-peaked when i is even: the share the estimate would give is faked per draw
+    shares = iter([1.0, 0.5, 0.95, 0.2])
+    monkeypatch.setattr(streams, "shares", lambda cfg: allocator_reserve.Shares(next(shares), 1.0, 0.0, 1.0))
+    from sweeps.trace import random_grid
+
+    base = streams.RunConfig(model="0.5B")
+    monkeypatch.setattr(
+        random_grid,
+        "random_configs",
+        lambda seed, n: [base.with_(max_prompt_length=64 + i) for i in range(n)],
+    )
+    streams.sample(3, 4, tmp_path, "tuning", generation_peaked=True)
+    rows, _ = records.read_index(tmp_path / streams.SAMPLED)
+    assert [r["draw"] for r in rows] == [0, 2] and len(traced) == 2
+    assert {r["drawn"] for r in rows} == {"generation-peaked"}
+    skipped = [ln for ln in capsys.readouterr().out.splitlines() if "skipped" in ln]
+    assert [ln.split(":")[0] for ln in skipped] == ["draw 3/1", "draw 3/3"] and "50 %" in skipped[0]
