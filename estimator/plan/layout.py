@@ -182,9 +182,8 @@ def training_peak(est: Estimate, roles: list[RoleBytes]) -> int:
     candidates += [base + r.working for r in roles]
     peak = max(candidates)
     # the policy generates on this GPU with the roles' resident state beside it; a role's own work may set the peak
-    shares = allocator_term.shares_of({p: {**c, "roles": held} for p, c in est.phases.items()})
-    scale = candidates[0] / peak
-    return _device(cfg, peak, dataclasses.replace(shares, generation_total=shares.generation_total * scale))
+    shares = allocator_term.shares_of({p: {**c, "roles": held} for p, c in est.phases.items()}, peak)
+    return _device(cfg, peak, shares)
 
 
 def vllm_weights(cfg: RunConfig, arch: Arch, settings: VllmSettings) -> int:

@@ -95,10 +95,11 @@ UNKNOWN = Shares(1.0, 1.0, 1.0, 1.0)
 NO_GENERATION = Shares(0.0, 0.0, 0.0, 0.0)  # a device that runs no generation (a reward model on its own GPU)
 
 
-def shares_of(phases: dict[str, dict[str, int]]) -> Shares:
-    """`Shares` of an estimate's per-phase component bytes (`Estimate.phases`)."""
+def shares_of(phases: dict[str, dict[str, int]], peak: int | None = None) -> Shares:
+    """`Shares` of an estimate's per-phase component bytes (`Estimate.phases`); `peak`: the GPU's allocated peak
+    where something outside these phases sets it (a role's own pass beside the policy), else their largest."""
     totals = {p: sum(c.values()) for p, c in phases.items()}
-    peak = max(totals.values(), default=0)
+    peak = max([*totals.values(), peak or 0], default=0)
     gen = phases.get("generate")
     if not peak or not gen or not totals["generate"]:
         return NO_GENERATION
@@ -169,16 +170,29 @@ def predicted_fraction(
     fits: dict, variant: str, cfg: RunConfig, peak_allocated: int, shares: Shares = UNKNOWN
 ) -> float:
     """`fitted_fraction` from the fitted models in `fits` (a table's "fit")."""
+    return _predict(fits, variant, cfg, peak_allocated, shares)[0]
+
+
+def _predict(
+    fits: dict, variant: str, cfg: RunConfig, peak_allocated: int, shares: Shares
+) -> tuple[float, dict]:
+    """The fraction, and the fit that set it. A reserve is never below the need: an allocator with room
+    reserves at least what it needs at its limit."""
     fit = fits.get(variant)
     if not fit:
-        return 0.07  # no table: AgileRL arena's measured slack (the estimator's former flat fraction)
-    frac = fitted_from(fit, features(cfg, peak_allocated))
+        return 0.07, {}  # no table: AgileRL arena's measured slack
+    frac, source = fitted_from(fit, features(cfg, peak_allocated)), fit
     gen = fits.get("generation:" + variant)
     if gen and not cfg.use_vllm and shares.generation_total:  # vLLM generates in its own pool, not torch's
         model = fitted_from(gen, generation_features(shares, peak_allocated))
         extra = min(model, gen.get("working_cap", math.inf) * shares.generation_working)
-        frac = max(frac, shares.generation_total * (1 + extra) - 1)
-    return frac
+        frac, source = max(
+            (frac, source), (shares.generation_total * (1 + extra) - 1, gen), key=lambda t: t[0]
+        )
+    if not variant.startswith("need:") and "need:" + variant in fits:
+        need_frac, need_source = _predict(fits, "need:" + variant, cfg, peak_allocated, shares)
+        frac, source = max((frac, source), (need_frac, need_source), key=lambda t: t[0])
+    return frac, source
 
 
 def fitted_from(fit: dict, x: dict[str, float]) -> float:
@@ -213,14 +227,9 @@ def reserve(
     cfg: RunConfig, peak_allocated: int, variant: str = "default", shares: Shares = UNKNOWN
 ) -> Reserve:
     """The reserve for `cfg` at `peak_allocated` (max_memory_reserved - max_memory_allocated on a card with
-    room): simulated where its stream exists, else fitted, and never below `need` (an allocator that has room
-    reserves at least what it needs at its limit). `shares`: `shares_of` the estimate's phases (not given: the
-    side that errs high)."""
-    fitted = _extra(cfg, peak_allocated, variant, shares, need=False)
-    if fitted.source.startswith("simulated"):
-        return fitted
-    floor = _extra(cfg, peak_allocated, variant, shares, need=True)
-    return floor if floor.bytes > fitted.bytes else fitted
+    room): simulated where its stream exists, else fitted and never below `need`. `shares`: `shares_of` the
+    estimate's phases (not given: the side that errs high)."""
+    return _extra(cfg, peak_allocated, variant, shares, need=False)
 
 
 def need(cfg: RunConfig, peak_allocated: int, variant: str = "default", shares: Shares = UNKNOWN) -> Reserve:
@@ -236,15 +245,11 @@ def _extra(cfg: RunConfig, peak_allocated: int, variant: str, shares: Shares, ne
         extra = sim["min_limit"] - sim["peak_allocated"] if need else sim["fragmentation"]
         frac = extra / sim["peak_allocated"]
         return Reserve(int(frac * peak_allocated), frac, f"simulated (traced stream {sim['stream']})")
-    key = "need:" + variant if need else variant
-    frac = fitted_fraction(cfg, peak_allocated, key, shares)
-    fits = _table()["fit"]
-    fit = fits.get(key, {})
-    if "generation:" + key in fits and frac > fitted_from(fit, features(cfg, peak_allocated)):
-        fit = fits["generation:" + key]
-    n, loo = fit.get("n", 0), fit.get("loo_max_abs", 0.0)
-    which = fit.get("model", "step")
-    note = f"fitted over {n} simulated streams, {which} model (+ worst LOO under-prediction; LOO max error {100 * loo:.1f} pts)"
+    frac, fit = _predict(_table()["fit"], "need:" + variant if need else variant, cfg, peak_allocated, shares)
+    note = (
+        f"fitted over {fit.get('n', 0)} simulated streams, {fit.get('model', 'step')} model (+ worst LOO "
+        f"under-prediction; LOO max error {100 * fit.get('loo_max_abs', 0.0):.1f} pts)"
+    )
     return Reserve(int(frac * peak_allocated), frac, note)
 
 
@@ -276,10 +281,7 @@ def setting_savings(cfg: RunConfig, peak_allocated: int, shares: Shares = UNKNOW
     """
     if cfg.device != "cuda":
         return []
-    base, base_need = (
-        reserve(cfg, peak_allocated, shares=shares),
-        need(cfg, peak_allocated, shares=shares),
-    )
+    base, base_need = reserve(cfg, peak_allocated, shares=shares), need(cfg, peak_allocated, shares=shares)
     out = []
     for variant, text in SETTINGS.items():
         r, n = reserve(cfg, peak_allocated, variant, shares), need(cfg, peak_allocated, variant, shares)

@@ -73,7 +73,8 @@ def simulate_variants(events: list) -> dict:
 
 SAMPLED = "sampled.jsonl"  # simulations of traced streams not kept on disk (--sample)
 SAMPLE_STEPS = 2
-# "tuning": fitted with the kept streams; "validation": read while the fallback is changed; "held-out": scored once
+# "tuning": the generation model is fitted on them; "validation": read while the fallback is changed; "held-out":
+# scored once
 SPLITS = ("tuning", "validation", "held-out")
 SAMPLE_MAX_PARAMS = 4.5e9  # full-depth traces of larger models take several minutes on 2 cores
 SAMPLE_MAX_TOKENS = 3072  # prompt + completion
@@ -150,7 +151,7 @@ def sample(
         records.append_row(path, row)
         d = row["simulated"]["default"]
         print(
-            f"draw {seed}/{i} {cfg.model}: allocated {d['peak_allocated'] / 2**30:.2f} GiB, reserve "
+            f"draw {seed}/{i} {cfg.model} (traced, simulated): allocated {d['peak_allocated'] / 2**30:.2f} GiB, reserve "
             f"{100 * d['fragmentation_fraction']:.1f}%, need "
             f"{100 * (row['min_limits']['default'] - d['peak_allocated']) / d['peak_allocated']:.1f}%",
             flush=True,
@@ -301,9 +302,8 @@ def _generation_targets(row: dict, into: dict) -> None:
     need as a fraction of generation's phase total, generation's working share of that total)."""
     for key, cfg, pa, where, y in _targets(row):
         if key.startswith("need:") and allocator_term.regime(cfg, where) == "generation":
-            y_gen = (
-                1 + y
-            ) / where.generation_total - 1  # the card holds the peak + y = generation's total + y_gen
+            # the card holds the peak + y = generation's total + y_gen
+            y_gen = (1 + y) / where.generation_total - 1
             into.setdefault(key, []).append(
                 (allocator_term.generation_features(where, pa), y_gen, where.generation_working)
             )
@@ -319,14 +319,7 @@ def sampled_errors(table: dict, rows: list[dict]) -> dict:
         split = row["split"] + (f" {row['seed']}" if row["split"] == "held-out" and "seed" in row else "")
         for key, cfg, pa, where, y in _targets(row):
             if key in table["fit"]:
-                pred = allocator_term.predicted_fraction(table["fit"], key, cfg, pa, where)
-                if not key.startswith(
-                    "need:"
-                ):  # the reserve is never below the need (`allocator_term.reserve`)
-                    pred = max(
-                        pred, allocator_term.predicted_fraction(table["fit"], "need:" + key, cfg, pa, where)
-                    )
-                e = pred - y
+                e = allocator_term.predicted_fraction(table["fit"], key, cfg, pa, where) - y
                 by_key = errors.setdefault(split, {})
                 by_key.setdefault(key, []).append(e)
                 if allocator_term.regime(cfg, where) == "generation":
@@ -364,7 +357,7 @@ def report(table: dict, sampled: dict | None = None) -> str:
         g = table["fit"].get("generation:need:" + name)
         if g:
             lines.append(
-                f"{name:26s} need, generation regime: model over {g['n']} rows (kept + tuning); in-sample max "
+                f"{name:26s} need, generation regime: fitted model over {g['n']} rows (kept + tuning); in-sample max "
                 f"error {100 * g['in_sample_max_abs']:.1f} pts, leave-one-out max {100 * g['loo_max_abs']:.1f} "
                 f"pts, margin {100 * max(0.0, -min(g['loo_errors'])):.1f} pts, capped at "
                 f"{g['working_cap']:.2f} x the working memory"
@@ -435,7 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     marks = ap.add_mutually_exclusive_group()
     marks.add_argument("--held-out", action="store_true", help="with --sample: rows the fit never sees")
-    marks.add_argument("--tuning", action="store_true", help="with --sample: rows the fit is made from")
+    marks.add_argument(
+        "--tuning", action="store_true", help="with --sample: rows the generation model is fitted on"
+    )
     ap.add_argument(
         "--generation-peaked",
         action="store_true",

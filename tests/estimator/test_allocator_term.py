@@ -180,3 +180,16 @@ def test_sampled_rows_are_scored_apart_and_a_low_prediction_shows():
     (low,) = errors["check"]["need:default"]
     (same,) = streams.sampled_errors(table, [base | {"split": "check"}])["check"]["need:default"]
     assert low == pytest.approx(same - 0.5, abs=1e-6)
+
+
+def test_a_fitted_reserve_is_never_below_the_need_and_names_the_model_that_set_it():
+    # an allocator with room reserves at least what it needs at its limit; no stream of this config was traced
+    cfg = RunConfig(model="Qwen/Qwen3-4B", use_peft=True, attn_implementation="eager", max_prompt_length=700)
+    at_peak = allocator_term.Shares(1.0, 1.0, 0.5, 0.8)
+    for variant in allocator_term.VARIANTS:
+        r = allocator_term.reserve(cfg, 30 * 2**30, variant, at_peak)
+        n = allocator_term.need(cfg, 30 * 2**30, variant, at_peak)
+        assert r.source.startswith("fitted") and r.bytes >= n.bytes, variant
+    step_only = allocator_term.need(cfg, 30 * 2**30, shares=allocator_term.NO_GENERATION)
+    assert "step model" in step_only.source
+    assert "generation-regime model" in allocator_term.need(cfg, 30 * 2**30, shares=at_peak).source
