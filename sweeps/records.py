@@ -574,9 +574,12 @@ COMMIT_ENV = "GRPO_VRAM_COMMIT"
 
 
 def git_commit(repo: str | os.PathLike = REPO) -> str | None:
-    """HEAD commit of this repo (with a `-dirty` suffix when the tree has changes); where git cannot tell (a copy of
-    the tree without .git), $GRPO_VRAM_COMMIT as given; else None."""
+    """$GRPO_VRAM_COMMIT where given (a lent GPU machine gets a copy of the tree, sometimes inside a git checkout
+    of another commit, so its own git would name the wrong one); else HEAD of this repo, with a `-dirty` suffix
+    when the tree has changes; else None."""
     given = os.environ.get(COMMIT_ENV) or None
+    if given:
+        return given
     try:
         head = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "HEAD"],

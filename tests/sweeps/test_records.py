@@ -123,3 +123,11 @@ def test_commit_of_a_tree_without_git_comes_from_the_environment(tmp_path, monke
     assert records.git_commit(tmp_path) is None
     monkeypatch.setenv(records.COMMIT_ENV, "0123abcd")
     assert records.git_commit(tmp_path) == "0123abcd"
+
+
+def test_the_commit_a_lease_names_wins_over_the_git_the_copied_tree_sits_in(monkeypatch):
+    """On a lent machine the tree was copied into a checkout of another commit: its git says the wrong one."""
+    monkeypatch.setenv(records.COMMIT_ENV, "0123abcd")
+    assert records.git_commit(records.REPO) == "0123abcd"  # this repo has a git HEAD; the named commit wins
+    monkeypatch.delenv(records.COMMIT_ENV)
+    assert records.git_commit(records.REPO) != "0123abcd"
