@@ -269,7 +269,7 @@ class Searches:
         probes = list(job.probes)
         if (
             i not in self.baselines_started
-            and limit == self.states[i].params.first_limit
+            and limit == search.baseline(self.states[i].params)
             and not self.kept[i]
         ):
             self.baselines_started.add(i)  # the configuration's first run: its real stream comes back too

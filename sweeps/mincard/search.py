@@ -96,6 +96,11 @@ def outcome(trials: Sequence[Trial], p: Params) -> str:
     return "found" if narrow_enough(b, p) else "searching"
 
 
+def baseline(p: Params) -> int:
+    """The limit the baseline run gets: the first limit on the search's grid, within the card."""
+    return min(round_up(p.first_limit, p.granularity), p.max_limit)
+
+
 def next_limits(trials: Sequence[Trial], p: Params) -> list[int]:
     """The limits of the next round, ascending ([] when the search is over). No pass yet: the baseline's limit,
     then `growth` times the largest failure (up to max_limit). Else k limits inside (lo, hi): the hint (peak
@@ -106,7 +111,7 @@ def next_limits(trials: Sequence[Trial], p: Params) -> list[int]:
     tried = {t.limit_bytes for t in trials if t.status in ("ok", "oom")}
     if b.hi is None:
         if not any(t.status in ("ok", "oom") for t in trials):
-            return [min(round_up(p.first_limit, p.granularity), p.max_limit)]
+            return [baseline(p)]
         wider = max(round_up(b.lo * p.growth, p.granularity), round_up(p.first_limit, p.granularity))
         return [min(wider, p.max_limit)]
     if b.hint is not None and b.lo < b.hint < b.hi and b.hint not in tried:

@@ -2,7 +2,8 @@
 spec and writes a result shaped like a GPU run's, without building a model. The run "needs" the spec's
 `simulated_need_bytes` (the test double of sweeps/runner/memory_limit.py, whose rule it applies); a pass reports a
 stream whose peak allocated is 80 % and peak reserved 105 % of that need, or the spec variant's
-`fake_reserved_ratio` (a stream that reserved less than it needs: a non-deterministic run)."""
+`fake_reserved_ratio` (a stream that reserved less than it needs: a non-deterministic run); a `history` probe
+asked for is reported, unavailable, as on a machine without CUDA."""
 
 import json
 import sys
@@ -21,6 +22,7 @@ def main() -> int:
         ratio = float(spec.get("variant", {}).get("fake_reserved_ratio", 1.05))
         allocated, reserved = int(need * 0.8), int(need * ratio)
         torch_cuda = {"available": True, "peak_allocated_bytes": allocated, "peak_reserved_bytes": reserved}
+        asked = {"history": {"available": False, "reason": "the stand-in records no stream"}}
         result = {
             "status": "ok",
             "error": None,
@@ -33,6 +35,7 @@ def main() -> int:
                 "probes": {
                     "torch_cuda": torch_cuda,
                     "nvml": {"available": True, "peak_process_bytes": reserved},
+                    **{k: v for k, v in asked.items() if k in spec.get("probes", ())},
                 },
                 "cuda_context": {"context_bytes": 1000},
             },

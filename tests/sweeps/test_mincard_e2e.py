@@ -69,6 +69,20 @@ def test_search_finds_the_simulated_need_writes_one_row_and_a_rerun_skips_it(
     assert len(records.load_rows(trials.trials_path(tmp_path / "res" / "mincard.jsonl"))) == len(kept)
 
 
+def test_the_baseline_run_alone_gets_the_history_probe_when_its_limit_is_off_the_grid(
+    tmp_path, fake_child_path
+):
+    # a cap of 0.4321 GiB (442.5 MiB) is off the 2 MiB grid: the baseline runs at 444 MiB, and it is that run,
+    # and no other, that must carry the history probe (the stand-in reports a probe it was asked for)
+    assert cli.main(_args(tmp_path, "--cap-gib", "0.4321")) == 0
+    kept = records.load_rows(trials.trials_path(tmp_path / "res" / "mincard.jsonl"))
+    probes = [
+        k.get("result", {}).get("observed", {}).get("probes", {}) for k in kept
+    ]  # a failed run keeps none
+    with_history = [k["trial"]["limit_bytes"] for k, p in zip(kept, probes, strict=True) if "history" in p]
+    assert kept[0]["trial"]["limit_bytes"] == 444 * MIB and with_history == [444 * MIB]
+
+
 def test_a_cut_search_resumes_from_the_kept_runs(tmp_path, fake_child_path):
     # what a lease cut after the baseline and one failing run leaves behind
     job = lineup.entries(["r00"], TINY)[0].job
