@@ -210,7 +210,9 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
             "activations": saved + layer_fwd,
             "autocast_weight_cache": cast_cache,
         }
-    # the tied buffer and the embedding's own [V, H] gradient meet before they are summed into .grad
+    # the tied buffer and the embedding's own [V, H] gradient meet and are summed into .grad: out of place in the
+    # traces (three [V, H]), in place on real tensors (two: tests/ground_truth/test_tied_gradient_sum.py). Counted
+    # as traced, which on the GPU also covers a shortfall at the other training instants (docs/ACCURACY.md)
     tied = 2 * opt.tied_gradient_buffer(cfg, arch)
     instants["backward_end"] = {"activations": grad_flow, "gradients": grads + shard(cfg, "gradients", tied)}
     for name, comps in instants.items():

@@ -167,9 +167,10 @@ def micro_step_gradients(cfg: RunConfig, arch: Arch, instant: str) -> int | None
     after the head (once) and meets the embedding's own at the end, where the two are summed into a third [V, H]
     before AccumulateGrad adds the sum into the resident `.grad` in place (three in flight). torch's
     `InputBuffer::accumulate` (torch/csrc/autograd/input_buffer.cpp, `can_accumulate_inplace`) sums in place only
-    into a plain tensor holding its last reference; the traces (FakeTensors are a tensor subclass) and a real CPU
-    step with a tied `w.T` head both sum out of place, so the estimate takes that, the larger case. In the first
-    micro-step the sum becomes `.grad` itself, which `gradients` already counts.
+    into a plain tensor holding its last reference: the traces (FakeTensors are a tensor subclass) and a real step
+    with a tied `w.T` head sum out of place, TRL's fused head on real tensors in place
+    (tests/ground_truth/test_tied_gradient_sum.py); the estimate takes the larger case. In the first micro-step the
+    sum becomes `.grad` itself, which `gradients` already counts.
     """
     acc = accumulated_gradients(cfg, arch)
     if not acc:
