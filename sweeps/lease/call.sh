@@ -7,8 +7,8 @@
 #   mincard   the min-card lineup (grpo-vram-mincard): each configuration's smallest torch limit; its first run of
 #             each records torch's own allocator stream (the history probe) and the host probe
 #   zero      DeepSpeed ZeRO-2/3 with CPU offload (+experiment=zero-offload), after building DeepSpeed's CPU Adam op
-#   validate  the gpu-validate rows never measured (r10 r13 r14 r15) and one cast_lm_head_to_fp32 full fine-tune
-#             with the history probe
+#   validate  the gpu-validate rows never measured (r10 r13 r14 r15), r15 (a tied full fine-tune) with the history
+#             probe, with and without cast_lm_head_to_fp32
 # SECONDS (default 540) is the stage's whole budget, install and packing included; the call's limit is 600.
 # PYTHON (default python3) and STAGE_ARGS (appended to the stage's command) let a CPU machine rehearse a stage.
 set -uo pipefail
@@ -73,8 +73,8 @@ zero)
 validate)
   # shellcheck disable=SC2086
   timeout --signal=TERM "$(($(left) - reserve))" bash -c "$(declare -f sweep); py=$py;
-    sweep --multirun +experiment=gpu-validate validate_row=r15 trainer.cast_lm_head_to_fp32=true probe=history ${STAGE_ARGS:-};
-    sweep --multirun +experiment=gpu-validate validate_row=r10,r13,r14,r15 ${STAGE_ARGS:-}"
+    sweep --multirun +experiment=gpu-validate validate_row=r15 trainer.cast_lm_head_to_fp32=true,false probe=history ${STAGE_ARGS:-};
+    sweep --multirun +experiment=gpu-validate validate_row=r10,r13,r14 ${STAGE_ARGS:-}"
   ;;
 esac
 echo "call.sh: $stage ran $((SECONDS - start)) s of $budget"

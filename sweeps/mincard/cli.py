@@ -27,6 +27,7 @@ from estimator.units import GIB
 from sweeps import records
 from sweeps.mincard import checkpoints, lineup, rows, schedule, search, trials
 from sweeps.oneline import OneLineParser
+from sweeps.probes import allocator_history
 from sweeps.runner import measure
 from sweeps.runner.job import BadInput, name_problem, printable
 from sweeps.runner.run_one import PROBES
@@ -54,8 +55,9 @@ def _parser() -> OneLineParser:
     p.add_argument(
         "--baseline-probes",
         default="history",
-        help="probes added to each configuration's first (baseline) run, comma-separated: history records "
-        "torch's own allocator stream there (default history; '' for none)",
+        help="probes added to each configuration's run at its baseline limit, comma-separated: history records "
+        "torch's own allocator stream there (default history; '' for none); a resumed search on a GPU whose "
+        "stream was never recorded runs its baseline limit once more for it",
     )
     p.add_argument("--results-dir", default="results/raw", help="where the rows go (default results/raw)")
     p.add_argument("--name", default="mincard", help="rows file name without .jsonl (default mincard)")
@@ -251,28 +253,41 @@ class Searches:
             )
             lines = trials.load(self.trials_path, e.job.key, versions)
             self.kept.append(lines)
-            self.states.append(
-                schedule.SearchState(params, [trials.as_trial(x) for x in lines], e.expected_s, seconds=[])
+            state = schedule.SearchState(
+                params, [trials.as_trial(x) for x in lines], e.expected_s, seconds=[]
             )
+            again = ""
+            if lines and self.stream_missing(e.job) and state.state == "searching":
+                # its baseline ran without a stream: its limit again, beside the next round, with the probes
+                state.waiting = sorted(
+                    set(search.next_limits(state.trials, params)) | {search.baseline(params)}
+                )
+                again = ", its baseline limit again for the allocator stream"
+            self.states.append(state)
             need = f"need {_gib(e.need_bytes)} (estimated)" if e.need_bytes else "need unknown"
             print(
                 f"{e.row} {e.job.key} {e.job.config.model}: {need}, baseline limit {_gib(params.first_limit)}, "
-                f"{len(lines)} run(s) kept",
+                f"{len(lines)} run(s) kept{again}",
                 flush=True,
             )
         self.log_dir = Path(self.args.log_dir) / time.strftime("%Y%m%d-%H%M%S")
 
+    def stream_missing(self, job) -> bool:
+        """Whether the history probe is asked for, can record (a GPU run) and has no stream of `job` yet."""
+        if "history" not in self.args.baseline_probes.split(",") or job.config.device != "cuda":
+            return False
+        out = (job.probe_options.get("history") or {}).get("out_dir") or allocator_history.OUT_DIR
+        rows, _ = records.read_index(Path(out) / "index.jsonl")
+        return not any(r.get("key") == job.key for r in rows)
+
     def launch(self, i: int, limit: int, timeout_s: float) -> ChildRun:
-        """The child run of search `i` under `limit`; a configuration's first run also gets the baseline probes."""
+        """The child run of search `i` under `limit`; the first run at the baseline limit also gets the baseline
+        probes (a new search's first run, or a resumed one's extra run for a stream never recorded)."""
         job = self.todo[i].job
         workdir = Path(tempfile.mkdtemp(prefix=f"grpo-vram-mincard-{job.key}-"))
         probes = list(job.probes)
-        if (
-            i not in self.baselines_started
-            and limit == search.baseline(self.states[i].params)
-            and not self.kept[i]
-        ):
-            self.baselines_started.add(i)  # the configuration's first run: its real stream comes back too
+        if i not in self.baselines_started and limit == search.baseline(self.states[i].params):
+            self.baselines_started.add(i)  # the real stream comes back too
             extra = [p for p in self.args.baseline_probes.split(",") if p]
             probes += [p for p in extra if p not in probes]
         spec = {

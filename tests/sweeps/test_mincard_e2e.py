@@ -99,6 +99,47 @@ def test_a_cut_search_resumes_from_the_kept_runs(tmp_path, fake_child_path):
     assert row["mincard"]["min_torch_bytes"] == 192 * MIB
 
 
+def test_a_resumed_search_without_a_stream_runs_its_baseline_limit_again_with_the_probe(
+    tmp_path, fake_child_path, monkeypatch
+):
+    # a lease cut after the baseline, which recorded no stream: the resumed search's first round holds the baseline
+    # limit again, that run alone carrying the history probe, and the search's answer is unchanged
+    monkeypatch.setattr(cli.Searches, "stream_missing", lambda self, job: True)
+    job = lineup.entries(["r00"], TINY)[0].job
+    path = trials.trials_path(tmp_path / "res" / "mincard.jsonl")
+    ok = {"status": "ok", "observed": {"probes": {"torch_cuda": {"available": True, "peak_allocated_bytes": 160_000_000, "peak_reserved_bytes": 210_000_000}}}, "versions": records.package_versions(), "device": {"type": "cpu", "name": "fake", "total_bytes": 1}}  # fmt: skip
+    trials.record(path, trials.trial_line(job.key, "mincard", 512 * MIB, ok, 1.0))
+    assert cli.main(_args(tmp_path)) == 0
+    kept = records.load_rows(path)
+    probes = [k.get("result", {}).get("observed", {}).get("probes", {}) for k in kept]
+    with_history = [k["trial"]["limit_bytes"] for k, p in zip(kept, probes, strict=True) if "history" in p]
+    assert with_history == [512 * MIB] and [k["trial"]["limit_bytes"] for k in kept].count(512 * MIB) == 2
+    assert records.load_rows(tmp_path / "res" / "mincard.jsonl")[0]["mincard"]["min_torch_bytes"] == 192 * MIB
+
+
+def test_a_cpu_search_never_asks_for_a_stream(tmp_path):
+    # the history probe records only on CUDA: a CPU lineup never adds a run for it
+    args = cli._parser().parse_args(_args(tmp_path))
+    job = lineup.entries(["r00"], TINY)[0].job
+    assert job.config.device == "cpu" and not cli.Searches(args, [], tmp_path, None).stream_missing(job)
+
+
+def test_a_gpu_search_asks_for_a_stream_until_its_key_is_in_the_stream_index(tmp_path):
+    args = cli._parser().parse_args(_args(tmp_path))
+    out = tmp_path / "streams"
+    job = lineup.entries(["r00"], ["model.name=tiny-2M", "device=cuda", f"+probe.history.out_dir={out}"])[
+        0
+    ].job
+    searches = cli.Searches(args, [], tmp_path, None)
+    assert searches.stream_missing(job)
+    records.append_row(out / "index.jsonl", {"key": "another", "config": {}})
+    assert searches.stream_missing(job)
+    records.append_row(out / "index.jsonl", {"key": job.key, "config": {}})
+    assert not searches.stream_missing(job)
+    args.baseline_probes = "host"  # the probe not asked for: no stream wanted
+    assert not searches.stream_missing(job)
+
+
 @pytest.mark.parametrize(
     ("extra", "named"),
     [(["--k", "0"], "--k=0"), (["--rows", "r99"], "'r99'"), (["--resolution", "2"], "--resolution=2.0")],
