@@ -240,6 +240,7 @@ accuracy: install
 
 tables: install
 	.venv/bin/grpo-vram-tables
+	HF_HUB_OFFLINE=1 $(PY) -m sweeps.report.mincard --markdown results/MINCARD.md --trace-missing
 
 fit-overheads: install
 	.venv/bin/grpo-vram-fit-overheads

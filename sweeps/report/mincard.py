@@ -3,7 +3,13 @@ smallest passing torch limit (`min_torch_bytes`, measured-gpu) beside the estima
 quantity (estimated, `estimator/step/estimate.py`): the torch-limit figure `need_bytes − outside_allocator_bytes`
 and the fit figure `fit_bytes − outside_allocator_bytes` (the band added). Target: never below, within 3 % above.
 
-    python -m sweeps.report.mincard [ROWS.jsonl ...] [--markdown results/MINCARD.md]
+    python -m sweeps.report.mincard [ROWS.jsonl ...] [--markdown results/MINCARD.md] [--traced DIR] [--trace-missing]
+
+Where the row's configuration was traced (`--traced`, default results/streams/mincard/: a folder of its own, which
+the reserve fits never read; `--trace-missing` traces the rows without one, CPU, under a minute each), the table adds
+a third figure: the smallest limit the allocator simulation passes the traced stream under, plus the cuBLAS
+workspaces the trace does not hold (traced, simulated). Beside the measured minimum it tells the trace's and the
+simulator's error apart from the estimator's own.
 """
 
 from __future__ import annotations
@@ -20,7 +26,10 @@ from sweeps.oneline import OneLineParser
 from sweeps.runner.predict import arch_for
 
 DEFAULT_ROWS = records.REPO / "results" / "raw" / "mincard.jsonl"
+TRACED = records.REPO / "results" / "streams" / "mincard"
 SOURCE = "measured-gpu"
+TRACE_STEPS = 2  # the steps a min-card run takes (mincard.yaml run.steps)
+SIM_RESOLUTION = 8 * 2**20  # the simulated minimum to 8 MiB, finer than the measured search's 1.5 %
 
 Figures = Callable[[dict], "tuple[int, int] | None"]  # row -> (torch-limit figure, fit figure), estimated
 
@@ -40,6 +49,49 @@ def estimated_figures(row: dict) -> tuple[int, int] | None:
     return est.need_bytes - est.outside_allocator_bytes, est.fit_bytes - est.outside_allocator_bytes
 
 
+def traced_streams(traced_dir: Path) -> dict[str, Path]:
+    """The traced streams in `traced_dir` by configuration (`gpu_streams.config_id`)."""
+    from sweeps.report.gpu_streams import config_id
+
+    rows, _ = records.read_index(Path(traced_dir) / "index.jsonl")
+    return {config_id(r["config"]): Path(traced_dir) / r["stream"] for r in rows if r.get("stream")}
+
+
+def simulated_figure(row: dict, streams: dict[str, Path]) -> int | None:
+    """The smallest limit the simulated allocator passes the traced stream of the row's configuration under, plus
+    the workspaces allocated through the caching allocator that the trace lacks (traced, simulated); None without
+    a stream."""
+    from estimator.hardware.allocator import load_stream, min_device_limit
+    from estimator.step.estimate import estimate
+    from sweeps.report.gpu_streams import config_id
+
+    path = streams.get(config_id(row["config"]))
+    if path is None or not path.exists():
+        return None
+    limit, _ = min_device_limit(load_stream(path), resolution=SIM_RESOLUTION)
+    cfg = RunConfig.from_dict(row["config"])
+    return limit + estimate(cfg, arch_for(cfg, (row.get("model") or {}).get("config"))).in_reserved_bytes
+
+
+def trace_missing(rows: Iterable[dict], traced_dir: Path) -> list[str]:
+    """Trace (CPU, fake tensors) every finished row's configuration that has no stream in `traced_dir`; the keys
+    of the streams written."""
+    from sweeps.report.gpu_streams import config_id
+    from sweeps.trace import streams as trace_streams
+
+    Path(traced_dir).mkdir(parents=True, exist_ok=True)
+    have = traced_streams(traced_dir)
+    written = []
+    for row in records.latest_rows(r for r in rows if r.get("source") == SOURCE):
+        if config_id(row["config"]) in have:
+            continue
+        out = trace_streams.record(RunConfig.from_dict(row["config"]), Path(traced_dir), TRACE_STEPS)
+        if out is not None:
+            written.append(out["key"])
+            have = traced_streams(traced_dir)
+    return written
+
+
 def label(config: dict) -> str:
     """`model method pPROMPT cCOMPLETION` for one config."""
     method = "qlora" if config.get("load_in_4bit") else "lora" if config.get("use_peft") else "full"
@@ -50,9 +102,15 @@ def _pct(figure: int, measured: int) -> float:
     return (figure - measured) / measured * 100
 
 
-def table(rows: Iterable[dict], figures: Figures = estimated_figures, source: str = SOURCE) -> list[dict]:
+def table(
+    rows: Iterable[dict],
+    figures: Figures = estimated_figures,
+    source: str = SOURCE,
+    simulated: Callable[[dict], int | None] = lambda row: None,
+) -> list[dict]:
     """One dict per finished mincard row of `source` (latest per key): the measured minimum, the two estimated
-    figures and the error of each against it in percent (positive: the estimate is above)."""
+    figures and the error of each against it in percent (positive: the estimate is above), and the traced,
+    simulated figure where `simulated` gives one."""
     out = []
     for row in records.latest_rows(r for r in rows if r.get("source") == source):
         measured = (row.get("mincard") or {}).get("min_torch_bytes")
@@ -76,6 +134,9 @@ def table(rows: Iterable[dict], figures: Figures = estimated_figures, source: st
                 "fit_error_pct": _pct(fit_fig, measured),
             }
         )
+        sim = simulated(row)
+        if sim is not None:
+            out[-1].update(simulated_bytes=sim, simulated_error_pct=_pct(sim, measured))
     return out
 
 
@@ -100,13 +161,16 @@ def markdown(t: list[dict]) -> str:
         )
     lines = [
         "| config | min torch limit (measured-gpu) | torch-limit figure (estimated) | error | "
-        "fit figure (estimated) | error |",
-        "|---|---:|---:|---:|---:|---:|",
+        "fit figure (estimated) | error | its trace's need (traced, simulated) | error |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in t:
+        sim = r.get("simulated_bytes")
+        traced = f"{sim / GIB:.2f} GiB | {r['simulated_error_pct']:+.1f} %" if sim is not None else "- | -"
         lines.append(
             f"| {r['config']} | {r['measured_bytes'] / GIB:.2f} GiB | {r['torch_limit_bytes'] / GIB:.2f} GiB | "
-            f"{r['torch_limit_error_pct']:+.1f} % | {r['fit_torch_bytes'] / GIB:.2f} GiB | {r['fit_error_pct']:+.1f} % |"
+            f"{r['torch_limit_error_pct']:+.1f} % | {r['fit_torch_bytes'] / GIB:.2f} GiB | {r['fit_error_pct']:+.1f} % "
+            f"| {traced} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -116,12 +180,22 @@ def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="python -m sweeps.report.mincard", description=__doc__.splitlines()[0])
     p.add_argument("rows", nargs="*", default=[str(DEFAULT_ROWS)], help="mincard rows files")
     p.add_argument("--markdown", help="write the table to this file")
+    p.add_argument("--traced", default=str(TRACED), help=f"traced streams of the rows (default {TRACED})")
+    p.add_argument(
+        "--trace-missing", action="store_true", help="trace the rows' configurations without a stream"
+    )
     args = p.parse_args(argv)
     rows = records.load_rows(args.rows)
+    if args.trace_missing:
+        for key in trace_missing(rows, Path(args.traced)):
+            print(f"traced {key} into {args.traced}")
     for line in summary_lines(rows):
         print(line)
     if args.markdown:
-        Path(args.markdown).write_text(markdown(table(rows)))
+        streams = traced_streams(Path(args.traced))
+        Path(args.markdown).write_text(
+            markdown(table(rows, simulated=lambda r: simulated_figure(r, streams)))
+        )
     return 0
 
 

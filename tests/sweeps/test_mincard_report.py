@@ -102,3 +102,28 @@ def test_makefile_target_runs_the_yaml_rows_in_order():
 def test_empty_table_says_so_instead_of_a_bare_header():
     text = mincard.markdown([])
     assert text.startswith("No measured-gpu min-card rows yet") and "|" not in text
+
+
+def test_the_traced_figure_replays_the_row_configs_own_stream(tmp_path):
+    # a stream the caching allocator cannot serve in less than 180 MiB: a 100 MiB block freed, 30 MiB split off
+    # it (the rest, 70 MiB, stays cached inside a segment in use), then 80 MiB, which needs a segment of its own
+    # (110 MiB allocated, 180 MiB reserved); the trace lacks the two 32 MiB cuBLAS / cuBLASLt workspaces
+    from estimator.hardware.allocator import ALLOC, FREE, dump_stream
+    from sweeps import records
+
+    mib = 1 << 20
+    row = _row("a", 10 * GIB)
+    dump_stream(
+        [(ALLOC, 1, 100 * mib), (FREE, 1), (ALLOC, 2, 30 * mib), (ALLOC, 3, 80 * mib)], tmp_path / "s.txt.gz"
+    )
+    other = {**row["config"], "max_prompt_length": 256}
+    records.append_row(tmp_path / "index.jsonl", {"config": other, "stream": "missing.txt.gz"})
+    records.append_row(tmp_path / "index.jsonl", {"config": row["config"], "stream": "s.txt.gz"})
+    streams = mincard.traced_streams(tmp_path)
+    sim = mincard.simulated_figure(row, streams)
+    assert 180 * mib + 64 * mib <= sim < 188 * mib + 64 * mib
+    assert mincard.simulated_figure({**row, "config": other}, streams) is None  # indexed, but no file
+    t = mincard.table([row], figures, simulated=lambda r: mincard.simulated_figure(r, streams))
+    assert round(t[0]["simulated_error_pct"], 3) == round((sim - 10 * GIB) / (10 * GIB) * 100, 3)
+    assert f"| {sim / GIB:.2f} GiB | {t[0]['simulated_error_pct']:+.1f} % |" in mincard.markdown(t)
+    assert mincard.markdown(mincard.table([row], figures)).rstrip().endswith("| - | - |")
