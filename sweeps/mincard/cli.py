@@ -57,7 +57,7 @@ def _parser() -> OneLineParser:
         default="history",
         help="probes added to each configuration's run at its baseline limit, comma-separated: history records "
         "torch's own allocator stream there (default history; '' for none); a resumed search on a GPU whose "
-        "stream was never recorded runs its baseline limit once more for it",
+        "stream was never recorded runs the largest limit it passed under once more for it",
     )
     p.add_argument("--results-dir", default="results/raw", help="where the rows go (default results/raw)")
     p.add_argument("--name", default="mincard", help="rows file name without .jsonl (default mincard)")
@@ -235,7 +235,7 @@ class Searches:
     card: schedule.Card
     states: list = field(default_factory=list)
     kept: list = field(default_factory=list)
-    baselines_started: set = field(default_factory=set)
+    stream_limits: dict = field(default_factory=dict)  # search -> the limit whose first run gets the probes
     log_dir: Path = field(default_factory=lambda: Path("."))
 
     def resume(self, versions: dict) -> None:
@@ -257,12 +257,15 @@ class Searches:
                 params, [trials.as_trial(x) for x in lines], e.expected_s, seconds=[]
             )
             again = ""
-            if lines and self.stream_missing(e.job) and state.state == "searching":
-                # its baseline ran without a stream: its limit again, beside the next round, with the probes
-                state.waiting = sorted(
-                    set(search.next_limits(state.trials, params)) | {search.baseline(params)}
-                )
-                again = ", its baseline limit again for the allocator stream"
+            passed = [t.limit_bytes for t in state.trials if t.status == "ok"]
+            if not lines:
+                self.stream_limits[len(self.states)] = search.baseline(params)
+            elif passed and self.stream_missing(e.job) and state.state == "searching":
+                # its baseline ran without a stream: the largest limit it passed under again, beside the next
+                # round, with the probes (the baseline's own, where that passed: the allocator's own reserve)
+                self.stream_limits[len(self.states)] = max(passed)
+                state.waiting = sorted(set(search.next_limits(state.trials, params)) | {max(passed)})
+                again = f", {_gib(max(passed))} again for the allocator stream"
             self.states.append(state)
             need = f"need {_gib(e.need_bytes)} (estimated)" if e.need_bytes else "need unknown"
             print(
@@ -281,13 +284,13 @@ class Searches:
         return not any(r.get("key") == job.key for r in rows)
 
     def launch(self, i: int, limit: int, timeout_s: float) -> ChildRun:
-        """The child run of search `i` under `limit`; the first run at the baseline limit also gets the baseline
-        probes (a new search's first run, or a resumed one's extra run for a stream never recorded)."""
+        """The child run of search `i` under `limit`; the baseline probes go to its first run at its stream limit
+        (a new search's baseline, or a resumed one's extra run for a stream never recorded)."""
         job = self.todo[i].job
         workdir = Path(tempfile.mkdtemp(prefix=f"grpo-vram-mincard-{job.key}-"))
         probes = list(job.probes)
-        if i not in self.baselines_started and limit == search.baseline(self.states[i].params):
-            self.baselines_started.add(i)  # the real stream comes back too
+        if self.stream_limits.get(i) == limit:
+            del self.stream_limits[i]  # once: the real stream comes back too
             extra = [p for p in self.args.baseline_probes.split(",") if p]
             probes += [p for p in extra if p not in probes]
         spec = {

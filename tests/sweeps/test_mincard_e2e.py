@@ -117,6 +117,28 @@ def test_a_resumed_search_without_a_stream_runs_its_baseline_limit_again_with_th
     assert records.load_rows(tmp_path / "res" / "mincard.jsonl")[0]["mincard"]["min_torch_bytes"] == 192 * MIB
 
 
+def test_a_resumed_search_whose_baseline_failed_records_its_stream_at_its_largest_pass(
+    tmp_path, fake_child_path, monkeypatch
+):
+    # a cap of 0.15 GiB puts the baseline at 154 MiB, under the 190.7 MiB the runs need: the stream goes to the
+    # largest limit passed (232 MiB), never to a limit known to fail
+    monkeypatch.setattr(cli.Searches, "stream_missing", lambda self, job: True)
+    job = lineup.entries(["r00"], TINY)[0].job
+    path = trials.trials_path(tmp_path / "res" / "mincard.jsonl")
+    ok = {"status": "ok", "observed": {"probes": {"torch_cuda": {"available": True, "peak_allocated_bytes": 160_000_000, "peak_reserved_bytes": 210_000_000}}}, "versions": records.package_versions(), "device": {"type": "cpu", "name": "fake", "total_bytes": 1}}  # fmt: skip
+    trials.record(
+        path, trials.trial_line(job.key, "mincard", 154 * MIB, {"status": "oom", "error": "x"}, 1.0)
+    )
+    trials.record(path, trials.trial_line(job.key, "mincard", 232 * MIB, ok, 1.0))
+    assert cli.main(_args(tmp_path, "--cap-gib", "0.15")) == 0
+    kept = records.load_rows(path)
+    probes = [k.get("result", {}).get("observed", {}).get("probes", {}) for k in kept]
+    assert [k["trial"]["limit_bytes"] for k, p in zip(kept, probes, strict=True) if "history" in p] == [
+        232 * MIB
+    ]
+    assert [k["trial"]["limit_bytes"] for k in kept].count(154 * MIB) == 1
+
+
 def test_a_cpu_search_never_asks_for_a_stream(tmp_path):
     # the history probe records only on CUDA: a CPU lineup never adds a run for it
     args = cli._parser().parse_args(_args(tmp_path))
