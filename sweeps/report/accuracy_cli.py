@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         print(format_reserve_table(layers))
     for line in reserve_lines(layers):
         print(line)
-    for line in mincard.summary_lines(loaded.rows):
+    streams = mincard.traced_streams(mincard.TRACED)
+    for line in mincard.summary_lines(loaded.rows, simulated=lambda r: mincard.simulated_figure(r, streams)):
         print(line)
     return 0
 

@@ -140,17 +140,35 @@ def table(
     return out
 
 
-def summary_lines(rows: Iterable[dict], figures: Figures = estimated_figures) -> list[str]:
-    """One line: how the fit figure compares with the measured minimum over every row."""
-    t = table(rows, figures)
+def summary_lines(
+    rows: Iterable[dict],
+    figures: Figures = estimated_figures,
+    simulated: Callable[[dict], int | None] = lambda row: None,
+) -> list[str]:
+    """How the fit figure compares with the measured minimum over every row; a second line for the rows' traces
+    replayed through the allocator simulation, where `simulated` gives any."""
+    t = table(rows, figures, simulated=simulated)
     if not t:
         return [f"mincard[{SOURCE}]: no rows yet (make gpu-mincard on a GPU)"]
-    errs = [r["fit_error_pct"] for r in t]
-    below = sum(1 for e in errs if e < 0)
-    return [
-        f"mincard[{SOURCE}]: {len(t)} configs, fit figure vs measured minimum: median {statistics.median(errs):+.1f} %, "
-        f"min {min(errs):+.1f} %, max {max(errs):+.1f} %, below: {below}"
+
+    def spread(errs: list[float]) -> str:
+        below = sum(1 for e in errs if e < 0)
+        return (
+            f"median {statistics.median(errs):+.1f} %, min {min(errs):+.1f} %, max {max(errs):+.1f} %, "
+            f"below: {below}"
+        )
+
+    lines = [
+        f"mincard[{SOURCE}]: {len(t)} configs, fit figure vs measured minimum: "
+        + spread([r["fit_error_pct"] for r in t])
     ]
+    sims = [r["simulated_error_pct"] for r in t if "simulated_error_pct" in r]
+    if sims:
+        lines.append(
+            f"mincard[traced, simulated]: {len(sims)} configs, its trace's need vs measured minimum: "
+            + spread(sims)
+        )
+    return lines
 
 
 def markdown(t: list[dict]) -> str:
@@ -189,10 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.trace_missing:
         for key in trace_missing(rows, Path(args.traced)):
             print(f"traced {key} into {args.traced}")
-    for line in summary_lines(rows):
+    streams = traced_streams(Path(args.traced))
+    for line in summary_lines(rows, simulated=lambda r: simulated_figure(r, streams)):
         print(line)
     if args.markdown:
-        streams = traced_streams(Path(args.traced))
         Path(args.markdown).write_text(
             markdown(table(rows, simulated=lambda r: simulated_figure(r, streams)))
         )

@@ -127,3 +127,14 @@ def test_the_traced_figure_replays_the_row_configs_own_stream(tmp_path):
     assert round(t[0]["simulated_error_pct"], 3) == round((sim - 10 * GIB) / (10 * GIB) * 100, 3)
     assert f"| {sim / GIB:.2f} GiB | {t[0]['simulated_error_pct']:+.1f} % |" in mincard.markdown(t)
     assert mincard.markdown(mincard.table([row], figures)).rstrip().endswith("| - | - |")
+
+
+def test_the_summary_adds_a_line_for_the_traces_where_there_are_any():
+    rows = [_row("a", 10 * GIB), _row("b", 8 * GIB)]
+    # a's trace needs 10.3 GiB against 10 measured: +3.0 %; b has no trace
+    lines = mincard.summary_lines(rows, figures, simulated=lambda r: {"a": int(10.3 * GIB)}.get(r["key"]))
+    assert lines[1:] == [
+        "mincard[traced, simulated]: 1 configs, its trace's need vs measured minimum: median +3.0 %, min +3.0 %, "
+        "max +3.0 %, below: 0"
+    ]
+    assert len(mincard.summary_lines(rows, figures)) == 1
