@@ -26,7 +26,7 @@ SMOKE_DIR ?= results/raw/scratch
 
 LEGACY_TRL ?= 0.14 0.17 0.19 0.23
 
-.PHONY: lease-wheels install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate gpu-mincard gpu-zero zero-cpu trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams gpu-streams validate heldout band lock upstream-check hostile
+.PHONY: lease-wheels lease-unpack install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate gpu-mincard gpu-zero zero-cpu trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams gpu-streams validate heldout band lock upstream-check hostile
 
 install: $(HARNESS_STAMP)
 
@@ -131,6 +131,14 @@ wheelhouse:
 # DeepSpeed without prebuilt ops and its requirements). How a lease uses them: docs/gpu-lease.md.
 lease-wheels:
 	bash sweeps/lease/wheels.sh .whl
+
+# What a lease brought back, in place: LEASE names the folders (or lease-N.tgz files) its calls returned, in any
+# order; rows files are merged line by line, streams and tables written (sweeps/lease/unpack.py). Then
+# `make accuracy` and `make tables`.
+LEASE ?=
+lease-unpack: install
+	@test -n "$(LEASE)" || { echo 'lease-unpack: LEASE is empty; accepted: LEASE="/work/.device/1 ..."' >&2; exit 2; }
+	$(PY) -m sweeps.lease.unpack $(LEASE)
 
 # The estimator alone: PyYAML in .venv, no torch (a harness install, if there is one, already holds it).
 estimate: $(ESTIMATOR_STAMP)
