@@ -22,7 +22,7 @@ from pathlib import Path
 from estimator.settings.config import RunConfig
 from estimator.units import GIB
 from sweeps import records
-from sweeps.oneline import OneLineParser
+from sweeps.oneline import OneLineParser, shown
 from sweeps.runner.predict import arch_for
 
 DEFAULT_ROWS = records.REPO / "results" / "raw" / "mincard.jsonl"
@@ -203,17 +203,28 @@ def main(argv: list[str] | None = None) -> int:
         "--trace-missing", action="store_true", help="trace the rows' configurations without a stream"
     )
     args = p.parse_args(argv)
-    rows = records.load_rows(args.rows)
-    if args.trace_missing:
-        for key in trace_missing(rows, Path(args.traced)):
-            print(f"traced {key} into {args.traced}")
-    streams = traced_streams(Path(args.traced))
-    for line in summary_lines(rows, simulated=lambda r: simulated_figure(r, streams)):
-        print(line)
-    if args.markdown:
-        Path(args.markdown).write_text(
-            markdown(table(rows, simulated=lambda r: simulated_figure(r, streams)))
+    missing = [r for r in args.rows if not Path(r).exists() and r != str(DEFAULT_ROWS)]
+    if missing:
+        print(
+            f"mincard: {shown(missing[0])}: no such rows file; accepted are mincard .jsonl files",
+            file=sys.stderr,
         )
+        return 2
+    try:
+        rows = records.load_rows(args.rows)
+        if args.trace_missing:
+            for key in trace_missing(rows, Path(args.traced)):
+                print(f"traced {key} into {args.traced}")
+        streams = traced_streams(Path(args.traced))
+        for line in summary_lines(rows, simulated=lambda r: simulated_figure(r, streams)):
+            print(line)
+        if args.markdown:
+            Path(args.markdown).write_text(
+                markdown(table(rows, simulated=lambda r: simulated_figure(r, streams)))
+            )
+    except OSError as exc:  # a folder or file that cannot be read or written
+        print(f"mincard: {shown(str(exc), 160)}; accepted are writable paths", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -138,3 +138,16 @@ def test_the_summary_adds_a_line_for_the_traces_where_there_are_any():
         "max +3.0 %, below: 0"
     ]
     assert len(mincard.summary_lines(rows, figures)) == 1
+
+
+def test_bad_paths_are_one_line_and_exit_2(tmp_path, capsys):
+    assert mincard.main([str(tmp_path / "none.jsonl")]) == 2
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("")
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert mincard.main([str(rows), "--markdown", str(blocked / "t.md")]) == 2
+    assert mincard.main([str(rows), "--traced", str(blocked / "d"), "--trace-missing"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(e.startswith("mincard: ") and "accepted" in e for e in err)
+    assert "none.jsonl" in err[0]
