@@ -76,6 +76,7 @@ def section(real: dict, traced: dict | None, result: dict | None) -> list[str]:
         *_phase_table(real.get("torch_reserved", {}), result["real"], result["traced"]),
         *_size_classes(result["profile"]),
         *_unmatched(result["unmatched"]),
+        *_at_peak(result["at_peak"]),
         *_reserves(result["real"], result["traced"]),
     ]
 
@@ -177,6 +178,25 @@ def _unmatched(unmatched: list[dict]) -> list[str]:
         lines.append(
             f"| {u['size'] / 2**20:.2f} | {u['count']} | {u['bytes'] / 2**30:.2f} | {u['first_phase']} |"
         )
+    return lines
+
+
+def _at_peak(d: dict) -> list[str]:
+    """What each stream holds at its allocated peak, where the two differ by request size."""
+    (rp, rph), (tp, tph) = d["real"], d["traced"]
+    lines = [
+        "",
+        f"At the allocated peak: real {_gib(rp)} GiB in {rph} (measured-gpu), traced {_gib(tp)} GiB in {tph} (traced); "
+        "request sizes live a different number of times, largest byte difference first:",
+        "",
+    ]
+    if not d["sizes"]:
+        return [*lines, "none: the two hold the same sizes at their peaks."]
+    lines += ["| size (MiB) | live, real | live, traced | real - traced (GiB) |", "|---|---|---|---|"]
+    for r in d["sizes"]:
+        lines.append(f"| {r['size'] / 2**20:.2f} | {r['real']} | {r['traced']} | {r['bytes'] / 2**30:+.3f} |")
+    if d["others_bytes"]:
+        lines.append(f"| other sizes | | | {d['others_bytes'] / 2**30:+.3f} |")
     return lines
 
 

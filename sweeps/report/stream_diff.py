@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from estimator.hardware.allocator import (
     ALLOC,
+    FREE,
     MARK,
     AllocatorSettings,
     SimResult,
@@ -108,6 +109,52 @@ def unmatched_sizes(real: list[tuple], traced: list[tuple], top: int = 15) -> li
     return sorted(rows, key=lambda r: -r["size"])[:top]
 
 
+def live_at_peak(events: Iterable[tuple]) -> tuple[int, str, Counter[int]]:
+    """At the stream's first highest allocated instant: the bytes requested and live, the phase, and how many live
+    blocks of each requested size (two passes: find the instant, then replay to it)."""
+    events = list(events)
+    live: dict[int, int] = {}
+    total = peak = at = 0
+    for i, e in enumerate(events):
+        if e[0] == ALLOC:
+            live[e[1]] = e[2]
+            total += e[2]
+            if total > peak:
+                peak, at = total, i
+        elif e[0] == FREE and e[1] in live:
+            total -= live.pop(e[1])
+    live.clear()
+    phase = "other"
+    for e in events[: at + 1]:
+        if e[0] == MARK:
+            phase = phase_name(e[1])
+        elif e[0] == ALLOC:
+            live[e[1]] = e[2]
+        elif e[0] == FREE:
+            live.pop(e[1], None)
+    return peak, phase, Counter(live.values())
+
+
+def peak_difference(real: list[tuple], traced: list[tuple], top: int = 12) -> dict:
+    """What is live at each stream's allocated peak, set side by side: each stream's peak and phase, and the
+    request sizes held a different number of times (real minus traced), the largest byte differences first. Where
+    the two peaks fall at the same instant of the step, the rows are what one stream holds that the other does not
+    (a trace artifact, a GPU-only buffer)."""
+    (rp, rph, rc), (tp, tph, tc) = live_at_peak(real), live_at_peak(traced)
+    rows = [
+        {"size": s, "real": rc[s], "traced": tc[s], "bytes": (rc[s] - tc[s]) * s}
+        for s in set(rc) | set(tc)
+        if rc[s] != tc[s]
+    ]
+    rows.sort(key=lambda r: -abs(r["bytes"]))
+    return {
+        "real": [rp, rph],
+        "traced": [tp, tph],
+        "sizes": rows[:top],
+        "others_bytes": sum(r["bytes"] for r in rows[top:]),
+    }
+
+
 def normalised_phase_peaks(sim: SimResult) -> dict[str, list[int]]:
     """The replay's per-phase [peak reserved, peak allocated] with idle labels merged into `other`."""
     out: dict[str, list[int]] = {}
@@ -156,7 +203,7 @@ def fidelity(simulated_peak: int, torch_reserved: dict) -> dict:
 def compare(real: list[tuple], traced: list[tuple], torch_reserved: dict, need: bool = True) -> dict:
     """Everything the report prints for one pair: the traced stream cut to the real one's steps, (a) fidelity,
     (b) the streams' difference (peaks by phase, allocations by size class and phase, sizes only the real stream
-    has), (c) the reserve each implies."""
+    has, what each holds at its allocated peak), (c) the reserve each implies."""
     n = steps_in(real)
     cut = first_steps(traced, n) if n else traced
     r, t = reserve(real, need=need), reserve(cut, need=need)
@@ -167,4 +214,5 @@ def compare(real: list[tuple], traced: list[tuple], torch_reserved: dict, need: 
         "traced": t,
         "profile": {"real": alloc_profile(real), "traced": alloc_profile(cut)},
         "unmatched": unmatched_sizes(real, cut),
+        "at_peak": peak_difference(real, cut),
     }

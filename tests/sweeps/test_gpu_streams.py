@@ -161,3 +161,23 @@ def test_a_file_for_a_folder_is_one_line_and_exit_2(tmp_path, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--gpu" in err and "accepted values are folders" in err
+
+
+def test_what_each_stream_holds_at_its_peak_by_hand():
+    # the trace sums a tied gradient out of place (three 50-byte blocks live), the real run in place (two) but holds
+    # a 30-byte block the trace never keeps that long; both also hold 10 bytes. Peaks: traced 160, real 140
+    traced = [("m", "train"), ("a", 9, 10, 0), ("a", 1, 50, 0), ("a", 2, 50, 0), ("a", 3, 50, 0), ("f", 1),
+              ("f", 2), ("a", 4, 50, 0), ("f", 3), ("f", 4), ("f", 77)]  # fmt: skip
+    real = [("m", "generate"), ("a", 8, 500, 0), ("f", 8), ("m", "train"), ("a", 9, 10, 0), ("a", 1, 50, 0),
+            ("a", 7, 30, 0), ("a", 2, 50, 0), ("f", 1), ("f", 7), ("a", 3, 60, 0)]  # fmt: skip
+    assert stream_diff.live_at_peak(traced) == (160, "train", {50: 3, 10: 1})
+    # the first highest instant: 500 bytes in generation, before the train phase's 140 (and 120 later)
+    assert stream_diff.live_at_peak(real) == (500, "generate", {500: 1})
+    d = stream_diff.peak_difference(real[3:], traced)
+    assert d["real"] == [140, "train"] and d["traced"] == [160, "train"]
+    assert d["sizes"] == [
+        {"size": 50, "real": 2, "traced": 3, "bytes": -50},
+        {"size": 30, "real": 1, "traced": 0, "bytes": 30},
+    ]
+    md = "\n".join(gpu_streams._at_peak(d))
+    assert "| 0.00 | 2 | 3 | -0.000 |" in md and "real 0.000 GiB in train (measured-gpu)" in md
