@@ -50,6 +50,23 @@ def fake_child_path(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), here, os.environ.get("PYTHONPATH", "")]))
 
 
+def _kept(tmp_path, *runs: tuple[int, str]) -> Path:
+    """The kept runs a cut lease leaves behind for r00: (limit, "ok" | "oom") in order; the trials file."""
+    job = lineup.entries(["r00"], TINY)[0].job
+    path = trials.trials_path(tmp_path / "res" / "mincard.jsonl")
+    ok = {"status": "ok", "observed": {"probes": {"torch_cuda": {"available": True, "peak_allocated_bytes": 160_000_000, "peak_reserved_bytes": 210_000_000}}}, "versions": records.package_versions(), "device": {"type": "cpu", "name": "fake", "total_bytes": 1}}  # fmt: skip
+    for limit, status in runs:
+        result = ok if status == "ok" else {"status": "oom", "error": "x"}
+        trials.record(path, trials.trial_line(job.key, "mincard", limit, result, 1.0))
+    return path
+
+
+def _with_history(kept: list[dict]) -> list[int]:
+    """The limits of the kept runs that carried the history probe (a failed run keeps no result)."""
+    probes = [k.get("result", {}).get("observed", {}).get("probes", {}) for k in kept]
+    return [k["trial"]["limit_bytes"] for k, p in zip(kept, probes, strict=True) if "history" in p]
+
+
 def test_search_finds_the_simulated_need_writes_one_row_and_a_rerun_skips_it(
     tmp_path, fake_child_path, capsys
 ):
@@ -76,22 +93,12 @@ def test_the_baseline_run_alone_gets_the_history_probe_when_its_limit_is_off_the
     # and no other, that must carry the history probe (the stand-in reports a probe it was asked for)
     assert cli.main(_args(tmp_path, "--cap-gib", "0.4321")) == 0
     kept = records.load_rows(trials.trials_path(tmp_path / "res" / "mincard.jsonl"))
-    probes = [
-        k.get("result", {}).get("observed", {}).get("probes", {}) for k in kept
-    ]  # a failed run keeps none
-    with_history = [k["trial"]["limit_bytes"] for k, p in zip(kept, probes, strict=True) if "history" in p]
-    assert kept[0]["trial"]["limit_bytes"] == 444 * MIB and with_history == [444 * MIB]
+    assert kept[0]["trial"]["limit_bytes"] == 444 * MIB and _with_history(kept) == [444 * MIB]
 
 
 def test_a_cut_search_resumes_from_the_kept_runs(tmp_path, fake_child_path):
     # what a lease cut after the baseline and one failing run leaves behind
-    job = lineup.entries(["r00"], TINY)[0].job
-    path = trials.trials_path(tmp_path / "res" / "mincard.jsonl")
-    ok = {"status": "ok", "observed": {"probes": {"torch_cuda": {"available": True, "peak_allocated_bytes": 160_000_000, "peak_reserved_bytes": 210_000_000}}}, "versions": records.package_versions(), "device": {"type": "cpu", "name": "fake", "total_bytes": 1}}  # fmt: skip
-    trials.record(path, trials.trial_line(job.key, "mincard", 512 * MIB, ok, 1.0))
-    trials.record(
-        path, trials.trial_line(job.key, "mincard", 170 * MIB, {"status": "oom", "error": "x"}, 1.0)
-    )
+    path = _kept(tmp_path, (512 * MIB, "ok"), (170 * MIB, "oom"))
     assert cli.main(_args(tmp_path)) == 0
     limits = [k["trial"]["limit_bytes"] for k in records.load_rows(path)]
     assert limits[:2] == [512 * MIB, 170 * MIB] and len(limits) == len(set(limits))  # none run again
@@ -105,15 +112,12 @@ def test_a_resumed_search_without_a_stream_runs_its_baseline_limit_again_with_th
     # a lease cut after the baseline, which recorded no stream: the resumed search's first round holds the baseline
     # limit again, that run alone carrying the history probe, and the search's answer is unchanged
     monkeypatch.setattr(cli.Searches, "stream_missing", lambda self, job: True)
-    job = lineup.entries(["r00"], TINY)[0].job
-    path = trials.trials_path(tmp_path / "res" / "mincard.jsonl")
-    ok = {"status": "ok", "observed": {"probes": {"torch_cuda": {"available": True, "peak_allocated_bytes": 160_000_000, "peak_reserved_bytes": 210_000_000}}}, "versions": records.package_versions(), "device": {"type": "cpu", "name": "fake", "total_bytes": 1}}  # fmt: skip
-    trials.record(path, trials.trial_line(job.key, "mincard", 512 * MIB, ok, 1.0))
+    path = _kept(tmp_path, (512 * MIB, "ok"))
     assert cli.main(_args(tmp_path)) == 0
     kept = records.load_rows(path)
-    probes = [k.get("result", {}).get("observed", {}).get("probes", {}) for k in kept]
-    with_history = [k["trial"]["limit_bytes"] for k, p in zip(kept, probes, strict=True) if "history" in p]
-    assert with_history == [512 * MIB] and [k["trial"]["limit_bytes"] for k in kept].count(512 * MIB) == 2
+    assert (
+        _with_history(kept) == [512 * MIB] and [k["trial"]["limit_bytes"] for k in kept].count(512 * MIB) == 2
+    )
     assert records.load_rows(tmp_path / "res" / "mincard.jsonl")[0]["mincard"]["min_torch_bytes"] == 192 * MIB
 
 
@@ -123,19 +127,10 @@ def test_a_resumed_search_whose_baseline_failed_records_its_stream_at_its_larges
     # a cap of 0.15 GiB puts the baseline at 154 MiB, under the 190.7 MiB the runs need: the stream goes to the
     # largest limit passed (232 MiB), never to a limit known to fail
     monkeypatch.setattr(cli.Searches, "stream_missing", lambda self, job: True)
-    job = lineup.entries(["r00"], TINY)[0].job
-    path = trials.trials_path(tmp_path / "res" / "mincard.jsonl")
-    ok = {"status": "ok", "observed": {"probes": {"torch_cuda": {"available": True, "peak_allocated_bytes": 160_000_000, "peak_reserved_bytes": 210_000_000}}}, "versions": records.package_versions(), "device": {"type": "cpu", "name": "fake", "total_bytes": 1}}  # fmt: skip
-    trials.record(
-        path, trials.trial_line(job.key, "mincard", 154 * MIB, {"status": "oom", "error": "x"}, 1.0)
-    )
-    trials.record(path, trials.trial_line(job.key, "mincard", 232 * MIB, ok, 1.0))
+    path = _kept(tmp_path, (154 * MIB, "oom"), (232 * MIB, "ok"))
     assert cli.main(_args(tmp_path, "--cap-gib", "0.15")) == 0
     kept = records.load_rows(path)
-    probes = [k.get("result", {}).get("observed", {}).get("probes", {}) for k in kept]
-    assert [k["trial"]["limit_bytes"] for k, p in zip(kept, probes, strict=True) if "history" in p] == [
-        232 * MIB
-    ]
+    assert _with_history(kept) == [232 * MIB]
     assert [k["trial"]["limit_bytes"] for k in kept].count(154 * MIB) == 1
 
 
