@@ -28,7 +28,6 @@ from sweeps.runner.predict import arch_for
 DEFAULT_ROWS = records.REPO / "results" / "raw" / "mincard.jsonl"
 TRACED = records.REPO / "results" / "streams" / "mincard"
 SOURCE = "measured-gpu"
-TRACE_STEPS = 2  # the steps a min-card run takes (mincard.yaml run.steps)
 SIM_RESOLUTION = 8 * 2**20  # the simulated minimum to 8 MiB, finer than the measured search's 1.5 %
 
 Figures = Callable[[dict], "tuple[int, int] | None"]  # row -> (torch-limit figure, fit figure), estimated
@@ -85,7 +84,8 @@ def trace_missing(rows: Iterable[dict], traced_dir: Path) -> list[str]:
     for row in records.latest_rows(r for r in rows if r.get("source") == SOURCE):
         if config_id(row["config"]) in have:
             continue
-        out = trace_streams.record(RunConfig.from_dict(row["config"]), Path(traced_dir), TRACE_STEPS)
+        steps = int((row.get("variant") or {}).get("steps", 2))  # as many steps as the measured run took
+        out = trace_streams.record(RunConfig.from_dict(row["config"]), Path(traced_dir), steps)
         if out is not None:
             written.append(out["key"])
             have = traced_streams(traced_dir)
@@ -215,13 +215,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.trace_missing:
             for key in trace_missing(rows, Path(args.traced)):
                 print(f"traced {key} into {args.traced}")
-        streams = traced_streams(Path(args.traced))
-        for line in summary_lines(rows, simulated=lambda r: simulated_figure(r, streams)):
+        streams, replayed = traced_streams(Path(args.traced)), {}
+
+        def simulated(row: dict) -> int | None:  # each stream replayed once (a bisection of simulations)
+            if row["key"] not in replayed:
+                replayed[row["key"]] = simulated_figure(row, streams)
+            return replayed[row["key"]]
+
+        for line in summary_lines(rows, simulated=simulated):
             print(line)
         if args.markdown:
-            Path(args.markdown).write_text(
-                markdown(table(rows, simulated=lambda r: simulated_figure(r, streams)))
-            )
+            Path(args.markdown).write_text(markdown(table(rows, simulated=simulated)))
     except OSError as exc:  # a folder or file that cannot be read or written
         print(f"mincard: {shown(str(exc), 160)}; accepted are writable paths", file=sys.stderr)
         return 2
