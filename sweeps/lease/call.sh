@@ -4,8 +4,9 @@
 # packed into $OUT (tarballs of repo-relative paths: unpack them at the repo root, `tar xzf`).
 #
 # Usage, at the repo root of the lent machine:  bash sweeps/lease/call.sh STAGE [SECONDS]
-#   mincard   the min-card lineup (grpo-vram-mincard): each configuration's smallest torch limit; its first run of
-#             each records torch's own allocator stream (the history probe) and the host probe
+#   mincard   the min-card lineup (grpo-vram-mincard): each configuration's smallest torch limit; its baseline run
+#             (resumed without a stream: its largest passing limit once more) records torch's own allocator stream
+#             (the history probe) and the host probe
 #   zero      DeepSpeed ZeRO-2/3 with CPU offload (+experiment=zero-offload), after building DeepSpeed's CPU Adam op
 #   validate  the gpu-validate rows never measured (r10 r13 r14 r15), r15 (a tied full fine-tune) with the history
 #             probe, with and without cast_lm_head_to_fp32
