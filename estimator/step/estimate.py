@@ -15,6 +15,7 @@ from estimator.step import band
 from estimator.step.phases import build_phases
 from estimator.terms import allocator_reserve as allocator_term
 from estimator.terms import overhead, weights
+from estimator.terms.optimizer import REAL
 from estimator.terms.overhead import NonTensorItem
 from estimator.units import gib
 
@@ -177,11 +178,16 @@ class Estimate:
         }
 
 
-def estimate(cfg: RunConfig, arch: Arch | None = None) -> Estimate:
-    """Estimate one GRPO step of `cfg` (the model is resolved from `cfg.model` unless `arch` is given)."""
+def estimate(cfg: RunConfig, arch: Arch | None = None, tensors: str = REAL) -> Estimate:
+    """Estimate one GRPO step of `cfg` (the model is resolved from `cfg.model` unless `arch` is given).
+
+    `tensors` says what counts them: `"real"`, the device's own counters (what a user's GPU shows), or
+    `"dispatch"`, a Python dispatch mode (the FakeTensor traces and the measured-cpu probe), under which autograd
+    sums gradients out of place (`estimator.terms.optimizer.tied_gradients_at_meeting`): what the estimate is
+    compared with on traced and measured-cpu rows."""
     if arch is None:
         arch = resolve_model(cfg.model)
-    phases, notes, effective = build_phases(cfg, arch)
+    phases, notes, effective = build_phases(cfg, arch, tensors)
     peak_allocated = max(sum(c.values()) for c in phases.values())
     items = tuple(overhead.non_tensor_items(effective))
     return Estimate(

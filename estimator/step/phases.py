@@ -8,6 +8,7 @@ from estimator.settings import versions
 from estimator.settings.config import RunConfig
 from estimator.step import fsdp, single
 from estimator.step import offload as offload_phases
+from estimator.terms.optimizer import REAL
 from estimator.terms.sharding import deepspeed_dtype_config, is_fsdp
 
 Phases = dict[str, dict[str, int]]  # phase -> component -> bytes (zero components dropped)
@@ -24,8 +25,9 @@ def merge(resident: dict[str, int], own: Phases) -> Phases:
     return phases
 
 
-def build_phases(cfg: RunConfig, arch: Arch) -> tuple[Phases, list[str], RunConfig]:
-    """Per-phase component bytes (resident + phase-specific), notes, and the config the terms saw.
+def build_phases(cfg: RunConfig, arch: Arch, tensors: str = REAL) -> tuple[Phases, list[str], RunConfig]:
+    """Per-phase component bytes (resident + phase-specific), notes, and the config the terms saw. `tensors`:
+    what counts the tensors, the device (real tensors) or a Python dispatch mode (traces, the measured-cpu probe).
 
     The config the terms see differs from the one given under ZeRO (DeepSpeed's bf16 cast); `estimate()` builds
     the frozen Estimate from these.
@@ -41,7 +43,7 @@ def build_phases(cfg: RunConfig, arch: Arch) -> tuple[Phases, list[str], RunConf
             "held to traced rank-0 steps (results/traced/tuned/multigpu.jsonl)"
         )
     else:
-        part = single.parts(cfg, arch)
+        part = single.parts(cfg, arch, tensors)
     phases = merge(part.resident, part.phases)
     instant = part.train_instant
     notes.append(f"train peak instant: {instant}")

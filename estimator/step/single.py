@@ -144,8 +144,9 @@ def layer_forward(cfg: RunConfig, arch: Arch, tokens: int) -> int:
     )
 
 
-def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
-    """Candidate peak instants of forward + backward; the phase peak is the largest."""
+def train_instants(cfg: RunConfig, arch: Arch, tensors: str = opt.REAL) -> dict[str, dict[str, int]]:
+    """Candidate peak instants of forward + backward; the phase peak is the largest. `tensors`: what counts them,
+    the device (real tensors) or a Python dispatch mode (`opt.tied_gradients_at_meeting`)."""
     b, seq = cfg.per_device_train_batch_size, cfg.sequence_length
     tokens = b * seq
     grads = shard(cfg, "gradients", opt.gradients(cfg, arch))
@@ -210,22 +211,21 @@ def train_instants(cfg: RunConfig, arch: Arch) -> dict[str, dict[str, int]]:
             "activations": saved + layer_fwd,
             "autocast_weight_cache": cast_cache,
         }
-    # the tied buffer and the embedding's own [V, H] gradient meet and are summed into .grad: out of place in the
-    # traces (three [V, H]), in place on real tensors (two: tests/ground_truth/test_tied_gradient_sum.py). Counted
-    # as traced, which on the GPU also covers a shortfall at the other training instants (docs/ACCURACY.md)
-    tied = 2 * opt.tied_gradient_buffer(cfg, arch)
+    # the tied head's gradient meets the embedding's: in place on real tensors with TRL's fused head
+    tied = opt.tied_gradients_at_meeting(cfg, arch, tensors)
     instants["backward_end"] = {"activations": grad_flow, "gradients": grads + shard(cfg, "gradients", tied)}
     for name, comps in instants.items():
         comps["rollout_buffers"] = buffers
-        later = opt.micro_step_gradients(cfg, arch, name)  # GA > 1: every .grad resident from micro-step 2
+        # GA > 1: every .grad resident from micro-step 2
+        later = opt.micro_step_gradients(cfg, arch, name, tensors)
         if later is not None:
             comps["gradients"] = shard(cfg, "gradients", later)
     return release.train_instants(cfg, arch, instants, saved + norm_saved)
 
 
-def train_phase(cfg: RunConfig, arch: Arch) -> tuple[dict[str, int], str]:
+def train_phase(cfg: RunConfig, arch: Arch, tensors: str = opt.REAL) -> tuple[dict[str, int], str]:
     """The largest training instant and its name."""
-    instants = train_instants(cfg, arch)
+    instants = train_instants(cfg, arch, tensors)
     name = max(instants, key=lambda k: sum(instants[k].values()))
     return instants[name], name
 
@@ -248,9 +248,9 @@ class StepParts:
     train_instant: str
 
 
-def parts(cfg: RunConfig, arch: Arch) -> StepParts:
+def parts(cfg: RunConfig, arch: Arch, tensors: str = opt.REAL) -> StepParts:
     """The single-GPU step's parts, with older TRL releases' phase differences applied (terms/release.py)."""
     own = {GENERATE: generate_phase(cfg, arch), SCORE: score_phase(cfg, arch)}
-    own[TRAIN], instant = train_phase(cfg, arch)
+    own[TRAIN], instant = train_phase(cfg, arch, tensors)
     own[OPTIMIZER] = optimizer_phase(cfg, arch)
     return StepParts(resident(cfg, arch), release.phases(cfg, arch, own), instant)

@@ -10,6 +10,10 @@ from estimator.units import nbytes
 
 BNB_BLOCK = 256  # bitsandbytes 8-bit optimizer blockwise quantization block
 BNB_MIN_8BIT_NUMEL = 4096  # smaller tensors keep 32-bit state (bnb Optimizer8bit min_8bit_size)
+# what counts the tensors: the device's own counters (real tensors) or a Python dispatch mode (FakeTensor traces,
+# the measured-cpu probe), where autograd's gradient sums run out of place (`tied_gradients_at_meeting`)
+REAL, DISPATCH = "real", "dispatch"
+TENSORS = (REAL, DISPATCH)
 
 
 def gradients(cfg: RunConfig, arch: Arch) -> int:
@@ -159,22 +163,42 @@ def gradients_during_generation(cfg: RunConfig, arch: Arch) -> int:
     return gradients(cfg, arch)
 
 
-def micro_step_gradients(cfg: RunConfig, arch: Arch, instant: str) -> int | None:
+def tied_gradients_at_meeting(
+    cfg: RunConfig, arch: Arch, tensors: str = REAL, resident_grad: bool = False
+) -> int:
+    """[V, H] gradients in flight beside the `.grad`s already counted, at the end of backward where a tied head's
+    gradient (waiting in autograd's input buffer since the head's backward) meets the embedding's own.
+
+    torch's `InputBuffer::accumulate` (torch/csrc/autograd/input_buffer.cpp, `can_accumulate_inplace`) adds the
+    embedding's gradient into the waiting one in place when that one is a plain tensor holding its last reference:
+    TRL's fused head (`logprob_head` chunked) returns `grad_weight.to(weight.dtype)`, a fresh tensor, so on real
+    tensors the sum is in place and two [V, H] meet; through the model's own `lm_head` (full, rowwise, selective:
+    `F.linear` with the tied weight) real tensors sum out of place: three. Seen through a Python dispatch mode
+    (`tensors="dispatch"`: the FakeTensor traces, the measured-cpu probe) every sum is out of place, as a
+    FakeTensor is a tensor subclass and a mode holds the tensors' Python objects
+    (tests/ground_truth/test_tied_gradient_sum.py pins all three cases). Where no `.grad` is resident (the first
+    micro-step) the sum becomes `.grad`, which `gradients` counts: one [V, H] beside it in place, two out of
+    place; with a resident `.grad` (GA > 1) AccumulateGrad adds the sum into it in place, and the sum itself is
+    one more in flight."""
+    tied = tied_gradient_buffer(cfg, arch)
+    if tensors not in TENSORS:
+        raise ValueError(f"tensors={tensors!r}: accepted values are {', '.join(TENSORS)}")
+    in_place = tensors == REAL and cfg.logprob_head == "chunked"
+    return tied * ((1 if in_place else 2) + (1 if resident_grad else 0))
+
+
+def micro_step_gradients(cfg: RunConfig, arch: Arch, instant: str, tensors: str = REAL) -> int | None:
     """`.grad` bytes at a training instant of a later micro-step (GA > 1), or None with GA = 1.
 
     Every `.grad` is resident (`accumulated_gradients`); the head's backward adds nothing new (its [V, H]
     gradient is in the head term), and with tied embeddings the head's gradient waits in autograd's input buffer
-    after the head (once) and meets the embedding's own at the end, where the two are summed into a third [V, H]
-    before AccumulateGrad adds the sum into the resident `.grad` in place (three in flight). torch's
-    `InputBuffer::accumulate` (torch/csrc/autograd/input_buffer.cpp, `can_accumulate_inplace`) sums in place only
-    into a plain tensor holding its last reference: the traces (FakeTensors are a tensor subclass) and a real step
-    with a tied `w.T` head sum out of place, TRL's fused head on real tensors in place
-    (tests/ground_truth/test_tied_gradient_sum.py); the estimate takes the larger case. In the first micro-step the
-    sum becomes `.grad` itself, which `gradients` already counts.
+    after the head (once) and meets the embedding's own at the end (`tied_gradients_at_meeting`, with the
+    resident `.grad`).
     """
     acc = accumulated_gradients(cfg, arch)
     if not acc:
         return None
     tied = tied_gradient_buffer(cfg, arch)
-    in_flight = {"head_forward": 0, "head_backward": 0, "backward_end": 3 * tied}.get(instant, tied)
-    return acc + in_flight
+    if instant == "backward_end":
+        return acc + tied_gradients_at_meeting(cfg, arch, tensors, resident_grad=True)
+    return acc + {"head_forward": 0, "head_backward": 0}.get(instant, tied)

@@ -4,7 +4,9 @@
 accuracy paragraph and the tests all call `accuracy_frame` and `summary_frame`, so they show the same numbers for
 the same rows. Rows are deduplicated by (source, key) with `records.latest_rows`: a measurement beats a failed
 retry, then the latest `written_at` wins, never the file name. Summaries are per source and per (source,
-method), so traced and measured rows are never mixed.
+method), so traced and measured rows are never mixed. Each row is compared with the estimate as its own counter
+sees it: traced and measured-cpu rows through a Python dispatch mode (`predict.tensors_of`), measured-gpu rows with
+the workspaces that torch's `max_memory_allocated` counts beside the tensors (`workspaces`).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from estimator.settings.config import NEWEST_TRL, RunConfig
 from estimator.settings.trl_versions import profile
 from estimator.settings.versions import MODELLED_TRANSFORMERS, NEWEST_TRANSFORMERS, RECORDS_TRANSFORMERS
 from estimator.step.estimate import Estimate, estimate
+from estimator.terms.optimizer import REAL
 from estimator.units import MIB
 from sweeps import records
 from sweeps.report.frames import method_of, model_label, summarize_config
-from sweeps.runner.predict import arch_for, predict
+from sweeps.runner.predict import arch_for, predict, tensors_of
 from sweeps.trace.grids import SPLITS, split_of
 
 SOURCES = ("traced", "measured-cpu", "measured-gpu")
@@ -41,8 +44,9 @@ SETS = {  # set name -> (source, sweep), reported on its own line as well
 OWN_LINE_ONLY = {SETS["padded"], SETS["zero-offload on CPU"]}
 DEFAULT_DIRS = tuple(str(p) for p in records.RESULT_DIRS)
 
-# (row config dict, stored config.json of a model built in code) -> (Estimate.to_dict()-like dict, error)
-Predictor = Callable[[dict, dict | None], tuple[dict | None, str | None]]
+# (row config dict, stored config.json of a model built in code, what counted the row's tensors: "real" or
+# "dispatch") -> (Estimate.to_dict()-like dict, error)
+Predictor = Callable[[dict, dict | None, str], tuple[dict | None, str | None]]
 
 COLUMNS = [
     "source",
@@ -76,25 +80,45 @@ NUMERIC = [
 ]
 
 
-def estimate_predictor(fn: Callable[[RunConfig], Estimate]) -> Predictor:
-    """A Predictor from a RunConfig -> Estimate function (e.g. a cached or toy `estimate`); models built in
-    code are sized from their stored config.json with the real estimator."""
+def estimate_predictor(
+    fn: Callable[[RunConfig], Estimate], dispatch: Callable[[RunConfig], Estimate] | None = None
+) -> Predictor:
+    """A Predictor from RunConfig -> Estimate functions (e.g. a cached or toy `estimate`): `fn` for rows a device's
+    own counters measured, `dispatch` (default `fn`) for rows counted through a Python dispatch mode (traced,
+    measured-cpu); models built in code are sized from their stored config.json with the real estimator."""
+    dispatch = dispatch or fn
 
-    def run(config: dict, hf_config: dict | None) -> tuple[dict | None, str | None]:
+    def run(config: dict, hf_config: dict | None, tensors: str = REAL) -> tuple[dict | None, str | None]:
         try:
             cfg = RunConfig.from_dict(config)
             arch = arch_for(cfg, hf_config or None)
-            est = fn(cfg) if arch is None else estimate(cfg, arch)
+            if arch is not None:
+                est = estimate(cfg, arch, tensors)
+            else:
+                est = (fn if tensors == REAL else dispatch)(cfg)
         except Exception as exc:  # a row whose model or fields this estimator cannot size
             msg = (str(exc).strip().splitlines() or [""])[0]
             return None, f"{type(exc).__name__}: {msg}"[:300]
         return {
             "peak_allocated_bytes": est.peak_allocated_bytes,
+            "allocator_overhead_bytes": est.allocator_overhead_bytes,
+            "peak_reserved_bytes": est.peak_reserved_bytes,
             "peak_device_bytes": est.peak_device_bytes,
             "peak_phase": est.peak_phase,
         }, None
 
     return run
+
+
+def workspaces(pred: dict) -> int:
+    """The cuBLAS / cuBLASLt workspaces of an estimate (`Estimate.to_dict()`-like): allocated through the caching
+    allocator, so `max_memory_allocated` counts them beside the tensors (peak reserved less the tensor peak and
+    the allocator's reserve; 0 where the prediction does not say)."""
+    if "peak_reserved_bytes" not in pred:
+        return 0
+    return (
+        pred["peak_reserved_bytes"] - pred["peak_allocated_bytes"] - pred.get("allocator_overhead_bytes", 0)
+    )
 
 
 def _nvml_peak(observed: dict) -> int | None:
@@ -154,8 +178,10 @@ def accuracy_frame(
     for r in compared_rows(rows, release):
         obs = r["observed"]
         config = r["config"]
-        pred, err = predictor(config, (r.get("model") or {}).get("config"))
+        pred, err = predictor(config, (r.get("model") or {}).get("config"), tensors_of(r))
         predicted = pred["peak_allocated_bytes"] if pred else None
+        if predicted is not None and r.get("source") == "measured-gpu":
+            predicted += workspaces(pred)  # torch's allocated counts them
         observed = int(obs["peak_bytes"])
         line = {
             "source": r.get("source"),

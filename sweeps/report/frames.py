@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import pandas as pd
 
 from estimator.model.catalog import SHORTHANDS
 from estimator.settings.config import NEWEST_TRL, RunConfig
 from estimator.step.estimate import Estimate, estimate
+from estimator.terms.optimizer import DISPATCH
 from estimator.units import GIB
 from sweeps import records
 
@@ -112,6 +113,8 @@ def cached(predict: Predict) -> Predict:
 
 
 DEFAULT_PREDICT: Predict = cached(estimate)
+# what a Python dispatch mode counts (the traced and measured-cpu rows: `estimate(tensors="dispatch")`)
+DEFAULT_PREDICT_DISPATCH: Predict = cached(partial(estimate, tensors=DISPATCH))
 
 
 # ---------------------------------------------------------------- GPUs

@@ -57,19 +57,25 @@ def traced_streams(traced_dir: Path) -> dict[str, Path]:
 
 
 def simulated_figure(row: dict, streams: dict[str, Path]) -> int | None:
-    """The smallest limit the simulated allocator passes the traced stream of the row's configuration under, plus
-    the workspaces allocated through the caching allocator that the trace lacks (traced, simulated); None without
-    a stream."""
+    """The smallest limit the simulated allocator passes the traced stream of the row's configuration under, with
+    the tied gradients summed in place as real tensors sum them (`sweeps.trace.tied_sums`), plus the workspaces
+    allocated through the caching allocator that the trace lacks (traced, simulated); None without a stream."""
     from estimator.hardware.allocator import load_stream, min_device_limit
     from estimator.step.estimate import estimate
+    from estimator.terms.optimizer import DISPATCH, REAL, tied_gradient_buffer, tied_gradients_at_meeting
     from sweeps.report.gpu_streams import config_id
+    from sweeps.trace.tied_sums import in_place
 
     path = streams.get(config_id(row["config"]))
     if path is None or not path.exists():
         return None
-    limit, _ = min_device_limit(load_stream(path), resolution=SIM_RESOLUTION)
     cfg = RunConfig.from_dict(row["config"])
-    return limit + estimate(cfg, arch_for(cfg, (row.get("model") or {}).get("config"))).in_reserved_bytes
+    arch = arch_for(cfg, (row.get("model") or {}).get("config"))
+    events = load_stream(path)
+    if tied_gradients_at_meeting(cfg, arch, REAL) < tied_gradients_at_meeting(cfg, arch, DISPATCH):
+        events, _ = in_place(events, tied_gradient_buffer(cfg, arch))
+    limit, _ = min_device_limit(events, resolution=SIM_RESOLUTION)
+    return limit + estimate(cfg, arch).in_reserved_bytes
 
 
 def trace_missing(rows: Iterable[dict], traced_dir: Path) -> list[str]:

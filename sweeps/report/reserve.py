@@ -17,7 +17,7 @@ import pandas as pd
 from estimator.units import MIB
 from sweeps.report.accuracy import UNDER_LIMIT, Predictor, compared_rows
 from sweeps.report.frames import method_of, model_label, summarize_config
-from sweeps.runner.predict import predict
+from sweeps.runner.predict import predict, tensors_of
 
 LAYERS = ("reserved", "nvidia-smi")
 COLUMNS = [
@@ -63,7 +63,7 @@ def reserve_frame(rows: Iterable[dict], predictor: Predictor = predict) -> pd.Da
         if r.get("source") != "measured-gpu":
             continue
         got = measured_layers(r["observed"])
-        pred, _ = predictor(r["config"], (r.get("model") or {}).get("config"))
+        pred, _ = predictor(r["config"], (r.get("model") or {}).get("config"), tensors_of(r))
         pred_reserved = pred.get("peak_reserved_bytes") if pred else None
         pred_device = pred.get("peak_device_bytes") if pred else None
         out.append(

@@ -159,8 +159,10 @@ def build(
     rows: Iterable[dict],
     out_dir: str | os.PathLike,
     predict: rd.Predict = rd.DEFAULT_PREDICT,
+    predict_dispatch: rd.Predict = rd.DEFAULT_PREDICT_DISPATCH,
 ) -> Path:
-    """Write README.md and the PNGs for `rows` into `out_dir`; returns the README path."""
+    """Write README.md and the PNGs for `rows` into `out_dir`; returns the README path. `predict` estimates what
+    a GPU counts, `predict_dispatch` what the traces and the measured-cpu probe count (the accuracy table)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = list(rows)
@@ -172,7 +174,9 @@ def build(
     breakdown = rd.breakdown_frame(predict)
     fits = rd.fits_frame(predict, gpus=gpus)
     curves = {p: rd.curve_frame(p, frame, predict) for p in rd.CURVES}
-    acc = accuracy.with_prediction(accuracy.accuracy_frame(rows, accuracy.estimate_predictor(predict)))
+    acc = accuracy.with_prediction(
+        accuracy.accuracy_frame(rows, accuracy.estimate_predictor(predict, predict_dispatch))
+    )
     env = rd.environment_frame(frame)
 
     plots.save(plots.breakdown_figure(breakdown, gpu80, short_setting(base)), out / FIGURES["breakdown"])
@@ -218,7 +222,9 @@ def render(frame, head, fits, curves, acc, env, gpus, gpu80, base, splits: Seque
         "**measured-cpu** or **measured-gpu** (real GRPO steps, `results/raw/`). "
         f"Rows read: {count_text}. Row format: [SCHEMA.md](SCHEMA.md).",
         "Memory here is the **peak allocated** tensor memory of one steady-state GRPO step "
-        "(`torch.cuda.max_memory_allocated`; the live tensor-storage peak for traces and CPU runs), in GiB. "
+        "(`torch.cuda.max_memory_allocated`; the live tensor-storage peak for traces and CPU runs, which in a full "
+        "fine-tune with tied embeddings sum the head's and the embedding's gradients out of place: one [V, H] more "
+        "than a GPU holds there, docs/ACCURACY.md), in GiB. "
         "A card holds that plus the CUDA context and the caching allocator's reserve: the OOM / fits verdicts use "
         "the NVML peak where a GPU run recorded one, else the peak plus the estimator's overheads.",
         "## Headline: peak memory by model size and method",

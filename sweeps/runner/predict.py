@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from estimator.model.architecture import from_config
 from estimator.settings.config import RunConfig
+from estimator.terms.optimizer import DISPATCH, REAL
+
+# rows whose tensors a Python dispatch mode counted: the FakeTensor traces and the measured-cpu probe
+DISPATCH_SOURCES = ("traced", "measured-cpu")
 
 
 def arch_for(cfg: RunConfig, hf_config: dict | None = None):
@@ -17,13 +21,22 @@ def arch_for(cfg: RunConfig, hf_config: dict | None = None):
     return None
 
 
-def predict(config: dict, hf_config: dict | None = None) -> tuple[dict | None, str | None]:
-    """(Estimate.to_dict(), None), or (None, one-line error) when the estimator cannot size this run."""
+def tensors_of(row: dict) -> str:
+    """What counted a row's tensors, as `estimate(tensors=...)` takes it: a Python dispatch mode for traced and
+    measured-cpu rows (autograd sums gradients out of place there), the device's own counters otherwise."""
+    return DISPATCH if row.get("source") in DISPATCH_SOURCES else REAL
+
+
+def predict(
+    config: dict, hf_config: dict | None = None, tensors: str = REAL
+) -> tuple[dict | None, str | None]:
+    """(Estimate.to_dict(), None), or (None, one-line error) when the estimator cannot size this run. `tensors`:
+    what counts them (`tensors_of` a row)."""
     try:
         from estimator.step.estimate import estimate
 
         cfg = RunConfig.from_dict(config)  # rows carrying trl_version are modelled with that release
-        return estimate(cfg, arch_for(cfg, hf_config)).to_dict(), None
+        return estimate(cfg, arch_for(cfg, hf_config), tensors).to_dict(), None
     except Exception as exc:  # estimator incomplete or config rejected: keep the measurement anyway
         msg = (str(exc).strip().splitlines() or [""])[0]
         return None, f"{type(exc).__name__}: {msg}"[:300]

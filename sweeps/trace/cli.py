@@ -39,9 +39,9 @@ def _print_row(row: dict) -> None:
     for ph, b in obs["phases"].items():
         print(f"  {ph:<10} {b / GIB:8.2f} GiB  traced")
     print(f"  peak       {obs['peak_bytes'] / GIB:8.2f} GiB  traced, in {obs['peak_phase']}")
-    from sweeps.runner.predict import predict
+    from sweeps.runner.predict import predict, tensors_of
 
-    pred, _ = predict(row["config"], (row.get("model") or {}).get("config"))
+    pred, _ = predict(row["config"], (row.get("model") or {}).get("config"), tensors_of(row))
     if pred and pred.get("peak_allocated_bytes"):
         print(f"  estimate   {pred['peak_allocated_bytes'] / GIB:8.2f} GiB  estimated")
 

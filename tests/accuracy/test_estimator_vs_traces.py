@@ -6,6 +6,7 @@ import pytest
 
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
+from estimator.terms.optimizer import DISPATCH
 from sweeps.runner.predict import arch_for
 from sweeps.trace.grids import GRIDS
 
@@ -43,7 +44,7 @@ def test_peak_and_phases_within_bound(row):
     cfg = RunConfig.from_dict(row["config"])
     # a depth-reduced trace is held to the config.json it traced (its `model.config`), as `make accuracy` does
     traced_config = (row.get("model") or {}).get("config")
-    est = estimate(cfg, arch_for(cfg, traced_config) if traced_config else None)
+    est = estimate(cfg, arch_for(cfg, traced_config) if traced_config else None, DISPATCH)
     traced = row["observed"]
     assert est.peak_allocated_bytes == pytest.approx(traced["peak_bytes"], rel=BOUND)
     assert est.peak_phase == traced["peak_phase"]  # the estimated peak sits in the phase the trace peaked in

@@ -40,13 +40,17 @@ def test_rows_are_real_gpu_measurements():
 
 @pytest.mark.parametrize("row", _rows(), ids=_id)
 def test_estimate_with_band_covers_measured_allocated(row):
-    # peak allocated (torch.cuda.max_memory_allocated) is covered by the estimated tensor peak plus the band that
-    # every fit verdict adds; and the estimate is not loose: within 3 % of the measurement
+    # torch.cuda.max_memory_allocated counts the tensors, the cuBLAS / cuBLASLt workspaces allocated through the
+    # caching allocator (the estimate's in_reserved items), and whole blocks where a remainder of 1 MiB or less
+    # is not split off (`allocated_bytes` grows by the block's size; tests/accuracy/test_gpu_allocated_replay.py
+    # shows those three in each row). The tensor estimate plus the workspaces and the band every fit verdict adds
+    # covers it; and the estimate is not loose: the tensors and the workspaces within 3 % of the measurement
     cfg = RunConfig.from_dict(row["config"])
     est = estimate(cfg, arch_for(cfg))
     observed = row["observed"]["peak_bytes"]
-    assert est.peak_allocated_bytes + est.band_bytes >= observed
-    assert abs(est.peak_allocated_bytes - observed) / observed < 0.03
+    allocated = est.peak_allocated_bytes + est.in_reserved_bytes
+    assert allocated + est.band_bytes >= observed
+    assert abs(allocated - observed) / observed < 0.03
 
 
 @pytest.mark.parametrize("row", _rows(), ids=_id)

@@ -7,6 +7,7 @@ import pytest
 
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
+from estimator.terms.optimizer import DISPATCH
 from sweeps import records
 
 ROWS_FILE = Path(__file__).resolve().parents[2] / "results" / "traced" / "tuned" / "multigpu.jsonl"
@@ -30,7 +31,7 @@ def test_there_are_multigpu_rows_at_several_sizes_and_rank_counts():
 def test_rank0_peak_and_phases_within_3_percent(row):
     cfg = RunConfig.from_dict(row["config"])
     assert cfg.num_gpus == row["variant"]["world_size"]
-    est = estimate(cfg)
+    est = estimate(cfg, tensors=DISPATCH)
     traced = row["observed"]
     assert est.peak_allocated_bytes == pytest.approx(traced["peak_bytes"], rel=BOUND)
     for phase, traced_bytes in traced["phases"].items():

@@ -22,6 +22,7 @@ import pytest
 from estimator.settings.config import RunConfig
 from estimator.step.band import margin
 from estimator.step.estimate import estimate
+from estimator.terms.optimizer import DISPATCH
 from sweeps import records
 from sweeps.runner.predict import arch_for
 
@@ -52,7 +53,7 @@ def _id(row: dict) -> str:
 
 def _estimate(row: dict):
     cfg = RunConfig.from_dict(row["config"])
-    return estimate(cfg, arch_for(cfg, row["model"]["config"]))
+    return estimate(cfg, arch_for(cfg, row["model"]["config"]), DISPATCH)
 
 
 def test_the_rows_cover_the_settings():

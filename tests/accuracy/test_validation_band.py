@@ -16,6 +16,7 @@ from estimator.settings.validate import InvalidConfig, validate
 from estimator.step import band
 from estimator.step.estimate import estimate
 from estimator.step.single import train_instants
+from estimator.terms.optimizer import DISPATCH
 
 REPO = Path(__file__).resolve().parents[2]
 VALIDATION = REPO / "results" / "traced" / "random" / "validation.jsonl"
@@ -143,7 +144,7 @@ def test_validation_rows_within_the_band(row):
     from sweeps.runner.predict import arch_for
 
     cfg = RunConfig.from_dict(row["config"])
-    est = estimate(cfg, arch_for(cfg, (row.get("model") or {}).get("config")))
+    est = estimate(cfg, arch_for(cfg, (row.get("model") or {}).get("config")), DISPATCH)
     traced = row["observed"]["peak_bytes"]
     rel = (est.peak_allocated_bytes - traced) / traced
     _, b = band.regime_band(cfg)

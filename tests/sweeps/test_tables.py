@@ -23,7 +23,7 @@ def _digest(folder) -> dict[str, str]:
 
 
 def test_readme_labels_every_source_and_reports_errors(tmp_path):
-    readme = tables.build(_rows(), tmp_path, predict=toy_estimate).read_text()
+    readme = tables.build(_rows(), tmp_path, predict=toy_estimate, predict_dispatch=toy_estimate).read_text()
     for label in ("estimated", "traced", "measured-gpu", "OOM on 80 GB"):
         assert label in readme
     # the 7B LoRA traced row: toy estimate vs 17 GiB observed, error shown relative to the observation
@@ -35,6 +35,6 @@ def test_readme_labels_every_source_and_reports_errors(tmp_path):
 
 def test_regenerating_without_new_rows_is_byte_identical(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    tables.build(_rows(), a, predict=toy_estimate)
-    tables.build(list(reversed(_rows())), b, predict=toy_estimate)
+    tables.build(_rows(), a, predict=toy_estimate, predict_dispatch=toy_estimate)
+    tables.build(list(reversed(_rows())), b, predict=toy_estimate, predict_dispatch=toy_estimate)
     assert _digest(a) == _digest(b)
