@@ -223,7 +223,7 @@ def report(gpu: Path, traced_dir: Path, trace_missing: bool = False, need: bool 
         "",
         "Written by `python -m sweeps.report.gpu_streams` (`make gpu-streams`) from the `history` probe's streams "
         f"(`{_rel(gpu)}`) and the traced streams (`{_rel(traced_dir)}`). measured-gpu: torch's own allocator "
-        "history on the GPU; traced: the FakeTensorMode trace on CPU; simulated: `estimator.hardware.allocator` "
+        "history on the GPU; traced: the FakeTensorMode trace on CPU, its tied gradients' sum made in place as on the GPU; simulated: `estimator.hardware.allocator` "
         "replaying a stream. Sizes are requests; allocated and reserved from a replay count whole blocks.",
         "",
     ]
@@ -238,11 +238,23 @@ def report(gpu: Path, traced_dir: Path, trace_missing: bool = False, need: bool 
         if match is not None:
             events = load_stream(gpu / real["stream"])
             result = stream_diff.compare(
-                events, load_stream(traced_dir / match["stream"]), real["torch_reserved"], need=need
+                events, _traced_events(traced_dir, match), real["torch_reserved"], need=need
             )
             compared += 1
         lines += section(real, match, result)
     return "\n".join(lines).rstrip() + "\n", compared
+
+
+def _traced_events(traced_dir: Path, row: dict) -> list:
+    """The traced stream of `row` with its tied sums made in place as on the GPU (`sweeps.trace.tied_sums`), so the
+    comparison shows what the trace misses, not that known difference."""
+    from estimator.model.catalog import resolve_model
+    from sweeps.runner.predict import arch_for
+    from sweeps.trace.tied_sums import as_real
+
+    cfg = RunConfig.from_dict({k: v for k, v in row["config"].items() if k != "trl_version"})
+    arch = arch_for(cfg, (row.get("model") or {}).get("config")) or resolve_model(cfg.model)
+    return as_real(load_stream(traced_dir / row["stream"]), cfg, arch)
 
 
 def _rel(p: Path) -> str:

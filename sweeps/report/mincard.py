@@ -62,19 +62,15 @@ def simulated_figure(row: dict, streams: dict[str, Path]) -> int | None:
     allocated through the caching allocator that the trace lacks (traced, simulated); None without a stream."""
     from estimator.hardware.allocator import load_stream, min_device_limit
     from estimator.step.estimate import estimate
-    from estimator.terms.optimizer import DISPATCH, REAL, tied_gradient_buffer, tied_gradients_at_meeting
     from sweeps.report.gpu_streams import config_id
-    from sweeps.trace.tied_sums import in_place
+    from sweeps.trace.tied_sums import as_real
 
     path = streams.get(config_id(row["config"]))
     if path is None or not path.exists():
         return None
     cfg = RunConfig.from_dict(row["config"])
     arch = arch_for(cfg, (row.get("model") or {}).get("config"))
-    events = load_stream(path)
-    if tied_gradients_at_meeting(cfg, arch, REAL) < tied_gradients_at_meeting(cfg, arch, DISPATCH):
-        events, _ = in_place(events, tied_gradient_buffer(cfg, arch))
-    limit, _ = min_device_limit(events, resolution=SIM_RESOLUTION)
+    limit, _ = min_device_limit(as_real(load_stream(path), cfg, arch), resolution=SIM_RESOLUTION)
     return limit + estimate(cfg, arch).in_reserved_bytes
 
 

@@ -11,6 +11,9 @@ gradient takes the sum: no allocation, and it lives on, freed where the sum was.
 from __future__ import annotations
 
 from estimator.hardware.allocator import ALLOC, FREE, Event
+from estimator.model.architecture import Arch
+from estimator.settings.config import RunConfig
+from estimator.terms.optimizer import DISPATCH, REAL, tied_gradient_buffer, tied_gradients_at_meeting
 
 
 def in_place(events: list[Event], nbytes: int) -> tuple[list[Event], int]:
@@ -42,3 +45,11 @@ def in_place(events: list[Event], nbytes: int) -> tuple[list[Event], int]:
         if i not in dropped
     ]
     return out, len(renamed)
+
+
+def as_real(events: list[Event], cfg: RunConfig, arch: Arch) -> list[Event]:
+    """A traced stream of `cfg` as real tensors allocate it: its tied sums made in place where real tensors sum in
+    place (`tied_gradients_at_meeting`), else `events` as they are."""
+    if tied_gradients_at_meeting(cfg, arch, REAL) < tied_gradients_at_meeting(cfg, arch, DISPATCH):
+        events, _ = in_place(events, tied_gradient_buffer(cfg, arch))
+    return events
