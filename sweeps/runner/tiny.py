@@ -180,6 +180,7 @@ def save_random(name: str, seed: int = 0, device: str = "cpu", cache_dir: Path |
     two jobs racing keep whichever rename lands first. On CUDA the model is initialised on the GPU (seconds for
     7B) and the allocator's cache is emptied afterwards so the run starts from the bare context.
     """
+    import gc
     import shutil
     import tempfile
 
@@ -194,7 +195,11 @@ def save_random(name: str, seed: int = 0, device: str = "cpu", cache_dir: Path |
     try:
         model = build_random_model(name, seed, device)
         model.save_pretrained(str(tmp))
+        # a transformers model holds reference cycles: `del` alone leaves its tensors to a later cyclic
+        # collection, which on CUDA hands them to the allocator's cache after empty_cache ran, where they stay
+        # reserved (and in nvidia-smi) through the run that built them
         del model
+        gc.collect()
         if device == "cuda":
             import torch
 

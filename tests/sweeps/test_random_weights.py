@@ -130,3 +130,26 @@ def test_random_smollm2_qlora_takes_the_bitsandbytes_load_path(tmp_path, cache):
     base, trainable = grpo_setup.count_params(model)
     assert base == _meta_params(catalog)  # 4-bit weights counted unpacked: the same architecture
     assert 0 < trainable < base // 100  # LoRA adapters only
+
+
+def test_building_the_checkpoint_frees_the_model_before_returning(tmp_path, monkeypatch):
+    # a transformers model holds reference cycles, so `del` alone would leave its weights alive until a later
+    # cyclic collection: on CUDA they would then sit in the allocator's cache through the measured run
+    import gc
+    import weakref
+
+    built = []
+    real_build = tiny.build_random_model
+
+    def build(*args, **kwargs):
+        model = real_build(*args, **kwargs)
+        built.append(weakref.ref(next(model.parameters())))
+        return model
+
+    monkeypatch.setattr(tiny, "build_random_model", build)
+    gc.disable()
+    try:
+        tiny.save_random(SMOL, seed=3, cache_dir=tmp_path)
+        assert built and built[0]() is None
+    finally:
+        gc.enable()
