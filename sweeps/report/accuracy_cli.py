@@ -2,7 +2,8 @@
 
 The tensor peak per row and per set (`sweeps/report/accuracy.py`), then the layers above it on real GPU runs
 (`sweeps/report/reserve.py`: reserved and nvidia-smi), and the smallest card a run needs, measured against the fit
-figure (`sweeps/report/mincard.py`).
+figure (`sweeps/report/mincard.py`), with the GPU rows' traces replayed against the GPU's own counters
+(`sweeps/report/replay.py`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from sweeps import records
 from sweeps.oneline import OneLineParser
-from sweeps.report import mincard
+from sweeps.report import mincard, replay
 from sweeps.report.accuracy import (
     DEFAULT_DIRS,
     accuracy_frame,
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(layers):
         print(format_reserve_table(layers))
     for line in reserve_lines(layers):
+        print(line)
+    for line in replay.replay_lines(replay.replay_frame(loaded.rows)):
         print(line)
     streams = mincard.traced_streams(mincard.TRACED)
     for line in mincard.summary_lines(loaded.rows, simulated=lambda r: mincard.simulated_figure(r, streams)):

@@ -1,7 +1,6 @@
 """What `max_memory_allocated` counts on the GPU, shown row by row: each committed measured-gpu row
 (results/raw/gpu-validate.jsonl, an H100) against its configuration's traced stream (results/streams/gpu-validate/,
-fake tensors on CPU, `python -m sweeps.trace.streams`-style records) replayed through the caching-allocator
-simulation.
+fake tensors on CPU) replayed through the caching-allocator simulation (`sweeps.report.replay`).
 
 The measured peak is neither the trace's tensor peak nor the estimate's: it counts the cuBLAS / cuBLASLt
 workspaces (allocated through the caching allocator, the estimate's in_reserved items) and whole blocks where
@@ -21,17 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from estimator.hardware.allocator import load_stream, simulate
-from estimator.settings.config import RunConfig
-from estimator.step.estimate import estimate
-from estimator.terms import optimizer as opt
-from sweeps.report.gpu_streams import config_id
-from sweeps.runner.predict import arch_for
-from sweeps.trace.tied_sums import in_place
+from sweeps.report.replay import replay_frame, replay_lines
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = REPO / "results" / "raw" / "gpu-validate.jsonl"
-STREAMS = REPO / "results" / "streams" / "gpu-validate"
 TOLERANCE = 0.01  # of the measured peak: the replay's reach, both ways
 RESERVED = (-0.01, 0.06)  # the replayed reserved peak against the measured one, relative
 
@@ -39,11 +31,6 @@ RESERVED = (-0.01, 0.06)  # the replayed reserved peak against the measured one,
 def _rows() -> list[dict]:
     rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
     return [r for r in rows if r["status"] == "ok"]
-
-
-def _streams() -> dict[str, Path]:
-    index = [json.loads(line) for line in (STREAMS / "index.jsonl").read_text().splitlines() if line.strip()]
-    return {config_id(r["config"]): STREAMS / r["stream"] for r in index}
 
 
 def _id(r: dict) -> str:
@@ -55,54 +42,46 @@ def _id(r: dict) -> str:
 
 
 @cache
-def _replays(key: str) -> tuple[int, int, int, int, int, int]:
-    """(measured peak allocated, workspaces, replayed peak allocated as traced, the same with in-place sums,
-    measured peak reserved, replayed peak reserved with in-place sums)."""
-    row = next(r for r in _rows() if r["key"] == key)
-    cfg = RunConfig.from_dict(row["config"])
-    arch = arch_for(cfg, row["model"]["config"])
-    events = load_stream(_streams()[config_id(row["config"])])
-    real, _ = in_place(events, opt.tied_gradient_buffer(cfg, arch))
-    replayed = simulate(real)
-    measured = row["observed"]["probes"]["torch_cuda"]
-    return (
-        measured["peak_allocated_bytes"],
-        estimate(cfg, arch).in_reserved_bytes,
-        simulate(events).peak_allocated,
-        replayed.peak_allocated,
-        measured["peak_reserved_bytes"],
-        replayed.peak_reserved,
-    )
+def _frame():
+    return replay_frame(_rows()).set_index("key")
 
 
 def test_every_row_has_its_traced_stream():
-    have = _streams()
     assert len(_rows()) >= 12
-    assert all(config_id(r["config"]) in have for r in _rows())
+    assert set(_frame().index) == {r["key"] for r in _rows()}
 
 
 @pytest.mark.parametrize("row", _rows(), ids=_id)
 def test_replay_with_in_place_sums_and_workspaces_is_the_measured_peak(row):
-    measured, workspaces, _, real, _, _ = _replays(row["key"])
-    assert abs(real + workspaces - measured) <= TOLERANCE * measured
+    r = _frame().loc[row["key"]]
+    assert abs(r["replayed_allocated_bytes"] - r["allocated_bytes"]) <= TOLERANCE * r["allocated_bytes"]
 
 
 @pytest.mark.parametrize("row", _rows(), ids=_id)
 def test_replay_reserves_about_what_the_gpu_reserved(row):
-    _, workspaces, _, _, measured, replayed = _replays(row["key"])
+    r = _frame().loc[row["key"]]
     low, high = RESERVED
-    assert measured * (1 + low) <= replayed + workspaces <= measured * (1 + high)
+    assert r["reserved_bytes"] * (1 + low) <= r["replayed_reserved_bytes"] <= r["reserved_bytes"] * (1 + high)
 
 
 def test_the_gpu_sums_the_tied_gradients_in_place():
     # on the tied full fine-tunes whose peak is the end of backward, the trace's out-of-place sum overshoots the
     # measured peak by more than the tolerance; the in-place one does not (the test above)
     tied_full = [
-        r for r in _rows() if not r["config"]["use_peft"] and r["model"]["config"].get("tie_word_embeddings")
+        r["key"]
+        for r in _rows()
+        if not r["config"]["use_peft"] and r["model"]["config"].get("tie_word_embeddings")
     ]
-    over = []
-    for r in tied_full:
-        measured, workspaces, traced, real, _, _ = _replays(r["key"])
-        if traced > real:  # the out-of-place sum sets this stream's peak
-            over.append((traced + workspaces - measured) / measured)
-    assert len(over) >= 3 and min(over) > TOLERANCE
+    f = _frame().loc[tied_full]
+    moved = f[f["traced_allocated_bytes"] > f["replayed_allocated_bytes"]]
+    over = moved["traced_allocated_bytes"] / moved["allocated_bytes"] - 1
+    assert len(over) >= 3 and over.min() > TOLERANCE
+
+
+def test_make_accuracy_prints_both_layers():
+    lines = replay_lines(_frame().reset_index())
+    assert [ln.split(":")[0] for ln in lines] == [
+        "replay[measured-gpu, allocated]",
+        "replay[measured-gpu, reserved]",
+    ]
+    assert all(f"{len(_rows())} rows" in ln for ln in lines)

@@ -14,6 +14,7 @@ MODULES = [
     "sweeps.report.allocator_check",
     "sweeps.report.accuracy_cli",
     "sweeps.report.mincard",
+    "sweeps.report.replay",
     "sweeps.report.gpu_streams",
     "sweeps.mincard.cli",
     "sweeps.lease.pack",
@@ -43,3 +44,16 @@ def test_a_bad_choice_names_the_value_and_what_is_accepted():
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert "'bogus'" in line and "heldout" in line and "validation" in line
+
+
+def test_a_missing_rows_file_is_one_line_and_exit_2(tmp_path):
+    missing = tmp_path / "no-rows.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeps.report.replay", str(missing)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "no-rows.jsonl" in line and "accepted" in line
