@@ -78,6 +78,24 @@ def _total_bytes(device: int) -> int | None:
         return None
 
 
+def after_build(device: int = 0) -> dict:
+    """The caching allocator once the model is loaded and the trainer built, before the first step: what is
+    allocated, what is reserved (the difference is cached free blocks that loading left behind, which every
+    later reserved and nvidia-smi figure of the run carries until the allocator needs them), and both peaks
+    since the process began (loading's own)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"available": False, "reason": "torch.cuda is not available"}
+    return {
+        "available": True,
+        "allocated_bytes": int(torch.cuda.memory_allocated(device)),
+        "reserved_bytes": int(torch.cuda.memory_reserved(device)),
+        "max_allocated_bytes": int(torch.cuda.max_memory_allocated(device)),
+        "max_reserved_bytes": int(torch.cuda.max_memory_reserved(device)),
+    }
+
+
 def context_baseline(device: int = 0) -> dict:
     """The bare CUDA context of this process, measured before a model touches the GPU.
 

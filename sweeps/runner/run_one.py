@@ -169,6 +169,11 @@ def execute(spec: dict) -> dict:
     built = grpo_setup.build(cfg, variant, workdir, after_context=_history_begin(spec, cfg.device))
     trainer = built.trainer
     base_params, trainable = grpo_setup.count_params(trainer.model)
+    loaded = None
+    if cfg.device == "cuda":  # before any probe resets the peaks: what loading and the trainer's set-up left
+        from sweeps.probes.torch_cuda import after_build
+
+        loaded = after_build()
 
     probes = _make_probes(list(spec.get("probes", DEFAULT_PROBES)), cfg.device, spec)
     tracker = phase_hooks.PhaseTracker(list(probes.values()))
@@ -228,6 +233,7 @@ def execute(spec: dict) -> dict:
     obs["shapes"] = shapes
     obs["phases_seen"] = tracker.seen
     obs["cuda_context"] = built.info.get("cuda_context")
+    obs["after_build"] = loaded
     return {
         "status": "ok",
         "error": None,

@@ -52,3 +52,15 @@ def test_without_nvml_the_context_is_unknown_but_the_total_is_kept(monkeypatch):
 def test_on_a_machine_without_cuda_it_says_why(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert torch_cuda.context_baseline() == {"available": False, "reason": "torch.cuda is not available"}
+    assert torch_cuda.after_build() == {"available": False, "reason": "torch.cuda is not available"}
+
+
+def test_after_build_keeps_what_loading_left_cached(monkeypatch):
+    counters = {"memory_allocated": 2 * MIB, "memory_reserved": 9 * MIB, "max_memory_allocated": 5 * MIB}
+    counters["max_memory_reserved"] = 9 * MIB
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for name, value in counters.items():
+        monkeypatch.setattr(torch.cuda, name, lambda device=None, v=value: v)
+    got = torch_cuda.after_build()
+    assert got["reserved_bytes"] - got["allocated_bytes"] == 7 * MIB  # cached free blocks
+    assert (got["max_allocated_bytes"], got["max_reserved_bytes"]) == (5 * MIB, 9 * MIB)

@@ -63,7 +63,7 @@ def test_cpu_path_runs_and_labels_every_phase(tmp_path):
     # the GPU probes are present and say why they measured nothing; no context is measured on the CPU
     for name in ("torch_cuda", "nvml"):
         assert obs["probes"][name]["available"] is False and obs["probes"][name]["reason"]
-    assert obs["cuda_context"] is None
+    assert obs["cuda_context"] is None and obs["after_build"] is None
 
 
 @pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU (torch.cuda.is_available() is False here)")
@@ -86,5 +86,10 @@ def test_gpu_step_every_probe_orders_nvml_reserved_allocated(tmp_path):
         assert device >= (process or 0), p
     ctx = obs["cuda_context"]
     assert ctx["available"] and ctx["torch_allocated_bytes"] == 0
+    built = obs["after_build"]
+    assert (
+        built["available"]
+        and 0 < built["allocated_bytes"] <= built["reserved_bytes"] <= built["max_reserved_bytes"]
+    )
     assert ctx["context_bytes"] is None or ctx["context_bytes"] > 0
     assert ctx["mem_get_info_total_bytes"] >= nv["peak_device_bytes"] > 0
