@@ -15,7 +15,7 @@ from estimator.step import band
 from estimator.step.phases import build_phases
 from estimator.terms import allocator_reserve as allocator_term
 from estimator.terms import overhead, weights
-from estimator.terms.optimizer import REAL
+from estimator.terms.optimizer import REAL, TENSORS
 from estimator.terms.overhead import NonTensorItem
 from estimator.units import gib
 
@@ -185,6 +185,8 @@ def estimate(cfg: RunConfig, arch: Arch | None = None, tensors: str = REAL) -> E
     `"dispatch"`, a Python dispatch mode (the FakeTensor traces and the measured-cpu probe), under which autograd
     sums gradients out of place (`estimator.terms.optimizer.tied_gradients_at_meeting`): what the estimate is
     compared with on traced and measured-cpu rows."""
+    if tensors not in TENSORS:
+        raise ValueError(f"tensors={tensors!r}: accepted values are {', '.join(TENSORS)}")
     if arch is None:
         arch = resolve_model(cfg.model)
     phases, notes, effective = build_phases(cfg, arch, tensors)
