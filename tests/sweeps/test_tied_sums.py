@@ -63,13 +63,3 @@ def test_as_real_applies_where_real_tensors_sum_in_place():
     assert len(as_real(s, full, arch)) == len(s) - 2  # TRL's fused head: in place
     assert as_real(s, full.with_(logprob_head="full"), arch) == s  # the model's own lm_head: out of place too
     assert as_real(s, full.with_(use_peft=True), arch) == s  # no [V, H] gradient
-
-
-def test_estimate_names_a_bad_tensors_value():
-    import pytest
-
-    from estimator.settings.config import RunConfig
-    from estimator.step.estimate import estimate
-
-    with pytest.raises(ValueError, match=r"tensors='fake': accepted values are real, dispatch"):
-        estimate(RunConfig(model="0.5B"), tensors="fake")
