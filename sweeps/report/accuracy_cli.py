@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sweeps import records
 from sweeps.oneline import OneLineParser
-from sweeps.report import mincard, replay
+from sweeps.report import mincard, replay, row_traces
 from sweeps.report.accuracy import (
     DEFAULT_DIRS,
     accuracy_frame,
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     for line in replay.replay_lines(replay.replay_frame(loaded.rows)):
         print(line)
-    streams = mincard.traced_streams(mincard.TRACED)
+    streams = row_traces.traced_streams(mincard.TRACED)
     for line in mincard.summary_lines(loaded.rows, simulated=lambda r: mincard.simulated_figure(r, streams)):
         print(line)
     return 0

@@ -246,15 +246,13 @@ def report(gpu: Path, traced_dir: Path, trace_missing: bool = False, need: bool 
 
 
 def _traced_events(traced_dir: Path, row: dict) -> list:
-    """The traced stream of `row` with its tied sums made in place as on the GPU (`sweeps.trace.tied_sums`), so the
+    """The traced stream of `row` with its tied sums made in place as on the GPU (`row_traces.real_events`), so the
     comparison shows what the trace misses, not that known difference."""
-    from estimator.model.catalog import resolve_model
-    from sweeps.runner.predict import arch_for
-    from sweeps.trace.tied_sums import as_real
+    from sweeps.report import row_traces
 
-    cfg = RunConfig.from_dict({k: v for k, v in row["config"].items() if k != "trl_version"})
-    arch = arch_for(cfg, (row.get("model") or {}).get("config")) or resolve_model(cfg.model)
-    return as_real(load_stream(traced_dir / row["stream"]), cfg, arch)
+    config = {k: v for k, v in row["config"].items() if k != "trl_version"}
+    cfg, arch = row_traces.config_and_arch(config, (row.get("model") or {}).get("config"))
+    return row_traces.real_events(traced_dir / row["stream"], cfg, arch)
 
 
 def _rel(p: Path) -> str:

@@ -22,12 +22,14 @@ from pathlib import Path
 from estimator.settings.config import RunConfig
 from estimator.units import GIB
 from sweeps import records
-from sweeps.oneline import OneLineParser, shown
+from sweeps.oneline import OneLineParser
+from sweeps.report import row_traces
 from sweeps.runner.predict import arch_for
 
 DEFAULT_ROWS = records.REPO / "results" / "raw" / "mincard.jsonl"
 TRACED = records.REPO / "results" / "streams" / "mincard"
-SOURCE = "measured-gpu"
+SOURCE = row_traces.SOURCE
+PROG = "python -m sweeps.report.mincard"
 SIM_RESOLUTION = 8 * 2**20  # the simulated minimum to 8 MiB, finer than the measured search's 1.5 %
 
 Figures = Callable[[dict], "tuple[int, int] | None"]  # row -> (torch-limit figure, fit figure), estimated
@@ -48,50 +50,20 @@ def estimated_figures(row: dict) -> tuple[int, int] | None:
     return est.need_bytes - est.outside_allocator_bytes, est.fit_bytes - est.outside_allocator_bytes
 
 
-def traced_streams(traced_dir: Path) -> dict[str, Path]:
-    """The traced streams in `traced_dir` by configuration (`gpu_streams.config_id`)."""
-    from sweeps.report.gpu_streams import config_id
-
-    rows, _ = records.read_index(Path(traced_dir) / "index.jsonl")
-    return {config_id(r["config"]): Path(traced_dir) / r["stream"] for r in rows if r.get("stream")}
-
-
 def simulated_figure(row: dict, streams: dict[str, Path]) -> int | None:
     """The smallest limit the simulated allocator passes the traced stream of the row's configuration under, with
-    the tied gradients summed in place as real tensors sum them (`sweeps.trace.tied_sums`), plus the workspaces
+    the tied gradients summed in place as real tensors sum them (`row_traces.real_events`), plus the workspaces
     allocated through the caching allocator that the trace lacks (traced, simulated); None without a stream."""
-    from estimator.hardware.allocator import load_stream, min_device_limit
+    from estimator.hardware.allocator import min_device_limit
     from estimator.step.estimate import estimate
     from sweeps.report.gpu_streams import config_id
-    from sweeps.trace.tied_sums import as_real
 
     path = streams.get(config_id(row["config"]))
     if path is None or not path.exists():
         return None
-    cfg = RunConfig.from_dict(row["config"])
-    arch = arch_for(cfg, (row.get("model") or {}).get("config"))
-    limit, _ = min_device_limit(as_real(load_stream(path), cfg, arch), resolution=SIM_RESOLUTION)
+    cfg, arch = row_traces.config_and_arch(row["config"], (row.get("model") or {}).get("config"))
+    limit, _ = min_device_limit(row_traces.real_events(path, cfg, arch), resolution=SIM_RESOLUTION)
     return limit + estimate(cfg, arch).in_reserved_bytes
-
-
-def trace_missing(rows: Iterable[dict], traced_dir: Path) -> list[str]:
-    """Trace (CPU, fake tensors) every finished row's configuration that has no stream in `traced_dir`; the keys
-    of the streams written."""
-    from sweeps.report.gpu_streams import config_id
-    from sweeps.trace import streams as trace_streams
-
-    Path(traced_dir).mkdir(parents=True, exist_ok=True)
-    have = traced_streams(traced_dir)
-    written = []
-    for row in records.latest_rows(r for r in rows if r.get("source") == SOURCE):
-        if config_id(row["config"]) in have:
-            continue
-        steps = int((row.get("variant") or {}).get("steps", 2))  # as many steps as the measured run took
-        out = trace_streams.record(RunConfig.from_dict(row["config"]), Path(traced_dir), steps)
-        if out is not None:
-            written.append(out["key"])
-            have = traced_streams(traced_dir)
-    return written
 
 
 def label(config: dict) -> str:
@@ -197,27 +169,14 @@ def markdown(t: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the summary line (and write the markdown table when asked)."""
-    p = OneLineParser(prog="python -m sweeps.report.mincard", description=__doc__.splitlines()[0])
-    p.add_argument("rows", nargs="*", default=[str(DEFAULT_ROWS)], help="mincard rows files")
+    p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
+    row_traces.add_arguments(p, DEFAULT_ROWS, TRACED, "mincard")
     p.add_argument("--markdown", help="write the table to this file")
-    p.add_argument("--traced", default=str(TRACED), help=f"traced streams of the rows (default {TRACED})")
-    p.add_argument(
-        "--trace-missing", action="store_true", help="trace the rows' configurations without a stream"
-    )
     args = p.parse_args(argv)
-    missing = [r for r in args.rows if not Path(r).exists() and r != str(DEFAULT_ROWS)]
-    if missing:
-        print(
-            f"mincard: {shown(missing[0])}: no such rows file; accepted are mincard .jsonl files",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        rows = records.load_rows(args.rows)
-        if args.trace_missing:
-            for key in trace_missing(rows, Path(args.traced)):
-                print(f"traced {key} into {args.traced}")
-        streams, replayed = traced_streams(Path(args.traced)), {}
+
+    def body() -> None:
+        rows = row_traces.read_rows(args, DEFAULT_ROWS, "mincard")
+        streams, replayed = row_traces.traced_streams(Path(args.traced)), {}
 
         def simulated(row: dict) -> int | None:  # each stream replayed once (a bisection of simulations)
             if row["key"] not in replayed:
@@ -228,10 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         if args.markdown:
             Path(args.markdown).write_text(markdown(table(rows, simulated=simulated)))
-    except OSError as exc:  # a folder or file that cannot be read or written
-        print(f"mincard: {shown(str(exc), 160)}; accepted are writable paths", file=sys.stderr)
-        return 2
-    return 0
+
+    return row_traces.guarded("mincard", body)
 
 
 if __name__ == "__main__":

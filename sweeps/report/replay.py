@@ -21,15 +21,10 @@ from pathlib import Path
 import pandas as pd
 
 from estimator.hardware.allocator import load_stream, simulate
-from estimator.model.catalog import resolve_model
-from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
-from sweeps import records
 from sweeps.oneline import OneLineParser, shown
-from sweeps.records import read_index
+from sweeps.report import row_traces
 from sweeps.report.gpu_streams import config_id
-from sweeps.runner.predict import arch_for
-from sweeps.trace.tied_sums import as_real
 
 REPO = Path(__file__).resolve().parents[2]
 TRACED = REPO / "results" / "streams" / "gpu-validate"
@@ -49,17 +44,14 @@ def replay_frame(rows: Iterable[dict], traced_dir: Path = TRACED) -> pd.DataFram
     """One line per measured-gpu row whose configuration has a stream in `traced_dir`: measured allocated and
     reserved peaks, the replayed ones with the tied sums in place plus the workspaces (`replayed_*`), and the
     replayed allocated peak of the stream as traced, its sums out of place (`traced_allocated_bytes`)."""
-    index, _ = read_index(Path(traced_dir) / "index.jsonl")
-    streams = {config_id(r["config"]): Path(traced_dir) / r["stream"] for r in index if r.get("stream")}
+    streams = row_traces.traced_streams(Path(traced_dir))
     out = []
     for r in rows:
-        path = streams.get(config_id(r["config"])) if r.get("source") == "measured-gpu" else None
+        path = streams.get(config_id(r["config"])) if r.get("source") == row_traces.SOURCE else None
         if path is None or not path.exists():
             continue
-        cfg = RunConfig.from_dict(r["config"])
-        arch = arch_for(cfg, (r.get("model") or {}).get("config")) or resolve_model(cfg.model)
-        events = load_stream(path)
-        real = simulate(as_real(events, cfg, arch))
+        cfg, arch = row_traces.config_and_arch(r["config"], (r.get("model") or {}).get("config"))
+        real = simulate(row_traces.real_events(path, cfg, arch))
         workspaces = estimate(cfg, arch).in_reserved_bytes
         measured = r["observed"]["probes"]["torch_cuda"]
         out.append(
@@ -68,7 +60,7 @@ def replay_frame(rows: Iterable[dict], traced_dir: Path = TRACED) -> pd.DataFram
                 "config": config_id(r["config"]),
                 "allocated_bytes": measured["peak_allocated_bytes"],
                 "replayed_allocated_bytes": real.peak_allocated + workspaces,
-                "traced_allocated_bytes": simulate(events).peak_allocated + workspaces,
+                "traced_allocated_bytes": simulate(load_stream(path)).peak_allocated + workspaces,
                 "reserved_bytes": measured["peak_reserved_bytes"],
                 "replayed_reserved_bytes": real.peak_reserved + workspaces,
             }
@@ -93,34 +85,17 @@ def replay_lines(frame: pd.DataFrame) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the replay lines for the rows files (tracing the configurations without a stream when asked)."""
-    from sweeps.report.mincard import trace_missing
-
     p = OneLineParser(prog="python -m sweeps.report.replay", description=__doc__.splitlines()[0])
-    p.add_argument("rows", nargs="*", default=[str(DEFAULT_ROWS)], help="measured-gpu rows files")
-    p.add_argument("--traced", default=str(TRACED), help=f"traced streams of the rows (default {TRACED})")
-    p.add_argument(
-        "--trace-missing", action="store_true", help="trace the rows' configurations without a stream"
-    )
+    row_traces.add_arguments(p, DEFAULT_ROWS, TRACED, "measured-gpu")
     args = p.parse_args(argv)
-    missing = [r for r in args.rows if not Path(r).exists()]
-    if missing:
-        print(
-            f"replay: {shown(missing[0])}: no such rows file; accepted are measured-gpu .jsonl files",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        rows = records.load_rows(args.rows)
-        if args.trace_missing:
-            for key in trace_missing(rows, Path(args.traced)):
-                print(f"traced {key} into {args.traced}")
+
+    def body() -> None:
+        rows = row_traces.read_rows(args, DEFAULT_ROWS, "measured-gpu")
         lines = replay_lines(replay_frame(rows, Path(args.traced)))
         for line in lines or [f"replay: no measured-gpu row has a traced stream in {shown(args.traced)}"]:
             print(line)
-    except OSError as exc:  # a folder or file that cannot be read or written
-        print(f"replay: {shown(str(exc), 160)}; accepted are writable paths", file=sys.stderr)
-        return 2
-    return 0
+
+    return row_traces.guarded("replay", body)
 
 
 if __name__ == "__main__":

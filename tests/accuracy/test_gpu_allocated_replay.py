@@ -14,51 +14,35 @@ estimator, are what these compare with."""
 
 from __future__ import annotations
 
-import json
 from functools import cache
-from pathlib import Path
 
 import pytest
+from gpu_validate_rows import ok_rows, row_id
 
 from sweeps.report.replay import replay_frame, replay_lines
 
-REPO = Path(__file__).resolve().parents[2]
-ROWS = REPO / "results" / "raw" / "gpu-validate.jsonl"
 TOLERANCE = 0.01  # of the measured peak: the replay's reach, both ways
 RESERVED = (-0.01, 0.06)  # the replayed reserved peak against the measured one, relative
 
 
-def _rows() -> list[dict]:
-    rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r["status"] == "ok"]
-
-
-def _id(r: dict) -> str:
-    c = r["config"]
-    method = "qlora" if c["load_in_4bit"] else "lora" if c["use_peft"] else "full"
-    return (
-        f"{c['model'].split('/')[-1]}-{method}-gc{int(c['gradient_checkpointing'])}-{c['optim']}-b{c['beta']}"
-    )
-
-
 @cache
 def _frame():
-    return replay_frame(_rows()).set_index("key")
+    return replay_frame(ok_rows()).set_index("key")
 
 
 def test_every_row_has_its_traced_stream():
-    assert len(_rows()) >= 12
-    missing = {r["key"] for r in _rows()} - set(_frame().index)
+    assert len(ok_rows()) >= 12
+    missing = {r["key"] for r in ok_rows()} - set(_frame().index)
     assert not missing, f"rows without a traced stream: {sorted(missing)}; `make tables` traces them"
 
 
-@pytest.mark.parametrize("row", _rows(), ids=_id)
+@pytest.mark.parametrize("row", ok_rows(), ids=row_id)
 def test_replay_with_in_place_sums_and_workspaces_is_the_measured_peak(row):
     r = _frame().loc[row["key"]]
     assert abs(r["replayed_allocated_bytes"] - r["allocated_bytes"]) <= TOLERANCE * r["allocated_bytes"]
 
 
-@pytest.mark.parametrize("row", _rows(), ids=_id)
+@pytest.mark.parametrize("row", ok_rows(), ids=row_id)
 def test_replay_reserves_about_what_the_gpu_reserved(row):
     r = _frame().loc[row["key"]]
     low, high = RESERVED
@@ -70,7 +54,7 @@ def test_the_gpu_sums_the_tied_gradients_in_place():
     # measured peak by more than the tolerance; the in-place one does not (the test above)
     tied_full = [
         r["key"]
-        for r in _rows()
+        for r in ok_rows()
         if not r["config"]["use_peft"] and r["model"]["config"].get("tie_word_embeddings")
     ]
     f = _frame().loc[tied_full]
@@ -85,4 +69,4 @@ def test_make_accuracy_prints_both_layers():
         "replay[measured-gpu, allocated]",
         "replay[measured-gpu, reserved]",
     ]
-    assert all(f"{len(_rows())} rows" in ln for ln in lines)
+    assert all(f"{len(ok_rows())} rows" in ln for ln in lines)

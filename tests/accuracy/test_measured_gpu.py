@@ -4,33 +4,16 @@ the estimator, so these tests fail if an estimator change moves a prediction bel
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
+from gpu_validate_rows import ok_rows, row_id
 
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
 from sweeps.runner.predict import arch_for
 
-ROWS = Path(__file__).resolve().parents[2] / "results" / "raw" / "gpu-validate.jsonl"
-
-
-def _rows() -> list[dict]:
-    rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r["status"] == "ok"]
-
-
-def _id(r: dict) -> str:
-    c = r["config"]
-    method = "qlora" if c["load_in_4bit"] else "lora" if c["use_peft"] else "full"
-    return (
-        f"{c['model'].split('/')[-1]}-{method}-gc{int(c['gradient_checkpointing'])}-{c['optim']}-b{c['beta']}"
-    )
-
 
 def test_rows_are_real_gpu_measurements():
-    rows = _rows()
+    rows = ok_rows()
     assert len(rows) >= 12
     for r in rows:
         assert r["source"] == "measured-gpu" and r["device"]["type"] == "cuda"
@@ -38,7 +21,7 @@ def test_rows_are_real_gpu_measurements():
         assert r["observed"]["probes"]["torch_cuda"]["available"]
 
 
-@pytest.mark.parametrize("row", _rows(), ids=_id)
+@pytest.mark.parametrize("row", ok_rows(), ids=row_id)
 def test_estimate_with_band_covers_measured_allocated(row):
     # torch.cuda.max_memory_allocated counts the tensors, the cuBLAS / cuBLASLt workspaces allocated through the
     # caching allocator (the estimate's in_reserved items), and whole blocks where a remainder of 1 MiB or less
@@ -53,7 +36,7 @@ def test_estimate_with_band_covers_measured_allocated(row):
     assert abs(allocated - observed) / observed < 0.03
 
 
-@pytest.mark.parametrize("row", _rows(), ids=_id)
+@pytest.mark.parametrize("row", ok_rows(), ids=row_id)
 def test_device_estimate_covers_nvml_process_peak(row):
     # what the card must hold (nvidia-smi level) is at or above the process's NVML peak on that H100
     cfg = RunConfig.from_dict(row["config"])

@@ -6,7 +6,7 @@ from pathlib import Path
 import yaml
 
 from sweeps.mincard import lineup
-from sweeps.report import mincard
+from sweeps.report import mincard, row_traces
 
 GIB = 1 << 30
 REPO = Path(__file__).resolve().parents[2]
@@ -119,7 +119,7 @@ def test_the_traced_figure_replays_the_row_configs_own_stream(tmp_path):
     other = {**row["config"], "max_prompt_length": 256}
     records.append_row(tmp_path / "index.jsonl", {"config": other, "stream": "missing.txt.gz"})
     records.append_row(tmp_path / "index.jsonl", {"config": row["config"], "stream": "s.txt.gz"})
-    streams = mincard.traced_streams(tmp_path)
+    streams = row_traces.traced_streams(tmp_path)
     sim = mincard.simulated_figure(row, streams)
     assert 180 * mib + 64 * mib <= sim < 188 * mib + 64 * mib
     assert mincard.simulated_figure({**row, "config": other}, streams) is None  # indexed, but no file
