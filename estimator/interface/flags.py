@@ -34,7 +34,8 @@ from estimator.settings.role_spec import config_roles
 from estimator.settings.trl_versions import default_version, fmt, parse_version, profile
 from estimator.settings.validate import InvalidConfig, validate
 from estimator.settings.validate import notes as setting_notes
-from estimator.settings.versions import default_transformers, installed_notes
+from estimator.settings.versions import default_transformers, installed, installed_notes
+from estimator.terms.loading import read_ahead_note
 
 GROUP_TITLES = {"model": "model", "GRPOConfig": "GRPOConfig", "hardware": "hardware and estimator"}
 DTYPE_CHOICES = ("float32", "bfloat16", "float16", "auto")  # auto = the checkpoint's dtype
@@ -350,4 +351,5 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_ou
             raise FlagError(f"{flag(field_of[role.kind])}: {e}") from None
 
     releases = installed_notes(cfg.trl_version, cfg.transformers_version, cfg.use_vllm)
+    releases += read_ahead_note(cfg, arch, installed("transformers"))
     return cfg, arch, notes + setting_notes(cfg, arch, given) + releases
