@@ -248,7 +248,7 @@ accuracy: install
 
 tables: install
 	.venv/bin/grpo-vram-tables
-	HF_HUB_OFFLINE=1 $(PY) -m sweeps.report.mincard --markdown results/MINCARD.md --trace-missing
+	HF_HUB_OFFLINE=1 $(PY) -m sweeps.report.mincard --markdown results/MINCARD.md --trace-missing --lineup
 	HF_HUB_OFFLINE=1 $(PY) -m sweeps.report.replay --trace-missing
 
 fit-overheads: install

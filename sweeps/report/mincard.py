@@ -4,12 +4,16 @@ quantity (estimated, `estimator/step/estimate.py`): the torch-limit figure `need
 and the fit figure `fit_bytes − outside_allocator_bytes` (the band added). Target: never below, within 3 % above.
 
     python -m sweeps.report.mincard [ROWS.jsonl ...] [--markdown results/MINCARD.md] [--traced DIR] [--trace-missing]
+        [--lineup]
 
 Where the row's configuration was traced (`--traced`, default results/streams/mincard/: a folder of its own, which
 the reserve fits never read; `--trace-missing` traces the rows without one, CPU, under a minute each), the table adds
 a third figure: the smallest limit the allocator simulation passes the traced stream under, plus the cuBLAS
 workspaces the trace does not hold (traced, simulated). Beside the measured minimum it tells the trace's and the
 simulator's error apart from the estimator's own.
+
+`--lineup` adds a forecast for the lineup's configurations not measured yet (`+experiment=mincard`): the fit figure
+beside each one's trace's need, both made on CPU before the GPU measures them (with `--trace-missing`, traced first).
 """
 
 from __future__ import annotations
@@ -167,15 +171,117 @@ def markdown(t: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def lineup_rows(names: list[str] | None = None) -> list[dict]:
+    """The lineup's configurations (`+experiment=mincard`, composed as the search composes them) as rows not yet
+    measured: {"row", "key", "config", "variant"}."""
+    from sweeps.mincard import lineup
+
+    return [
+        {"row": e.row, "key": e.job.key, "config": e.job.config.to_dict(), "variant": e.job.variant}
+        for e in lineup.entries(names)
+    ]
+
+
+def unmeasured(lineup: Iterable[dict], rows: Iterable[dict]) -> list[dict]:
+    """The lineup rows whose configuration no finished measured row covers yet."""
+    from sweeps.report.gpu_streams import config_id
+
+    finished = {
+        config_id(r["config"])
+        for r in records.latest_rows(x for x in rows if x.get("source") == SOURCE)
+        if r.get("status") == "ok" and (r.get("mincard") or {}).get("min_torch_bytes")
+    }
+    return [row for row in lineup if config_id(row["config"]) not in finished]
+
+
+def preview(
+    lineup: Iterable[dict],
+    rows: Iterable[dict],
+    figures: Figures = estimated_figures,
+    simulated: Callable[[dict], int | None] = lambda row: None,
+) -> list[dict]:
+    """The lineup's configurations that no finished measured row covers yet, each with the estimator's fit figure
+    beside its trace's need (traced, simulated): a forecast made on CPU before the GPU measures them. A fit figure
+    below the trace's need predicts an estimate too low."""
+    out = []
+    for row in unmeasured(lineup, rows):
+        figs = figures(row)
+        if figs is None:
+            continue
+        sim = simulated(row)
+        out.append(
+            {
+                "row": row["row"],
+                "config": label(row["config"]),
+                "torch_limit_bytes": figs[0],
+                "fit_torch_bytes": figs[1],
+                "estimate_source": "estimated",
+                "simulated_bytes": sim,
+                "fit_vs_trace_pct": None if sim is None else _pct(figs[1], sim),
+            }
+        )
+    return out
+
+
+def preview_line(p: list[dict]) -> str:
+    """One line: the fit figure against its trace's need over the lineup's unmeasured configurations."""
+    errs = [r["fit_vs_trace_pct"] for r in p if r["fit_vs_trace_pct"] is not None]
+    head = f"mincard[lineup, not measured yet]: {len(p)} configs"
+    if not errs:
+        return head + ", none traced (--trace-missing traces them)"
+    below = sum(1 for e in errs if e < 0)
+    return (
+        f"{head}, fit figure vs its trace's need (traced, simulated) on {len(errs)}: median "
+        f"{statistics.median(errs):+.1f} %, min {min(errs):+.1f} %, max {max(errs):+.1f} %, below: {below}"
+    )
+
+
+def preview_markdown(p: list[dict]) -> str:
+    """The forecast as a markdown section."""
+    if not p:
+        return ""
+    lines = [
+        "",
+        "## The rest of the lineup, before its GPU run",
+        "",
+        "Not measured yet. Beside the estimator's figures, the smallest torch limit under which the allocator",
+        "simulation passes the configuration's traced stream (CPU, fake tensors; the tied gradients summed in place",
+        "and the cuBLAS workspaces added, as in the table above). A fit figure below its trace's need would predict",
+        "an estimate too low; the measured rows replace these as the lease measures them.",
+        "",
+        "| row | config | torch-limit figure (estimated) | fit figure (estimated) | its trace's need (traced, "
+        "simulated) | fit figure vs trace's need |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in p:
+        sim = r["simulated_bytes"]
+        traced = "- | -" if sim is None else f"{sim / GIB:.2f} GiB | {r['fit_vs_trace_pct']:+.1f} %"
+        lines.append(
+            f"| {r['row']} | {r['config']} | {r['torch_limit_bytes'] / GIB:.2f} GiB | "
+            f"{r['fit_torch_bytes'] / GIB:.2f} GiB | {traced} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the summary line (and write the markdown table when asked)."""
     p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     row_traces.add_arguments(p, DEFAULT_ROWS, TRACED, "mincard")
     p.add_argument("--markdown", help="write the table to this file")
+    p.add_argument(
+        "--lineup",
+        action="store_true",
+        help="also forecast the lineup's configurations not measured yet (with --trace-missing, trace them first)",
+    )
     args = p.parse_args(argv)
 
     def body() -> None:
         rows = row_traces.read_rows(args, DEFAULT_ROWS, "mincard")
+        lineup = lineup_rows() if args.lineup else []
+        if lineup and args.trace_missing:
+            pending = [(r["config"], int(r["variant"].get("steps", 2))) for r in unmeasured(lineup, rows)]
+            for key in row_traces.trace_configs(pending, Path(args.traced)):
+                print(f"traced {key} into {args.traced}")
         streams, replayed = row_traces.traced_streams(Path(args.traced)), {}
 
         def simulated(row: dict) -> int | None:  # each stream replayed once (a bisection of simulations)
@@ -185,8 +291,12 @@ def main(argv: list[str] | None = None) -> int:
 
         for line in summary_lines(rows, simulated=simulated):
             print(line)
+        forecast = preview(lineup, rows, simulated=simulated)
+        if args.lineup:
+            print(preview_line(forecast))
         if args.markdown:
-            Path(args.markdown).write_text(markdown(table(rows, simulated=simulated)))
+            text = markdown(table(rows, simulated=simulated)) + preview_markdown(forecast)
+            Path(args.markdown).write_text(text)
 
     return row_traces.guarded("mincard", body)
 

@@ -32,17 +32,24 @@ def traced_streams(traced_dir: Path) -> dict[str, Path]:
 def trace_missing(rows: Iterable[dict], traced_dir: Path) -> list[str]:
     """Trace (CPU, fake tensors) every finished measured-gpu row's configuration that has no stream in
     `traced_dir`, as many steps as the measured run took; the keys of the streams written."""
+    latest = records.latest_rows(r for r in rows if r.get("source") == SOURCE)
+    return trace_configs(
+        ((r["config"], int((r.get("variant") or {}).get("steps", 2))) for r in latest), traced_dir
+    )
+
+
+def trace_configs(configs: Iterable[tuple[dict, int]], traced_dir: Path) -> list[str]:
+    """Trace each (config, steps) whose configuration has no stream in `traced_dir` yet; the keys written."""
     from sweeps.report.gpu_streams import config_id
     from sweeps.trace import streams as trace_streams
 
     Path(traced_dir).mkdir(parents=True, exist_ok=True)
     have = traced_streams(traced_dir)
     written = []
-    for row in records.latest_rows(r for r in rows if r.get("source") == SOURCE):
-        if config_id(row["config"]) in have:
+    for config, steps in configs:
+        if config_id(config) in have:
             continue
-        steps = int((row.get("variant") or {}).get("steps", 2))
-        out = trace_streams.record(RunConfig.from_dict(row["config"]), Path(traced_dir), steps)
+        out = trace_streams.record(RunConfig.from_dict(config), Path(traced_dir), steps)
         if out is not None:
             written.append(out["key"])
             have = traced_streams(traced_dir)

@@ -151,3 +151,37 @@ def test_bad_paths_are_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(e.startswith("mincard: ") and "accepted" in e for e in err)
     assert "none.jsonl" in err[0]
+
+
+def _lineup_row(name, prompt):
+    config = {"model": "Qwen/Qwen3-4B", "use_peft": True, "load_in_4bit": True, "max_prompt_length": prompt,
+              "max_completion_length": 256}  # fmt: skip
+    return {"row": name, "key": name, "config": config, "variant": {"steps": 2}}
+
+
+def test_the_forecast_leaves_out_measured_configs_and_works_by_hand():
+    measured = _row("a", 10 * GIB)  # p1024: the same configuration as lineup row r01
+    lineup_rows = [_lineup_row("r01", 1024), _lineup_row("r04", 256), _lineup_row("r05", 512)]
+    figs = {"r04": (int(5.0 * GIB), int(5.25 * GIB)), "r05": (int(6.0 * GIB), int(6.3 * GIB))}
+    sims = {"r04": 5 * GIB, "r05": None}
+    p = mincard.preview(lineup_rows, [measured], lambda r: figs[r["key"]], lambda r: sims[r["key"]])
+    assert [r["row"] for r in p] == ["r04", "r05"]
+    # r04: (5.25 - 5) / 5 = +5.0 % above its trace's need; r05 has no stream
+    assert round(p[0]["fit_vs_trace_pct"], 2) == 5.0 and p[1]["fit_vs_trace_pct"] is None
+    assert mincard.preview_line(p) == (
+        "mincard[lineup, not measured yet]: 2 configs, fit figure vs its trace's need (traced, simulated) on 1: "
+        "median +5.0 %, min +5.0 %, max +5.0 %, below: 0"
+    )
+    text = mincard.preview_markdown(p)
+    assert "| r04 | Qwen/Qwen3-4B qlora p256 c256 | 5.00 GiB | 5.25 GiB | 5.00 GiB | +5.0 % |" in text
+    assert "| r05 | Qwen/Qwen3-4B qlora p512 c256 | 6.00 GiB | 6.30 GiB | - | - |" in text
+    unmeasured = dict(measured, status="oom")  # a run that did not finish leaves its config in the forecast
+    assert [
+        r["row"]
+        for r in mincard.preview(lineup_rows, [unmeasured], lambda r: figs.get(r["key"], figs["r04"]))
+    ][0] == "r01"
+    assert (
+        mincard.preview_line([])
+        == "mincard[lineup, not measured yet]: 0 configs, none traced (--trace-missing traces them)"
+    )
+    assert mincard.preview_markdown([]) == ""
