@@ -248,6 +248,8 @@ def schema() -> dict:
                 "peak_bytes": BYTES,
                 "peak_phase": {"type": "string"},
                 "phases": {"type": "object", "additionalProperties": BYTES},
+                "need_bytes": BYTES,  # the smallest allocator limit the traced step runs under (simulated)
+                "card_bytes": BYTES,  # need_bytes + the estimate's workspaces and CUDA context
             },
             ["source", "status"],
         ),

@@ -261,11 +261,24 @@ def run_trace(cfg: RunConfig, make_row=None) -> dict:
     """Trace real GRPO steps under fake tensors with a tracer found by entry point (the sweep extra's)."""
     make_row = make_row or load_tracer()
     named = catalog_id(cfg.model)  # every size --model accepts, as the catalog id the tracer reads
-    row = make_row(cfg.with_(model=named) if named else cfg, sweep="vram-estimate")
+    row = make_row(cfg.with_(model=named) if named else cfg, sweep="vram-estimate", need=True)
     if row.get("status") != "ok":
         return {"source": "traced", "status": row.get("status"), "error": row.get("error")}
     obs = row["observed"]
-    return {"source": "traced", "status": "ok", **{k: obs[k] for k in ("peak_bytes", "peak_phase", "phases")}}
+    out = {"source": "traced", "status": "ok", **{k: obs[k] for k in ("peak_bytes", "peak_phase", "phases")}}
+    if obs.get("need"):
+        out["need_bytes"] = obs["need"]["min_limit_bytes"]
+    return out
+
+
+def traced_card_bytes(traced: dict, est) -> int | None:
+    """What the card must hold by the trace: the smallest allocator limit its stream runs under (traced,
+    simulated) + what the estimate puts beside the tensors (the workspaces inside the allocator, the CUDA context
+    outside it: estimated); None without a simulated need."""
+    need = traced.get("need_bytes")
+    if need is None or est is None:
+        return None
+    return need + est.in_reserved_bytes + est.outside_allocator_bytes
 
 
 def render_trace(traced: dict, est=None) -> str:
@@ -281,6 +294,15 @@ def render_trace(traced: dict, est=None) -> str:
         lines.append(
             f"  the estimated tensor peak ({gib(est.peak_allocated_bytes):.2f} GiB) is {off:+.1f}% off it"
         )
+    card = traced_card_bytes(traced, est)
+    if card is not None:
+        above = (est.fit_bytes - card) / card * 100
+        lines += [
+            f"  {'need':<10}{gib(traced['need_bytes']):8.2f} GiB  traced, simulated: the smallest allocator "
+            "limit the step runs under",
+            f"  {'card':<10}{gib(card):8.2f} GiB  + workspaces and CUDA context (estimated)",
+            f"  the estimate ({gib(est.fit_bytes):.2f} GiB) is {above:+.1f}% off the traced card figure",
+        ]
     return "\n".join(lines)
 
 
@@ -403,7 +425,10 @@ def to_json(ans: Answer) -> dict:
     if ans.req.sources:
         d["settings_from"] = ans.req.sources
     if ans.traced is not None:
-        d["trace"] = ans.traced
+        d["trace"] = dict(ans.traced)
+        card = traced_card_bytes(ans.traced, ans.est)
+        if card is not None:
+            d["trace"]["card_bytes"] = card
     return d
 
 

@@ -15,6 +15,7 @@ from sweeps import records
 
 DECODE_K = 2
 STEPS = 2
+NEED_RESOLUTION = 8 * 2**20  # the simulated need to 8 MiB
 
 
 def variant(
@@ -107,8 +108,12 @@ def make_row(
     num_layers: int | None = None,
     layout: dict | None = None,
     seed: int | None = None,
+    need: bool = False,
 ) -> dict:
     """Trace `cfg` and build its row: ok, error (the trace raised) or skipped (the tracer cannot run it).
+
+    `need`: also replay the stream through the allocator simulation for the smallest limit it runs under
+    (`simulated_need`, in `observed.need`; a few seconds more).
 
     A config of several GPUs is traced as rank 0 of `layout` (default: its GPU count and FSDP strategy).
     `num_layers`: a depth-reduced trace; the row's `model.config` holds the traced config.json, which the
@@ -139,9 +144,34 @@ def make_row(
                 res = step.run(
                     cfg, fake=True, steps=STEPS, decode_k=k, max_micro=max_micro, num_layers=num_layers
                 )
+        row = with_result(row, cfg, res, hf)
+        if need:
+            row["observed"]["need"] = simulated_need(cfg, res.events)
     except Exception as e:  # one failing config must not stop a grid
         return with_error(row, e)
-    return with_result(row, cfg, res, hf)
+    return row
+
+
+def simulated_need(cfg: RunConfig, events: list) -> dict:
+    """The smallest allocator limit the traced stream runs under (traced, simulated): replayed at the run's own
+    allocator settings (`pytorch_cuda_alloc_conf`, `torch_empty_cache_steps`) with the tied gradients summed in
+    place as real tensors sum them (`tied_sums.as_real`). Under a limit torch's allocator frees its cache and
+    retries before it fails, so this is what the card must give torch, below the peak reserved on a roomy card
+    (results/MINCARD.md sets it beside the smallest limit measured on a GPU)."""
+    from estimator.hardware.allocator import AllocatorSettings, min_device_limit, with_empty_cache_steps
+    from estimator.model.catalog import resolve_model
+    from sweeps.trace.tied_sums import as_real
+
+    events = as_real(events, cfg, resolve_model(cfg.model))
+    if cfg.torch_empty_cache_steps:
+        events = with_empty_cache_steps(events, cfg.torch_empty_cache_steps)
+    settings = AllocatorSettings.from_conf(cfg.pytorch_cuda_alloc_conf or "")
+    limit, res = min_device_limit(events, settings, resolution=NEED_RESOLUTION)
+    return {
+        "source": "traced, simulated",
+        "min_limit_bytes": limit,
+        "peak_allocated_bytes": res.peak_allocated,
+    }
 
 
 def with_error(row: dict, e: Exception) -> dict:
