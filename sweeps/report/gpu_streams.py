@@ -17,25 +17,16 @@ import sys
 from pathlib import Path
 
 from estimator.hardware.allocator import load_stream
-from estimator.model.catalog import catalog_id
 from estimator.settings.config import RunConfig
 from sweeps.oneline import OneLineParser
 from sweeps.records import read_index
 from sweeps.report import stream_diff
+from sweeps.report.row_traces import config_id
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_DIR = REPO / "results" / "streams" / "gpu"
 TRACED_DIR = REPO / "results" / "streams"
 OUT = TRACED_DIR / "GPU_STREAMS.md"
-IGNORED = ("transformers_version", "trl_version", "device")  # not part of what is traced
-
-
-def config_id(config: dict) -> str:
-    """A config as the estimator reads it (defaults filled in, a size or catalog name read as its HF id), without
-    the fields tracing does not depend on."""
-    d = RunConfig.from_dict({k: v for k, v in config.items() if k not in IGNORED}).to_dict()
-    d["model"] = catalog_id(d["model"]) or d["model"]
-    return json.dumps({k: v for k, v in d.items() if k not in IGNORED}, sort_keys=True)
 
 
 def traced_for(real: dict, traced: list[dict]) -> dict | None:

@@ -60,9 +60,8 @@ def simulated_figure(row: dict, streams: dict[str, Path]) -> int | None:
     allocated through the caching allocator that the trace lacks (traced, simulated); None without a stream."""
     from estimator.hardware.allocator import min_device_limit
     from estimator.step.estimate import estimate
-    from sweeps.report.gpu_streams import config_id
 
-    path = streams.get(config_id(row["config"]))
+    path = streams.get(row_traces.config_id(row["config"]))
     if path is None or not path.exists():
         return None
     cfg, arch = row_traces.config_and_arch(row["config"], (row.get("model") or {}).get("config"))
@@ -184,14 +183,12 @@ def lineup_rows(names: list[str] | None = None) -> list[dict]:
 
 def unmeasured(lineup: Iterable[dict], rows: Iterable[dict]) -> list[dict]:
     """The lineup rows whose configuration no finished measured row covers yet."""
-    from sweeps.report.gpu_streams import config_id
-
     finished = {
-        config_id(r["config"])
+        row_traces.config_id(r["config"])
         for r in records.latest_rows(x for x in rows if x.get("source") == SOURCE)
         if r.get("status") == "ok" and (r.get("mincard") or {}).get("min_torch_bytes")
     }
-    return [row for row in lineup if config_id(row["config"]) not in finished]
+    return [row for row in lineup if row_traces.config_id(row["config"]) not in finished]
 
 
 def preview(

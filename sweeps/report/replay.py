@@ -24,7 +24,7 @@ from estimator.hardware.allocator import load_stream, simulate
 from estimator.step.estimate import estimate
 from sweeps.oneline import OneLineParser, shown
 from sweeps.report import row_traces
-from sweeps.report.gpu_streams import config_id
+from sweeps.report.row_traces import config_id
 
 REPO = Path(__file__).resolve().parents[2]
 TRACED = REPO / "results" / "streams" / "gpu-validate"

@@ -5,6 +5,7 @@ ones, reading a stream as the GPU allocates it, and the command-line frame the r
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -15,6 +16,17 @@ from sweeps import records
 from sweeps.oneline import shown
 
 SOURCE = "measured-gpu"
+IGNORED = ("transformers_version", "trl_version", "device")  # not part of what is traced
+
+
+def config_id(config: dict) -> str:
+    """A config as the estimator reads it (defaults filled in, a size or catalog name read as its HF id), without
+    the fields tracing does not depend on: a GPU row and the traced stream of its configuration share it."""
+    from estimator.model.catalog import catalog_id
+
+    d = RunConfig.from_dict({k: v for k, v in config.items() if k not in IGNORED}).to_dict()
+    d["model"] = catalog_id(d["model"]) or d["model"]
+    return json.dumps({k: v for k, v in d.items() if k not in IGNORED}, sort_keys=True)
 
 
 class RowsError(Exception):
@@ -22,9 +34,7 @@ class RowsError(Exception):
 
 
 def traced_streams(traced_dir: Path) -> dict[str, Path]:
-    """The traced streams in `traced_dir` by configuration (`gpu_streams.config_id`)."""
-    from sweeps.report.gpu_streams import config_id
-
+    """The traced streams in `traced_dir` by configuration (`config_id`)."""
     rows, _ = records.read_index(Path(traced_dir) / "index.jsonl")
     return {config_id(r["config"]): Path(traced_dir) / r["stream"] for r in rows if r.get("stream")}
 
@@ -40,7 +50,6 @@ def trace_missing(rows: Iterable[dict], traced_dir: Path) -> list[str]:
 
 def trace_configs(configs: Iterable[tuple[dict, int]], traced_dir: Path) -> list[str]:
     """Trace each (config, steps) whose configuration has no stream in `traced_dir` yet; the keys written."""
-    from sweeps.report.gpu_streams import config_id
     from sweeps.trace import streams as trace_streams
 
     Path(traced_dir).mkdir(parents=True, exist_ok=True)
