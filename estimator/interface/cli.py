@@ -220,7 +220,9 @@ def render_sources(cfg: RunConfig, sources: dict) -> str | None:
     return "\n".join(lines)
 
 
-TRACER_GROUP = "grpo_vram.tracers"  # entry points: callables (RunConfig, sweep=str) -> result row
+TRACER_GROUP = (
+    "grpo_vram.tracers"  # entry points: callables (RunConfig, sweep=str[, need=bool]) -> result row
+)
 TRACE_FAILED = 4  # --trace ran and failed: the estimate above it stands, the traced check does not
 REFERENCE_GPU = "RTX 4090"  # the card the short answer checks when no --gpu is given: the one most people own
 
@@ -261,7 +263,13 @@ def run_trace(cfg: RunConfig, make_row=None) -> dict:
     """Trace real GRPO steps under fake tensors with a tracer found by entry point (the sweep extra's)."""
     make_row = make_row or load_tracer()
     named = catalog_id(cfg.model)  # every size --model accepts, as the catalog id the tracer reads
-    row = make_row(cfg.with_(model=named) if named else cfg, sweep="vram-estimate", need=True)
+    import inspect  # here: --trace only, off the estimate's 0.1 s path
+
+    target = cfg.with_(model=named) if named else cfg
+    if "need" in inspect.signature(make_row).parameters:  # a tracer that can replay its stream's need
+        row = make_row(target, sweep="vram-estimate", need=True)
+    else:
+        row = make_row(target, sweep="vram-estimate")
     if row.get("status") != "ok":
         return {"source": "traced", "status": row.get("status"), "error": row.get("error")}
     obs = row["observed"]
