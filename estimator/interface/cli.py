@@ -289,9 +289,11 @@ def traced_card_bytes(traced: dict, est) -> int | None:
     return need + est.in_reserved_bytes + est.outside_allocator_bytes
 
 
-def render_trace(traced: dict, est=None) -> str:
+def render_trace(traced: dict, est=None, target=None) -> str:
     """Traced per-phase peaks (fake tensors through TRL's real GRPO step), labelled `traced`, and how far the
-    estimated tensor peak is from the traced one."""
+    estimated tensor peak is from the traced one; with the traced card figure, how far the estimate is above it and,
+    for a `--gpu` target (a `report.Fit`), whether the run fits that card by the trace. The exit code stays the
+    estimate's verdict, the side that errs high."""
     if traced.get("status") != "ok":
         return f"trace failed: {traced.get('error')}"
     lines = ["traced (TRL GRPO step under fake tensors, tensor bytes):"]
@@ -311,6 +313,10 @@ def render_trace(traced: dict, est=None) -> str:
             f"  {'card':<10}{gib(card):8.2f} GiB  + workspaces and CUDA context (estimated)",
             f"  the estimate ({gib(est.fit_bytes):.2f} GiB) is {above:+.1f}% off the traced card figure",
         ]
+        if target is not None and not target.blocked:  # the estimate's fit on that card, its excess given back
+            free = target.free_bytes + est.fit_bytes - card
+            verdict = f"fits with {gib(free):.2f} GiB to spare" if free >= 0 else f"is {gib(-free):.2f} GiB short"
+            lines.append(f"  by the trace, the {target.gpu.name} {verdict} (traced, simulated)")
     return "\n".join(lines)
 
 
@@ -498,7 +504,7 @@ def execute(req: Request) -> tuple[str, int]:
         ans.traced = run_trace(req.cfg)
     text = render(ans)
     if ans.traced is not None and req.fmt != "json":
-        text += "\n" + render_trace(ans.traced, ans.est)
+        text += "\n" + render_trace(ans.traced, ans.est, ans.target)
     return text, ans.code
 
 
@@ -537,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"{PROG}: error: {e}")
         return 2
     failed = ans.traced.get("status") != "ok"
-    text = render(ans) if req.fmt == "json" else render_trace(ans.traced, ans.est)
+    text = render(ans) if req.fmt == "json" else render_trace(ans.traced, ans.est, ans.target)
     if failed and req.fmt != "json":
         text = None
     if text is not None:

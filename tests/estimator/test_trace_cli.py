@@ -188,3 +188,29 @@ def test_the_traced_card_figure_is_the_simulated_need_plus_what_sits_beside_the_
     assert (
         f"the estimate ({fit:.2f} GiB) is {(fit - card) / card * 100:+.1f}% off the traced card figure" in out
     )
+
+
+def test_with_a_gpu_the_trace_gives_its_own_fit_while_the_exit_code_stays_the_estimates(monkeypatch, capsys):
+    gib = 2**30
+
+    def make_row(cfg, sweep, need=False):
+        phases = {"generate": gib, "score": gib, "train": 3 * gib, "optimizer": gib}
+        obs = {"peak_bytes": 3 * gib, "peak_phase": "train", "phases": phases}
+        obs["need"] = {"source": "traced, simulated", "min_limit_bytes": 3 * gib}
+        return {"status": "ok", "observed": obs}
+
+    stub_tracer(monkeypatch, make_row)
+    argv = ["--model", "0.5B", "--gpu", "RTX 3080 10GB", "--trace"]
+    assert (
+        cli.main([*argv, "--json"]) == 1
+    )  # a 0.5B full fine-tune in fp32 does not fit 10 GB by the estimate
+    d = json.loads(capsys.readouterr().out)
+    target = d["target"]
+    assert target["gpu"] == "RTX 3080 10GB" and target["free_bytes"] < 0
+    assert cli.main(argv) == 1
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("  by the trace, the RTX 3080 10GB "))
+    # the trace's card on that GPU: the estimate's card there, less the estimate's excess over the trace's need
+    traced_card_there = target["fit_bytes"] - (d["fit_bytes"] - d["trace"]["card_bytes"])
+    spare = target["usable_bytes"] - traced_card_there
+    assert spare > 0 and f"fits with {spare / gib:.2f} GiB to spare (traced, simulated)" in line
