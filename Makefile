@@ -185,7 +185,7 @@ MINCARD_ARGS ?=
 gpu-mincard: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m sweeps.mincard.cli --rows $(MINCARD_ROWS) \
 	  $(if $(MINCARD_BUDGET_S),--budget-s $(MINCARD_BUDGET_S)) $(MINCARD_ARGS)
-	$(PY) -m sweeps.report.mincard --markdown results/MINCARD.md
+	$(PY) -m sweeps.report.mincard --markdown results/MINCARD.md --lineup
 
 # DeepSpeed ZeRO-2/3 with CPU offload on one GPU (+experiment=zero-offload, ~11 min on one H100, estimated) ->
 # results/raw/zero-offload.jsonl. Needs deepspeed (and hjson, pydantic); its CPU Adam op is JIT-built first

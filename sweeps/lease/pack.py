@@ -23,7 +23,6 @@ MIB = 2**20
 PATTERNS = (
     "results/raw/*.jsonl",
     "results/raw/trials/*.jsonl",
-    "results/MINCARD.md",
     "results/streams/gpu/index.jsonl",
     "results/streams/gpu/*.gpu.txt.gz",
     "outputs/mincard/*/*.log",

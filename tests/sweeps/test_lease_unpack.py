@@ -41,7 +41,7 @@ def test_two_calls_merge_into_the_local_rows_in_any_order(tmp_path):
 
 def test_what_pack_writes_comes_back_where_it_was(tmp_path):
     lent = tmp_path / "lent"
-    for name, data in {"results/raw/trials/mincard.jsonl": b'{"t": 1}\n', "results/MINCARD.md": b"| table |\n",
+    for name, data in {"results/raw/trials/mincard.jsonl": b'{"t": 1}\n', "results/raw/mincard.jsonl": b'{"r": 1}\n',
                        "outputs/mincard/x/r00-1.log": b"log"}.items():  # fmt: skip
         (lent / name).parent.mkdir(parents=True, exist_ok=True)
         (lent / name).write_bytes(data)
@@ -49,7 +49,7 @@ def test_what_pack_writes_comes_back_where_it_was(tmp_path):
     pack.pack(lent, out)
     home = tmp_path / "home"
     assert unpack.main([str(out), "--root", str(home)]) == 0
-    for name in ("results/raw/trials/mincard.jsonl", "results/MINCARD.md", "outputs/mincard/x/r00-1.log"):
+    for name in ("results/raw/trials/mincard.jsonl", "results/raw/mincard.jsonl", "outputs/mincard/x/r00-1.log"):
         assert (home / name).read_bytes() == (lent / name).read_bytes()
 
 
