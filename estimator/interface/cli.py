@@ -313,9 +313,13 @@ def render_trace(traced: dict, est=None, target=None) -> str:
             f"  {'card':<10}{gib(card):8.2f} GiB  + workspaces and CUDA context (estimated)",
             f"  the estimate ({gib(est.fit_bytes):.2f} GiB) is {above:+.1f}% off the traced card figure",
         ]
-        if target is not None and not target.blocked:  # the estimate's fit on that card, its excess given back
+        if (
+            target is not None and not target.blocked
+        ):  # the estimate's fit on that card, its excess given back
             free = target.free_bytes + est.fit_bytes - card
-            verdict = f"fits with {gib(free):.2f} GiB to spare" if free >= 0 else f"is {gib(-free):.2f} GiB short"
+            verdict = (
+                f"fits with {gib(free):.2f} GiB to spare" if free >= 0 else f"is {gib(-free):.2f} GiB short"
+            )
             lines.append(f"  by the trace, the {target.gpu.name} {verdict} (traced, simulated)")
     return "\n".join(lines)
 

@@ -49,7 +49,11 @@ def test_what_pack_writes_comes_back_where_it_was(tmp_path):
     pack.pack(lent, out)
     home = tmp_path / "home"
     assert unpack.main([str(out), "--root", str(home)]) == 0
-    for name in ("results/raw/trials/mincard.jsonl", "results/raw/mincard.jsonl", "outputs/mincard/x/r00-1.log"):
+    for name in (
+        "results/raw/trials/mincard.jsonl",
+        "results/raw/mincard.jsonl",
+        "outputs/mincard/x/r00-1.log",
+    ):
         assert (home / name).read_bytes() == (lent / name).read_bytes()
 
 
