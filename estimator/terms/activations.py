@@ -853,19 +853,22 @@ def dequantized_weight_transient(cfg: RunConfig, arch: Arch, name: str | None = 
     return largest * (residual_bytes(cfg) + bnb_4bit_cast_bytes(cfg))
 
 
-BNB_GEMM_4BIT_CUSTOM_MAX_M = 1536  # bitsandbytes 0.50 backends/cuda/ops.py `_gemm_4bit_custom_max_m` (CUDA)
+BNB_GEMM_4BIT_CUSTOM_FLOOR_M = 4  # bitsandbytes 0.50 backends/cuda/ops.py `_GEMM_4BIT_CUSTOM_FLOOR_M`
 
 
 def bnb_4bit_forward_transient(cfg: RunConfig, arch: Arch, tokens: int) -> int:
     """A 4-bit down projection's forward with grad (the top layer's, or its recompute under GC), beyond the
-    layer's saved tensors (0 without a bnb base or for M <= 1536 rows, where the fused kernel needs no copy).
+    layer's saved tensors (0 without a bnb base, or at most 4 rows, where every CUDA card runs the fused kernel).
 
-    bitsandbytes 0.50 `gemm_4bit` on CUDA (https://github.com/bitsandbytes-foundation/bitsandbytes/blob/v0.50.2/bitsandbytes/backends/cuda/ops.py#L904-L915):
-    past `_gemm_4bit_custom_max_m` rows `_dequant_linear_fallback` writes the weight in the input's dtype and
-    calls F.linear, which under bf16 autocast casts both the weight and the input; the act·up product (r·I, which a
-    frozen down_proj does not save) and its cast (a·I) are live beside the dequantized weight.
+    bitsandbytes 0.50 `gemm_4bit` on CUDA (https://github.com/bitsandbytes-foundation/bitsandbytes/blob/0.50.2/bitsandbytes/backends/cuda/ops.py#L934-L978):
+    past 1536 rows, and below that wherever `_gemm_4bit_use_custom_cuda` prefers it by the card and the shape (on
+    an H100 or H200, every catalog model's down projection from 33 rows on), `_dequant_linear_fallback` writes the weight in the
+    input's dtype and calls F.linear, which under bf16 autocast casts both the weight and the input; the act·up
+    product (r·I, which a frozen down_proj does not save) and its cast (a·I) are live beside the dequantized weight.
+    A card whose fused kernel wins at the run's rows holds neither the weight nor the cast: the term errs high there
+    by them.
     """
-    if not cfg.load_in_4bit or arch.is_moe or tokens <= BNB_GEMM_4BIT_CUSTOM_MAX_M:
+    if not cfg.load_in_4bit or arch.is_moe or tokens <= BNB_GEMM_4BIT_CUSTOM_FLOOR_M:
         return 0
     product = tokens * (residual_bytes(cfg) + bnb_4bit_cast_bytes(cfg)) * arch.intermediate_size
     return product + dequantized_weight_transient(cfg, arch, "down_proj")

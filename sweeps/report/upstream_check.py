@@ -66,11 +66,14 @@ GROUND_TRUTH: dict[str, str] = {
     "tests/ground_truth/test_architecture.py": "transformers: every catalog config built on the meta device (parameter counts)",
     "tests/accuracy/test_validation_band.py::test_peft_default_targets_match_installed_peft": "peft: its default LoRA "
     "target modules per model type",
+    "tests/sweeps/test_bnb_dispatch.py": "bitsandbytes' CUDA gemm_4bit heuristic (compiled from the installed source): "
+    "fused kernel or dequantized weight, per card",
 }
 # Read and left out: it runs no upstream code, so a release cannot fail it.
 NOT_GROUND_TRUTH = {
     "tests/ground_truth/test_bnb_4bit_terms.py": "bitsandbytes 0.50's code paths written out by hand, no bitsandbytes call "
-    "(the guard's MatMul4Bit and _gemm_4bit_kernel_impl hashes watch that code)",
+    "(the guard's MatMul4Bit, _gemm_4bit_kernel_impl, _dequant_linear_fallback and _gemm_4bit_use_custom_cuda hashes "
+    "watch that code)",
 }
 
 HOW_TO_ADOPT = "docs/CONTRIBUTING.md (Adopting a new upstream release)"

@@ -4,10 +4,11 @@ QLoRA emulation (bitsandbytes kernels cannot run on FakeTensors). transformers' 
 `nn.Linear` except `lm_head` into `bnb.nn.Linear4bit`; each becomes an `Emulated4bitLinear` holding exactly what
 bnb 0.50 keeps resident: the packed weight as a frozen uint8 parameter of `ceil(out*in/2)` bytes (shape
 `[n, 1]`), an fp32 `absmax` of `out*in/64` elements (blocksize 64), or with nested quant a uint8 `absmax`
-plus fp32 `absmax2` per 256 of them and a 256-entry fp32 code. Its matmul copies bnb's `gemm_4bit` dispatch on
-CUDA: for M = tokens > 1536 (prefill, scoring, training) a transient dequantized `[out, in]` weight in the
-activation's dtype, then `F.linear` (under the ambient autocast, as the bnb kernel call is); for M <= 1536
-(decode steps) the fused kernel writes the output directly, with no transient weight. Backward materialises the
+plus fp32 `absmax2` per 256 of them and a 256-entry fp32 code. Its matmul follows bnb's `gemm_4bit` dispatch on
+CUDA for the card the trace stands for (`bnb_dispatch.dequantizes`, an H100): where it dequantizes (past 1536
+rows always; below, by bitsandbytes' own per-card heuristic, on an H100 most linears from 8 rows on) a transient
+dequantized `[out, in]` weight in the activation's dtype, then `F.linear` (under the ambient autocast, as the bnb
+kernel call is); where it runs the fused kernel, the output directly, with no transient weight. Backward materialises the
 dequantized weight in the dtype it was quantized from (the load dtype, `QuantState.dtype`) and casts it to the
 gradient's dtype when that differs (bnb's `MatMul4Bit.backward`: `F.dequantize_4bit(B, ctx.state).to(grad_output.dtype)`;
 under bf16 autocast an fp32 load's gradient is bf16, so both copies are live). The input is first cast to the
@@ -32,8 +33,7 @@ from pathlib import Path
 import torch
 
 from estimator.model import catalog as cat
-
-GEMM_4BIT_CUSTOM_MAX_M = 1536  # bitsandbytes/backends/cuda/ops.py: dequant+F.linear past this many rows
+from sweeps.trace import bnb_dispatch
 
 
 def config_path(spec: str) -> Path:
@@ -87,7 +87,8 @@ def build_model(conf, dtype: torch.dtype) -> torch.nn.Module:
 
 
 class _Matmul4bit(torch.autograd.Function):
-    """bnb MatMul4Bit's allocations: dequantized transient weight per call for large M, again in backward."""
+    """bnb MatMul4Bit's allocations: a transient dequantized weight where bitsandbytes' dispatch dequantizes
+    (`bnb_dispatch.dequantizes` on the target GPU), again in backward."""
 
     @staticmethod
     def forward(ctx, x, packed, out_features, in_features, bias, quant_dtype):
@@ -96,7 +97,7 @@ class _Matmul4bit(torch.autograd.Function):
         ctx.quant_dtype = quant_dtype
         ctx.device = x.device
         ctx.save_for_backward(packed)
-        if m > GEMM_4BIT_CUSTOM_MAX_M:
+        if bnb_dispatch.dequantizes(m, out_features, in_features, x.dtype):
             w = torch.empty((out_features, in_features), dtype=x.dtype, device=x.device)
             return torch.nn.functional.linear(x, w, bias)
         out = x.new_empty((*x.shape[:-1], out_features))

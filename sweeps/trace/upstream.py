@@ -118,7 +118,17 @@ TARGETS = (
     Target(
         "bitsandbytes.backends.cuda.ops:_gemm_4bit_kernel_impl",
         "bitsandbytes",
-        "fake_model._Matmul4bit and GEMM_4BIT_CUSTOM_MAX_M (dequant + F.linear past M = 1536)",
+        "fake_model._Matmul4bit (the fused kernel: the output only)",
+    ),
+    Target(
+        "bitsandbytes.backends.cuda.ops:_dequant_linear_fallback",
+        "bitsandbytes",
+        "fake_model._Matmul4bit (the transient dequantized weight in the input's dtype, then F.linear)",
+    ),
+    Target(
+        "bitsandbytes.backends.cuda.ops:_gemm_4bit_use_custom_cuda",
+        "bitsandbytes",
+        "bnb_dispatch.dequantizes (compiled from the installed source) and bnb_dispatch.FALLBACK_PAST_M",
     ),
     Target(
         "bitsandbytes.optim.optimizer:Optimizer2State.init_state",

@@ -61,7 +61,7 @@ def test_every_pointer_to_tracer_code_names_something_that_exists():
     import re
     from pathlib import Path
 
-    modules = ("patches", "step", "generate", "fake_model", "optim8bit")
+    modules = ("patches", "step", "generate", "fake_model", "optim8bit", "bnb_dispatch")
     pattern = re.compile(r"(?<![/\w])(" + "|".join(modules) + r")((?:\.\w+)+)")
     repo = Path(__file__).resolve().parents[2]
     for target in upstream.TARGETS:
