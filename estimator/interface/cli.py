@@ -220,9 +220,8 @@ def render_sources(cfg: RunConfig, sources: dict) -> str | None:
     return "\n".join(lines)
 
 
-TRACER_GROUP = (
-    "grpo_vram.tracers"  # entry points: callables (RunConfig, sweep=str[, need=bool]) -> result row
-)
+# entry points: callables (RunConfig, sweep=str[, need=bool]) -> result row
+TRACER_GROUP = "grpo_vram.tracers"
 TRACE_FAILED = 4  # --trace ran and failed: the estimate above it stands, the traced check does not
 REFERENCE_GPU = "RTX 4090"  # the card the short answer checks when no --gpu is given: the one most people own
 
@@ -308,19 +307,14 @@ def render_trace(traced: dict, est=None, target=None) -> str:
     if card is not None:
         above = (est.fit_bytes - card) / card * 100
         lines += [
-            f"  {'need':<10}{gib(traced['need_bytes']):8.2f} GiB  traced, simulated: the smallest allocator "
-            "limit the step runs under",
-            f"  {'card':<10}{gib(card):8.2f} GiB  + workspaces and CUDA context (estimated)",
-            f"  the estimate ({gib(est.fit_bytes):.2f} GiB) is {above:+.1f}% off the traced card figure",
+            f"  {'need':<10}{gib(traced['need_bytes']):8.2f} GiB  traced, simulated (smallest allocator limit)",
+            f"  {'card':<10}{gib(card):8.2f} GiB  + workspaces, CUDA context (estimated)",
+            f"  the estimate ({gib(est.fit_bytes):.2f} GiB) is {above:+.1f}% off the traced card",
         ]
-        if (
-            target is not None and not target.blocked
-        ):  # the estimate's fit on that card, its excess given back
-            free = target.free_bytes + est.fit_bytes - card
-            verdict = (
-                f"fits with {gib(free):.2f} GiB to spare" if free >= 0 else f"is {gib(-free):.2f} GiB short"
-            )
-            lines.append(f"  by the trace, the {target.gpu.name} {verdict} (traced, simulated)")
+        if target is not None and not target.blocked:
+            free = target.free_bytes + est.fit_bytes - card  # the estimate's fit there, its excess given back
+            verdict = f"fits, {gib(free):.2f} GiB spare" if free >= 0 else f"{gib(-free):.2f} GiB short"
+            lines.append(f"  by the trace: {target.gpu.name} {verdict} (traced, simulated)")
     return "\n".join(lines)
 
 

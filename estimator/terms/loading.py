@@ -24,10 +24,8 @@ from estimator.settings.version_text import Version, parse_version
 from estimator.terms.weights import dense_weights
 from estimator.units import gib
 
-READ_AHEAD_RELEASES: tuple[Version, Version] = (
-    (5, 0),
-    (5, 3),
-)  # transformers, inclusive; sequential from 5.4
+# the transformers releases (inclusive) whose loader reads ahead of the quantizer; sequential from 5.4
+READ_AHEAD_RELEASES: tuple[Version, Version] = ((5, 0), (5, 3))
 
 
 def read_ahead_load_bytes(cfg: RunConfig, arch: Arch) -> int:
