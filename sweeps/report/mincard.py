@@ -34,7 +34,6 @@ DEFAULT_ROWS = records.REPO / "results" / "raw" / "mincard.jsonl"
 TRACED = records.REPO / "results" / "streams" / "mincard"
 SOURCE = row_traces.SOURCE
 PROG = "python -m sweeps.report.mincard"
-SIM_RESOLUTION = 8 * 2**20  # the simulated minimum to 8 MiB, finer than the measured search's 1.5 %
 
 Figures = Callable[[dict], "tuple[int, int] | None"]  # row -> (torch-limit figure, fit figure), estimated
 
@@ -55,18 +54,22 @@ def estimated_figures(row: dict) -> tuple[int, int] | None:
 
 
 def simulated_figure(row: dict, streams: dict[str, Path]) -> int | None:
-    """The smallest limit the simulated allocator passes the traced stream of the row's configuration under, with
-    the tied gradients summed in place as real tensors sum them (`row_traces.real_events`), plus the workspaces
-    allocated through the caching allocator that the trace lacks (traced, simulated); None without a stream."""
-    from estimator.hardware.allocator import min_device_limit
+    """The smallest limit the simulated allocator passes the traced stream of the row's configuration under
+    (`sweeps.trace.rows.simulated_need`: tied gradients summed in place as real tensors sum them), plus the
+    workspaces allocated through the caching allocator that the trace lacks (traced, simulated); None without a
+    stream."""
+    from estimator.hardware.allocator import load_stream
     from estimator.step.estimate import estimate
+    from sweeps.trace.rows import simulated_need
 
     path = streams.get(row_traces.config_id(row["config"]))
     if path is None or not path.exists():
         return None
     cfg, arch = row_traces.config_and_arch(row["config"], (row.get("model") or {}).get("config"))
-    limit, _ = min_device_limit(row_traces.real_events(path, cfg, arch), resolution=SIM_RESOLUTION)
-    return limit + estimate(cfg, arch).in_reserved_bytes
+    return (
+        simulated_need(cfg, load_stream(path), arch)["min_limit_bytes"]
+        + estimate(cfg, arch).in_reserved_bytes
+    )
 
 
 def label(config: dict) -> str:

@@ -15,7 +15,7 @@ from sweeps import records
 
 DECODE_K = 2
 STEPS = 2
-NEED_RESOLUTION = 8 * 2**20  # the simulated need to 8 MiB
+NEED_RESOLUTION = 8 * 2**20  # the simulated need to 8 MiB, finer than the measured min-card search's 1.5 %
 
 
 def variant(
@@ -152,17 +152,18 @@ def make_row(
     return row
 
 
-def simulated_need(cfg: RunConfig, events: list) -> dict:
+def simulated_need(cfg: RunConfig, events: list, arch=None) -> dict:
     """The smallest allocator limit the traced stream runs under (traced, simulated): replayed at the run's own
     allocator settings (`pytorch_cuda_alloc_conf`, `torch_empty_cache_steps`) with the tied gradients summed in
     place as real tensors sum them (`tied_sums.as_real`). Under a limit torch's allocator frees its cache and
     retries before it fails, so this is what the card must give torch, below the peak reserved on a roomy card
-    (results/MINCARD.md sets it beside the smallest limit measured on a GPU)."""
+    (results/MINCARD.md sets it beside the smallest limit measured on a GPU). `arch`: the traced model where it is
+    not the catalog's (a stored config.json)."""
     from estimator.hardware.allocator import AllocatorSettings, min_device_limit, with_empty_cache_steps
     from estimator.model.catalog import resolve_model
     from sweeps.trace.tied_sums import as_real
 
-    events = as_real(events, cfg, resolve_model(cfg.model))
+    events = as_real(events, cfg, arch or resolve_model(cfg.model))
     if cfg.torch_empty_cache_steps:
         events = with_empty_cache_steps(events, cfg.torch_empty_cache_steps)
     settings = AllocatorSettings.from_conf(cfg.pytorch_cuda_alloc_conf or "")
