@@ -1,9 +1,11 @@
 """Which kernel bitsandbytes' CUDA backend runs for a 4-bit matmul on a given GPU: its own heuristic, read from the
 installed source.
 
-A no-grad 4-bit matmul (`bnb.matmul_4bit` without autograd: generation, scoring) calls `bitsandbytes::gemm_4bit`,
-whose CUDA kernel either runs the fused 4-bit kernel (the output only) or dequantizes the whole weight into a
-transient `[N, K]` tensor in the activation's dtype and calls `F.linear` (`_dequant_linear_fallback`). It takes the
+Every 4-bit matmul, with grad (`MatMul4Bit.forward`) or without (`bnb.matmul_4bit`: generation, scoring), calls
+`bitsandbytes::gemm_4bit`, whose CUDA kernel either runs the fused 4-bit kernel (the output only) or dequantizes the
+whole weight into a transient `[N, K]` tensor in the activation's dtype and calls `F.linear`
+(`_dequant_linear_fallback`; with nested quantization its two fp32 absmax copies, 1/16 of the weight's bf16 bytes,
+are not emulated). It takes the
 fallback past M = 1536 rows, for K not a multiple of the blocksize, and otherwise where
 `_gemm_4bit_use_custom_cuda(device, dtype, M, N, K)` says so, by the GPU's SM count and compute capability: on an
 H100 (sm90, 132 SMs) most linears of a decode step with 8 or more rows dequantize
@@ -12,8 +14,8 @@ H100 (sm90, 132 SMs) most linears of a decode step with 8 or more rows dequantiz
 That module cannot be imported without a CUDA build of torch, so the heuristic is compiled from the installed
 file's own source (its `_gemm_4bit_use_custom_cuda` and `_GEMM_4BIT_CUSTOM_FLOOR_M`), with the target GPU's
 properties in place of `torch.cuda.get_device_properties`: the traced choice follows the installed release, never a
-copy of it. Where the installed source has no such function, every no-grad call dequantizes (the side that holds
-more memory).
+copy of it. Where the installed source has no such function, every call dequantizes (the side that holds more
+memory).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def _heuristic():
 
 
 def dequantizes(m: int, n: int, k: int, dtype: torch.dtype, gpu: TargetGPU = H100) -> bool:
-    """Whether a no-grad 4-bit matmul of M rows against an [N, K] weight dequantizes the weight on `gpu`."""
+    """Whether a 4-bit matmul of M rows against an [N, K] weight dequantizes the weight on `gpu`."""
     if m > FALLBACK_PAST_M or k % BLOCKSIZE != 0:
         return True
     ns = _heuristic()
