@@ -3,6 +3,7 @@
     python -m sweeps.trace.streams [--grid core] [--index 0 2 4] [--steps 3] [--out results/streams]
     python -m sweeps.trace.streams --sample SEED N [--tuning | --held-out]
     python -m sweeps.trace.streams --table | --report
+    python -m sweeps.trace.streams --retrace load_in_4bit --tag TAG
 
 Per picked config: `<key>.txt.gz` (the event stream, `estimator.hardware.allocator.dump_stream` format) and one
 row appended to `index.jsonl`: the config, the traced peak, and the simulation of the stream under the default
@@ -14,7 +15,9 @@ machine cannot trace in a few minutes are left out, `sample_skip`) and keeps onl
 in `sampled.jsonl`, split "validation" (read while the fallback is changed), with `--tuning` "tuning" (the
 generation-regime model is fitted on those of its regime, with the kept streams) or, with `--held-out`, "held-out"
 (scored once). The step model is fitted on the kept streams only; `--report` prints the errors on each split apart.
-Every command resumes: a config whose row exists is skipped.
+Every command resumes: a config whose row exists is skipped. `--retrace FIELD` traces again, in place, the kept
+streams and sampled rows whose config has FIELD true (after the tracer's emulation of that setting changed), each
+under its own steps, seed, draw, split and variant; the rows say so (`retraced`: TAG). Refit with `--table` after.
 """
 
 from __future__ import annotations
@@ -158,6 +161,55 @@ def sample(
         )
         rows.append(row)
     return rows
+
+
+def retrace(out: Path, field: str, tag: str) -> int:
+    """Trace again, in place, every kept stream (`index.jsonl` and its `.txt.gz`) and sampled row whose config
+    has `field` true; returns how many. A sampled row keeps its seed, draw, split and variant; each row gets
+    `retraced: tag`. The table is not refitted here (`--table`)."""
+    from sweeps.trace import step
+
+    n = 0
+    index = out / "index.jsonl"
+    for old in records.read_index(index)[0]:
+        if old["config"].get(field) is not True:
+            continue
+        cfg = RunConfig.from_dict(old["config"])
+        res = step.run(cfg, fake=True, steps=old["steps"])
+        dump_stream(res.events, out / old["stream"])  # written to a temp file and replaced
+        new = old | {
+            "events": len(res.events),
+            "traced_peak_bytes": res.observed["peak_bytes"],
+            "simulated": simulate_variants(res.events),
+            "retraced": tag,
+            "written_at": records.utc_now(),
+        }
+        records.replace_row(index, new)
+        n += 1
+        _say_retraced(old, new)
+    path = out / SAMPLED
+    for old in records.read_index(path)[0]:
+        if old["config"].get(field) is not True:
+            continue
+        cfg = RunConfig.from_dict(old["config"])
+        var = old.get("variant") or {}
+        res = step.run(
+            cfg, fake=True, steps=old["steps"], decode_k=var.get("k", 2), max_micro=var.get("max_micro")
+        )
+        kept = {k: old[k] for k in ("seed", "draw", "split", "variant", "drawn") if k in old}
+        new = simulation_row(cfg, res.events, old["steps"]) | kept | {"retraced": tag}
+        records.replace_row(path, new)
+        n += 1
+        _say_retraced(old, new)
+    return n
+
+
+def _say_retraced(old: dict, new: dict) -> None:
+    a, b = (r["simulated"]["default"]["peak_allocated"] / 2**30 for r in (old, new))
+    print(
+        f"{old['key']} {old['config'].get('model')}: allocated peak {a:.3f} -> {b:.3f} GiB (traced, simulated)",
+        flush=True,
+    )
 
 
 def _not_generation_peaked(cfg: RunConfig) -> str | None:
@@ -436,7 +488,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --sample: only draws whose estimated peak is in generation",
     )
+    ap.add_argument(
+        "--retrace", metavar="FIELD", help="trace again the kept and sampled rows whose config has FIELD true"
+    )
+    ap.add_argument("--tag", default="retrace", help="with --retrace: what the retraced rows record")
     a = ap.parse_args(argv)
+    if a.retrace:
+        if a.retrace not in RunConfig.__dataclass_fields__:
+            ap.error(
+                f"--retrace {shown(a.retrace)}: not a setting (accepted: a RunConfig field, e.g. load_in_4bit)"
+            )
+        print(f"{retrace(a.out, a.retrace, a.tag)} rows retraced")
+        return 0
     for flag, on in (
         ("--held-out", a.held_out),
         ("--tuning", a.tuning),
