@@ -9,6 +9,8 @@ Large Transformer Models", Table 2), re-derived for RMSNorm, rotary, SwiGLU, GQA
 
 from __future__ import annotations
 
+import math
+
 from estimator.model.architecture import Arch, layer_kinds, layer_windows
 from estimator.settings.config import RunConfig
 from estimator.terms import moe_lora
@@ -835,14 +837,17 @@ def bnb_4bit_cast_bytes(cfg: RunConfig) -> int:
     return compute_bytes(cfg) if cfg.bf16 and cfg.dtype != "bfloat16" else 0
 
 
-def dequantized_weight_transient(cfg: RunConfig, arch: Arch, name: str | None = None) -> int:
+def dequantized_weight_transient(
+    cfg: RunConfig, arch: Arch, name: str | None = None, backward: bool = False
+) -> int:
     """The dequantized copy of a packed layer weight (`name`, default the largest), while a matmul uses it.
 
     GPTQ/AWQ base: one fp16 copy (gptqmodel TorchQuantLinear `dequantize_weight`). bnb 4-bit base: bitsandbytes
     0.50 dequantizes in the dtype the weight was quantized from (`QuantState.dtype`, the load dtype) and casts it to
     the activation's (`_dequant_linear_fallback` then F.linear under autocast in the forward; `MatMul4Bit.backward`:
     `F.dequantize_4bit(B, ctx.state).to(grad_output.dtype)`): load-dtype bytes, plus a bf16 copy under bf16
-    autocast when the load dtype is another.
+    autocast when the load dtype is another, plus the nested quant's fp32 absmax (`nested_absmax_bytes`: two
+    copies in the forward's fallback, one in `backward`, where the cast outlives it).
     """
     linears = [lin for lin in arch.layer_linears if lin.is_nn_linear and (name is None or lin.name == name)]
     largest = max(lin.in_features * lin.out_features for lin in linears)
@@ -850,7 +855,27 @@ def dequantized_weight_transient(cfg: RunConfig, arch: Arch, name: str | None = 
         return 2 * largest
     if not cfg.load_in_4bit:
         return 0
-    return largest * (residual_bytes(cfg) + bnb_4bit_cast_bytes(cfg))
+    cast = bnb_4bit_cast_bytes(cfg)
+    scales = nested_absmax_bytes(cfg, largest, copies=(0 if cast else 1) if backward else 2)
+    return largest * (residual_bytes(cfg) + cast) + scales
+
+
+BNB_4BIT_BLOCKSIZE = 64  # bitsandbytes 0.50 `quantize_4bit`'s default, which TRL's BitsAndBytesConfig keeps
+
+
+def nested_absmax_bytes(cfg: RunConfig, weight_elements: int, copies: int) -> int:
+    """With nested 4-bit quantization (`use_bnb_nested_quant`), the fp32 absmax bitsandbytes 0.50 dequantizes
+    from its uint8 form beside a dequantized weight: 4 bytes per block of 64 elements, per copy (0 otherwise).
+
+    `_dequant_linear_fallback` (https://github.com/bitsandbytes-foundation/bitsandbytes/blob/v0.50.2/bitsandbytes/backends/cuda/ops.py#L904-L916)
+    keeps the dequantized absmax and its sum with the offset (2 copies) through the weight's dequantization and
+    F.linear. `F.dequantize_4bit` (https://github.com/bitsandbytes-foundation/bitsandbytes/blob/v0.50.2/bitsandbytes/functional.py#L1052-L1056),
+    which backward calls, adds the offset in place (1 copy) and frees it on return, before the cast to the
+    gradient's dtype; where that cast exists it is the larger, so backward counts none.
+    """
+    if not (cfg.load_in_4bit and cfg.use_bnb_nested_quant):
+        return 0
+    return copies * 4 * math.ceil(weight_elements / BNB_4BIT_BLOCKSIZE)
 
 
 BNB_GEMM_4BIT_CUSTOM_FLOOR_M = 4  # bitsandbytes 0.50 backends/cuda/ops.py `_GEMM_4BIT_CUSTOM_FLOOR_M`
@@ -950,7 +975,7 @@ def bnb_4bit_backward_instant(cfg: RunConfig, arch: Arch, tokens: int) -> int:
     r, a = residual_bytes(cfg), compute_bytes(cfg)
     inter = arch.num_experts_per_tok * arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size
     grads = tokens * (r * inter + a * arch.hidden_size)
-    return hidden_states(cfg, arch, tokens) + grads + dequantized_weight_transient(cfg, arch)
+    return hidden_states(cfg, arch, tokens) + grads + dequantized_weight_transient(cfg, arch, backward=True)
 
 
 def hidden_states(cfg: RunConfig, arch: Arch, tokens: int) -> int:

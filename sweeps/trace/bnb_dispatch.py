@@ -4,9 +4,8 @@ installed source.
 Every 4-bit matmul, with grad (`MatMul4Bit.forward`) or without (`bnb.matmul_4bit`: generation, scoring), calls
 `bitsandbytes::gemm_4bit`, whose CUDA kernel either runs the fused 4-bit kernel (the output only) or dequantizes the
 whole weight into a transient `[N, K]` tensor in the activation's dtype and calls `F.linear`
-(`_dequant_linear_fallback`; with nested quantization its two fp32 absmax copies, 1/16 of the weight's bf16 bytes,
-are not emulated). It takes the
-fallback past M = 1536 rows, for K not a multiple of the blocksize, and otherwise where
+(`_dequant_linear_fallback`; with nested quantization first two fp32 copies of the absmax, 1/16 of the weight's
+bf16 bytes). It takes the fallback past M = 1536 rows, for K not a multiple of the blocksize, and otherwise where
 `_gemm_4bit_use_custom_cuda(device, dtype, M, N, K)` says so, by the GPU's SM count and compute capability: on an
 H100 (sm90, 132 SMs) most linears of a decode step with 8 or more rows dequantize
 (https://github.com/bitsandbytes-foundation/bitsandbytes/blob/0.50.2/bitsandbytes/backends/cuda/ops.py).

@@ -7,12 +7,14 @@ bnb 0.50 keeps resident: the packed weight as a frozen uint8 parameter of `ceil(
 plus fp32 `absmax2` per 256 of them and a 256-entry fp32 code. Its matmul follows bnb's `gemm_4bit` dispatch on
 CUDA for the card the trace stands for (`bnb_dispatch.dequantizes`, an H100): where it dequantizes (past 1536
 rows always; below, by bitsandbytes' own per-card heuristic, on an H100 most linears from 8 rows on) a transient
-dequantized `[out, in]` weight in the activation's dtype, then `F.linear` (under the ambient autocast, as the bnb
-kernel call is); where it runs the fused kernel, the output directly, with no transient weight. Backward materialises the
-dequantized weight in the dtype it was quantized from (the load dtype, `QuantState.dtype`) and casts it to the
-gradient's dtype when that differs (bnb's `MatMul4Bit.backward`: `F.dequantize_4bit(B, ctx.state).to(grad_output.dtype)`;
-under bf16 autocast an fp32 load's gradient is bf16, so both copies are live). The input is first cast to the
-compute dtype (`bnb_4bit_compute_dtype` = the load dtype, as TRL's `get_quantization_config` sets it).
+dequantized `[out, in]` weight in the activation's dtype (with nested quant, after two fp32 absmax copies of
+`out*in/64` elements), then `F.linear` (under the ambient autocast, as the bnb kernel call is); where it runs the
+fused kernel, the output directly, with no transient weight. Backward materialises the dequantized weight in the
+dtype it was quantized from (the load dtype, `QuantState.dtype`; with nested quant beside one fp32 absmax copy)
+and casts it to the gradient's dtype when that differs (bnb's `MatMul4Bit.backward`:
+`F.dequantize_4bit(B, ctx.state).to(grad_output.dtype)`; under bf16 autocast an fp32 load's gradient is bf16, so
+both copies are live). The input is first cast to the compute dtype (`bnb_4bit_compute_dtype` = the load dtype,
+as TRL's `get_quantization_config` sets it).
 
 It is also a `bnb.nn.Linear4bit` (a subclass of `nn.Linear`), with the `weight.compress_statistics`,
 `weight.quant_type` and `compute_dtype` that peft's `dispatch_bnb_4bit` reads, so peft wraps it with its
@@ -91,22 +93,39 @@ class _Matmul4bit(torch.autograd.Function):
     (`bnb_dispatch.dequantizes` on the target GPU), again in backward."""
 
     @staticmethod
-    def forward(ctx, x, packed, out_features, in_features, bias, quant_dtype):
+    def forward(ctx, x, packed, out_features, in_features, bias, quant_dtype, nested):
         m = x.numel() // x.shape[-1]
         ctx.shape = (out_features, in_features)
         ctx.quant_dtype = quant_dtype
+        ctx.nested = nested
         ctx.device = x.device
         ctx.save_for_backward(packed)
         if bnb_dispatch.dequantizes(m, out_features, in_features, x.dtype):
+            # `_dequant_linear_fallback`: with nested quant, the dequantized absmax and its sum with the offset
+            # (two fp32 copies, one per block of 64) stay live through the weight's dequantization and F.linear
+            scales = _nested_absmax(ctx.shape, x.device, copies=2) if nested else ()
             w = torch.empty((out_features, in_features), dtype=x.dtype, device=x.device)
-            return torch.nn.functional.linear(x, w, bias)
+            out = torch.nn.functional.linear(x, w, bias)
+            del scales, w
+            return out
         out = x.new_empty((*x.shape[:-1], out_features))
         return out if bias is None else out.add_(bias)
 
     @staticmethod
     def backward(ctx, grad_out):
-        w = torch.empty(ctx.shape, dtype=ctx.quant_dtype, device=ctx.device).to(grad_out.dtype)
-        return torch.matmul(grad_out, w), None, None, None, None, None
+        # `F.dequantize_4bit`: with nested quant one fp32 absmax (`dequantize_blockwise`, offset added in place)
+        # is live while the weight is dequantized, and freed on return, before the cast to the gradient's dtype
+        scales = _nested_absmax(ctx.shape, ctx.device, copies=1) if ctx.nested else ()
+        w = torch.empty(ctx.shape, dtype=ctx.quant_dtype, device=ctx.device)
+        del scales
+        w = w.to(grad_out.dtype)
+        return torch.matmul(grad_out, w), None, None, None, None, None, None
+
+
+def _nested_absmax(shape: tuple[int, int], device, copies: int) -> tuple[torch.Tensor, ...]:
+    """The fp32 absmax that bitsandbytes dequantizes from a nested quant state: one element per 4-bit block."""
+    blocks = math.ceil(shape[0] * shape[1] / bnb_dispatch.BLOCKSIZE)
+    return tuple(torch.empty(blocks, dtype=torch.float32, device=device) for _ in range(copies))
 
 
 class Emulated4bitLinear(torch.nn.Linear):
@@ -124,7 +143,7 @@ class Emulated4bitLinear(torch.nn.Linear):
             torch.empty((math.ceil(n / 2), 1), dtype=torch.uint8, device=dev), requires_grad=False
         )
         self.bias = base.bias
-        blocks = math.ceil(n / 64)
+        blocks = math.ceil(n / bnb_dispatch.BLOCKSIZE)
         if nested:
             self.register_buffer("absmax", torch.empty(blocks, dtype=torch.uint8, device=dev))
             self.register_buffer(
@@ -134,6 +153,7 @@ class Emulated4bitLinear(torch.nn.Linear):
         else:
             self.register_buffer("absmax", torch.empty(blocks, dtype=torch.float32, device=dev))
         self.compute_dtype = compute_dtype
+        self.nested = nested
         # what peft's dispatch_bnb_4bit reads off a Linear4bit and its Params4bit weight
         self.weight.compress_statistics = nested
         self.weight.quant_type = "nf4"
@@ -143,7 +163,9 @@ class Emulated4bitLinear(torch.nn.Linear):
         inp_dtype = x.dtype
         x = x.to(self.compute_dtype)
         bias = None if self.bias is None else self.bias.to(self.compute_dtype)
-        out = _Matmul4bit.apply(x, self.weight, self.out_features, self.in_features, bias, self.compute_dtype)
+        out = _Matmul4bit.apply(
+            x, self.weight, self.out_features, self.in_features, bias, self.compute_dtype, self.nested
+        )
         return out.to(inp_dtype)
 
 

@@ -116,6 +116,11 @@ TARGETS = (
         "fake_model._Matmul4bit (transient dequantized weight in backward)",
     ),
     Target(
+        "bitsandbytes.functional:dequantize_4bit",
+        "bitsandbytes",
+        "fake_model._Matmul4bit backward (with nested quant, one fp32 absmax beside the dequantized weight)",
+    ),
+    Target(
         "bitsandbytes.backends.cuda.ops:_gemm_4bit_kernel_impl",
         "bitsandbytes",
         "fake_model._Matmul4bit (the fused kernel: the output only)",

@@ -47,6 +47,22 @@ def test_forward_at_the_down_projection_holds_the_product_its_cast_and_the_weigh
     assert act.bnb_4bit_forward_transient(RunConfig(model="7B", use_peft=True), Q7, tokens) == 0
 
 
+def test_nested_quant_adds_the_fp32_absmax_bitsandbytes_dequantizes():
+    # 3584 x 18944 / 64 = 1,060,864 blocks: one fp32 copy is 4,243,456 bytes
+    copy = 4_243_456
+    nested = _cfg("bfloat16", use_bnb_nested_quant=True)
+    # the forward's fallback keeps the dequantized absmax and its sum with the offset: two copies
+    assert act.dequantized_weight_transient(nested, Q7) == H * INTER * 2 + 2 * copy
+    # backward's dequantize_4bit adds the offset in place: one copy
+    assert act.dequantized_weight_transient(nested, Q7, backward=True) == H * INTER * 2 + copy
+    # an fp32 load under bf16 autocast: the absmax is freed before backward's bf16 cast, the larger of the two
+    n32 = _cfg("float32", use_bnb_nested_quant=True)
+    assert act.dequantized_weight_transient(n32, Q7) == H * INTER * 6 + 2 * copy
+    assert act.dequantized_weight_transient(n32, Q7, backward=True) == H * INTER * 6
+    # without nested quant the absmax is used as stored
+    assert act.dequantized_weight_transient(_cfg("bfloat16"), Q7, backward=True) == H * INTER * 2
+
+
 def test_recompute_holds_the_product_gradient_only_when_down_proj_is_not_wrapped():
     tokens = 4096
     gc = _cfg("float32", gradient_checkpointing=True)

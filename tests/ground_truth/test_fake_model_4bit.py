@@ -7,6 +7,8 @@ allocates the same output-shaped tensors on both."""
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -147,3 +149,69 @@ def test_under_the_tracer_patches_peft_sees_autocast_as_on_a_gpu():
         ("mul", torch.bfloat16),
         ("add", torch.float32),
     ]
+
+
+BLOCKS = OUT * IN // 64  # the nested absmax, dequantized: one fp32 element per 4-bit block
+
+
+class _AbsmaxCopies(TorchDispatchMode):
+    """Every new fp32 tensor of BLOCKS elements (in-place ops left out), and how many of them are still referenced
+    when a matmul runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list = []
+        self.live_at_matmul: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in ("mm", "addmm", "matmul", "linear", "bmm"):
+            self.live_at_matmul.append(sum(r() is not None for r in self.made))
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and not name.endswith("_") and out.dtype == torch.float32:
+            if tuple(out.shape) == (BLOCKS,):
+                self.made.append(weakref.ref(out))
+        return out
+
+
+def _nested_layer(real: bool):
+    bnb = pytest.importorskip("bitsandbytes")
+    from sweeps.trace import fake_model
+
+    torch.manual_seed(0)
+    base = torch.nn.Linear(IN, OUT, bias=False, dtype=torch.bfloat16)
+    if not real:
+        return fake_model.bnb_subclass()(base, torch.bfloat16, nested=True)
+    layer = bnb.nn.Linear4bit(IN, OUT, bias=False, compute_dtype=torch.bfloat16, compress_statistics=True)
+    layer.weight = bnb.nn.Params4bit(
+        base.weight.data.clone(), requires_grad=False, quant_type="nf4", compress_statistics=True
+    )
+    layer = layer.to("cpu")  # quantizes, with the absmax itself quantized (nested)
+    assert layer.weight.quant_state.nested
+    return layer
+
+
+def _backward_absmax_copies(layer) -> int:
+    x = torch.randn(ROWS, IN, dtype=torch.bfloat16, requires_grad=True)
+    y = layer(x)
+    rec = _AbsmaxCopies()
+    with rec:
+        y.float().sum().backward()
+    return len(rec.made)
+
+
+def test_nested_quant_backward_dequantizes_one_absmax_like_bitsandbytes():
+    # bitsandbytes' own backward on CPU runs the device-independent `F.dequantize_4bit`: one fp32 absmax
+    expected = _backward_absmax_copies(_nested_layer(real=True))
+    assert expected == 1
+    assert _backward_absmax_copies(_nested_layer(real=False)) == expected
+
+
+def test_nested_quant_forward_fallback_holds_two_absmax_copies_at_the_matmul():
+    # CUDA's `_dequant_linear_fallback` (read, not runnable here): `absmax_dq` and `absmax_dq + absmax_offset`, both
+    # referenced until F.linear returns; ROWS > 1536 takes that path on every card
+    layer = _nested_layer(real=False)
+    rec = _AbsmaxCopies()
+    with torch.no_grad(), rec:
+        layer(torch.randn(ROWS, IN, dtype=torch.bfloat16))
+    assert len(rec.made) == 2 and rec.live_at_matmul == [2]
