@@ -17,7 +17,8 @@ generation-regime model is fitted on those of its regime, with the kept streams)
 (scored once). The step model is fitted on the kept streams only; `--report` prints the errors on each split apart.
 Every command resumes: a config whose row exists is skipped. `--retrace FIELD` traces again, in place, the kept
 streams and sampled rows whose config has FIELD true (after the tracer's emulation of that setting changed), each
-under its own steps, seed, draw, split and variant; the rows say so (`retraced`: TAG). Refit with `--table` after.
+under its own steps, seed, draw, split and variant; the rows say so (`retraced`: TAG) and a rerun with the same
+TAG resumes. Refit with `--table` after.
 """
 
 from __future__ import annotations
@@ -163,45 +164,48 @@ def sample(
     return rows
 
 
-def retrace(out: Path, field: str, tag: str) -> int:
+def retrace(out: Path, field: str, tag: str) -> tuple[int, int]:
     """Trace again, in place, every kept stream (`index.jsonl` and its `.txt.gz`) and sampled row whose config
-    has `field` true; returns how many. A sampled row keeps its seed, draw, split and variant; each row gets
-    `retraced: tag`. The table is not refitted here (`--table`)."""
+    has `field` true; returns (retraced, not traced). A sampled row keeps its seed, draw, split and variant; each
+    row gets `retraced: tag`, and a rerun with the same tag skips it (resumes). A row the tracer cannot run is
+    named on one line and kept as it was. The table is not refitted here (`--table`)."""
     from sweeps.trace import step
 
-    n = 0
-    index = out / "index.jsonl"
-    for old in records.read_index(index)[0]:
-        if old["config"].get(field) is not True:
-            continue
-        cfg = RunConfig.from_dict(old["config"])
-        res = step.run(cfg, fake=True, steps=old["steps"])
-        dump_stream(res.events, out / old["stream"])  # written to a temp file and replaced
-        new = old | {
-            "events": len(res.events),
-            "traced_peak_bytes": res.observed["peak_bytes"],
-            "simulated": simulate_variants(res.events),
-            "retraced": tag,
-            "written_at": records.utc_now(),
-        }
-        records.replace_row(index, new)
-        n += 1
-        _say_retraced(old, new)
-    path = out / SAMPLED
-    for old in records.read_index(path)[0]:
-        if old["config"].get(field) is not True:
-            continue
-        cfg = RunConfig.from_dict(old["config"])
-        var = old.get("variant") or {}
-        res = step.run(
-            cfg, fake=True, steps=old["steps"], decode_k=var.get("k", 2), max_micro=var.get("max_micro")
-        )
-        kept = {k: old[k] for k in ("seed", "draw", "split", "variant", "drawn") if k in old}
-        new = simulation_row(cfg, res.events, old["steps"]) | kept | {"retraced": tag}
-        records.replace_row(path, new)
-        n += 1
-        _say_retraced(old, new)
-    return n
+    done = failed = 0
+    for name in ("index.jsonl", SAMPLED):
+        path = out / name
+        for old in records.read_index(path)[0]:
+            if old["config"].get(field) is not True or old.get("retraced") == tag:
+                continue
+            cfg = RunConfig.from_dict(old["config"])
+            var = old.get("variant") or {}
+            try:
+                res = step.run(
+                    cfg,
+                    fake=True,
+                    steps=old["steps"],
+                    decode_k=var.get("k", 2),
+                    max_micro=var.get("max_micro"),
+                )
+            except Exception as e:  # noqa: BLE001 - one row the tracer cannot run must not stop the others
+                print(f"{old['key']}: not traced: {type(e).__name__}: {shown(str(e))}", flush=True)
+                failed += 1
+                continue
+            if "stream" in old:  # a kept stream: the events themselves, then its index row
+                dump_stream(res.events, out / old["stream"])  # written to a temp file and replaced
+                new = old | {
+                    "events": len(res.events),
+                    "traced_peak_bytes": res.observed["peak_bytes"],
+                    "simulated": simulate_variants(res.events),
+                }
+            else:
+                kept = {k: old[k] for k in ("seed", "draw", "split", "variant", "drawn") if k in old}
+                new = simulation_row(cfg, res.events, old["steps"]) | kept
+            new = new | {"retraced": tag, "written_at": records.utc_now()}
+            records.replace_row(path, new)
+            done += 1
+            _say_retraced(old, new)
+    return done, failed
 
 
 def _say_retraced(old: dict, new: dict) -> None:
@@ -498,8 +502,9 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(
                 f"--retrace {shown(a.retrace)}: not a setting (accepted: a RunConfig field, e.g. load_in_4bit)"
             )
-        print(f"{retrace(a.out, a.retrace, a.tag)} rows retraced")
-        return 0
+        done, failed = retrace(a.out, a.retrace, a.tag)
+        print(f"{done} rows retraced, {failed} not traced (kept as they were)")
+        return 1 if failed else 0
     for flag, on in (
         ("--held-out", a.held_out),
         ("--tuning", a.tuning),

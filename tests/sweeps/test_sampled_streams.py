@@ -81,3 +81,62 @@ def test_generation_peaked_draws_are_the_only_ones_traced_and_say_so(tmp_path, m
     assert {r["drawn"] for r in rows} == {"generation-peaked"}
     skipped = [ln for ln in capsys.readouterr().out.splitlines() if "skipped" in ln]
     assert [ln.split(":")[0] for ln in skipped] == ["draw 3/1", "draw 3/3"] and "50 %" in skipped[0]
+
+
+def test_retrace_replaces_only_the_selected_rows_keeps_their_draw_and_resumes(tmp_path, monkeypatch, capsys):
+    from sweeps.trace import random_grid
+
+    small = [("a", 1, 2**20), ("f", 1)]  # one 1 MiB block: a 2 MiB small-pool segment
+    large = [("a", 1, 3 * 2**20), ("f", 1)]  # 3 MiB: a 20 MiB large-pool segment
+    base = streams.RunConfig(model="0.5B")
+    monkeypatch.setattr(streams, "sample_skip", lambda cfg: None)
+    monkeypatch.setattr(
+        random_grid,
+        "random_configs",
+        lambda seed, n: [base.with_(load_in_4bit=i % 2 == 1, max_prompt_length=64 + i) for i in range(n)],
+    )
+    monkeypatch.setattr(step, "run", lambda cfg, **kw: SimpleNamespace(events=small))
+    streams.sample(9, 4, tmp_path, "held-out")
+    kept = base.with_(load_in_4bit=True)
+    records.append_row(
+        tmp_path / "index.jsonl",
+        {
+            "key": "k4",
+            "stream": "k4.txt.gz",
+            "steps": 3,
+            "config": kept.to_dict(),
+            "events": 2,
+            "simulated": streams.simulate_variants(small),
+        },
+    )
+
+    traced = []
+
+    def now_larger(cfg, **kw):
+        traced.append(cfg)
+        if len(traced) == 3:
+            raise RuntimeError("out of\ntime")
+        return SimpleNamespace(events=large, observed={"peak_bytes": 3 * 2**20})
+
+    monkeypatch.setattr(step, "run", now_larger)
+    assert streams.main(["--retrace", "load_in_4bit", "--tag", "t1", "--out", str(tmp_path)]) == 1
+    assert "k4: not traced" not in capsys.readouterr().out
+    rows = {r["draw"]: r for r in records.read_index(tmp_path / streams.SAMPLED)[0]}
+    reserved = {d: r["simulated"]["default"]["peak_reserved"] for d, r in rows.items()}
+    # draws 1 and 3 are the 4-bit ones; the third trace (draw 3) failed and its row is as it was
+    assert reserved == {0: 2 * 2**20, 1: 20 * 2**20, 2: 2 * 2**20, 3: 2 * 2**20}
+    assert (rows[1]["seed"], rows[1]["split"], rows[1]["retraced"]) == (9, "held-out", "t1")
+    (index_row,) = records.read_index(tmp_path / "index.jsonl")[0]
+    assert index_row["retraced"] == "t1" and index_row["traced_peak_bytes"] == 3 * 2**20
+    assert (tmp_path / "k4.txt.gz").exists()
+
+    traced.clear()
+    assert streams.main(["--retrace", "load_in_4bit", "--tag", "t1", "--out", str(tmp_path)]) == 0
+    assert len(traced) == 1  # resumes: only the row that failed
+    try:
+        streams.main(["--retrace", "load_in_5bit", "--out", str(tmp_path)])
+    except SystemExit as e:
+        assert e.code == 2
+    else:
+        raise AssertionError("an unknown setting was accepted")
+    assert "load_in_5bit" in capsys.readouterr().err
