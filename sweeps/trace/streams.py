@@ -175,7 +175,7 @@ def retrace(out: Path, field: str, tag: str) -> tuple[int, int]:
     for name in ("index.jsonl", SAMPLED):
         path = out / name
         for old in records.read_index(path)[0]:
-            if old["config"].get(field) is not True or old.get("retraced") == tag:
+            if old["config"].get(field) is not True or _retraced(path, old["key"], tag):
                 continue
             cfg = RunConfig.from_dict(old["config"])
             var = old.get("variant") or {}
@@ -206,6 +206,12 @@ def retrace(out: Path, field: str, tag: str) -> tuple[int, int]:
             done += 1
             _say_retraced(old, new)
     return done, failed
+
+
+def _retraced(path: Path, key: str, tag: str) -> bool:
+    """Whether the row `key` in `path` is, as the file is now, already retraced under `tag` (by this run's earlier
+    pass or by another run beside it)."""
+    return any(r.get("key") == key and r.get("retraced") == tag for r in records.read_index(path)[0])
 
 
 def _say_retraced(old: dict, new: dict) -> None:
