@@ -2,7 +2,7 @@
 
     python -m sweeps.trace.streams [--grid core] [--index 0 2 4] [--steps 3] [--out results/streams]
     python -m sweeps.trace.streams --sample SEED N [--tuning | --held-out]
-    python -m sweeps.trace.streams --table | --report
+    python -m sweeps.trace.streams --table | --report [--refit]
     python -m sweeps.trace.streams --retrace load_in_4bit --tag TAG
 
 Per picked config: `<key>.txt.gz` (the event stream, `estimator.hardware.allocator.dump_stream` format) and one
@@ -14,7 +14,8 @@ Streams are kept for a handful of representative configs (repo size).
 machine cannot trace in a few minutes are left out, `sample_skip`) and keeps only their simulations, one row each
 in `sampled.jsonl`, split "validation" (read while the fallback is changed), with `--tuning` "tuning" (the
 generation-regime model is fitted on those of its regime, with the kept streams) or, with `--held-out`, "held-out"
-(scored once). The step model is fitted on the kept streams only; `--report` prints the errors on each split apart.
+(scored once). The step model is fitted on the kept streams only; `--report` prints the errors of the table the
+estimator ships on each split apart (`--refit`: of a fit made anew, not written; `--table` writes it).
 Every command resumes: a config whose row exists is skipped. `--retrace FIELD` traces again, in place, the kept
 streams and sampled rows whose config has FIELD true (after the tracer's emulation of that setting changed), each
 under its own steps, seed, draw, split and variant; the rows say so (`retraced`: TAG) and a rerun with the same
@@ -480,7 +481,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--table", action="store_true", help=f"write {allocator_term.TABLE.name} from the streams"
     )
-    ap.add_argument("--report", action="store_true", help="print simulated fragmentation and the fit's error")
+    ap.add_argument(
+        "--report",
+        action="store_true",
+        help=f"print the fragmentation and the errors of the estimator's {allocator_term.TABLE.name} as it is",
+    )
+    ap.add_argument(
+        "--refit",
+        action="store_true",
+        help="with --report: fit anew from the streams, without writing the table",
+    )
     ap.add_argument(
         "--sample",
         type=int,
@@ -526,8 +536,10 @@ def main(argv: list[str] | None = None) -> int:
         split = "held-out" if a.held_out else "tuning" if a.tuning else "validation"
         sample(seed, n, a.out, split, a.generation_peaked)
         return 0
+    if a.refit and not a.report:
+        ap.error("--refit applies to --report; give --report too (--table refits and writes)")
     if a.table or a.report:
-        table = build_table(a.out)
+        table = build_table(a.out) if a.table or a.refit else json.loads(allocator_term.TABLE.read_text())
         if a.table:
             tmp = allocator_term.TABLE.with_suffix(".tmp")
             tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")

@@ -140,3 +140,30 @@ def test_retrace_replaces_only_the_selected_rows_keeps_their_draw_and_resumes(tm
     else:
         raise AssertionError("an unknown setting was accepted")
     assert "load_in_5bit" in capsys.readouterr().err
+
+
+def test_report_scores_the_shipped_table_and_refits_only_when_asked(tmp_path, monkeypatch, capsys):
+    import json
+
+    from estimator.terms import allocator_reserve
+
+    shipped = json.loads(allocator_reserve.TABLE.read_text())
+    fits = []
+    monkeypatch.setattr(streams, "build_table", lambda out: fits.append(out) or shipped)
+    assert streams.main(["--report", "--out", str(tmp_path)]) == 0
+    assert fits == []  # the table the estimator reads, as it is
+    first = capsys.readouterr().out.splitlines()[0]
+    pct = 100 * min(
+        (s["variants"]["default"]["fragmentation"] / s["variants"]["default"]["peak_allocated"])
+        for s in shipped["streams"]
+    )
+    assert first.startswith("default") and f"min {pct:.1f}%" in first
+    assert streams.main(["--report", "--refit", "--out", str(tmp_path)]) == 0
+    assert fits == [tmp_path]
+    try:
+        streams.main(["--refit", "--out", str(tmp_path)])
+    except SystemExit as e:
+        assert e.code == 2
+    else:
+        raise AssertionError("--refit without --report was accepted")
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
