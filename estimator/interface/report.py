@@ -369,7 +369,11 @@ def to_json(
 SCHEMA_VERSION = "1.0"  # of the JSON answer: docs/estimate.schema.json, documented in docs/json-output.md
 WIDTH = 80
 TOP_COMPONENTS = 4  # tensor components shown by name at the peak; the rest are summed as "other tensors"
-COMPONENT_LABELS = {"vllm": "vLLM's share (colocated)", "roles": "other models (roles)"}
+COMPONENT_LABELS = {
+    "vllm": "vLLM's share (colocated)",
+    "roles": "other models (roles)",
+    "ddp_gradient_buckets": "DDP gradient buckets",
+}
 _REFERENCE = re.compile(r"\s*\([^()]*(?:#\d|\bPR\b|\.py\b|\.jsonl?\b|\.txt\b)[^()]*\)")
 
 

@@ -18,12 +18,13 @@ from estimator.terms import logprob_head as head
 from estimator.terms import moe_lora, release, vllm, weights
 from estimator.terms import optimizer as opt
 from estimator.terms.phase_names import GENERATE, OPTIMIZER, SCORE, TRAIN
-from estimator.terms.sharding import gathered_weights, shard
+from estimator.terms.sharding import ddp_gradient_buckets, gathered_weights, shard
 from estimator.units import nbytes
 
 
 def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
-    """Memory held through the whole step: weights, reference copy, adapters, optimizer state, vLLM's reservation."""
+    """Memory held through the whole step: weights, reference copy, adapters, optimizer state, DDP's gradient
+    buckets, vLLM's reservation."""
     held = {
         "weights": weights.policy_weights(cfg, arch),
         "reference_weights": weights.reference_weights(cfg, arch),
@@ -32,6 +33,7 @@ def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         "master_weights": opt.master_weights(cfg, arch),
     }
     held = {k: shard(cfg, k, v) for k, v in held.items()}
+    held["ddp_gradient_buckets"] = ddp_gradient_buckets(cfg, opt.gradients(cfg, arch))
     # vLLM colocate: its whole budget, or what stays while it sleeps (terms/vllm.py)
     held["vllm"] = vllm.colocate_sleeping(cfg) if cfg.vllm_sleeps else vllm.colocate_footprint(cfg)
     return held

@@ -131,6 +131,18 @@ def test_sharding_divides_states_not_activations():
     assert shard(cfg.with_(sharding="zero2"), "optimizer_state", 1000) == 250
 
 
+def test_ddp_holds_one_more_copy_of_the_trainable_gradients_in_every_phase():
+    # Qwen2.5-1.5B: 1,543,714,304 parameters (estimator/catalog/SOURCES.md), fp32 by TRL's default load
+    one = estimate(RunConfig(model="Qwen/Qwen2.5-1.5B-Instruct"))
+    two = estimate(RunConfig(model="Qwen/Qwen2.5-1.5B-Instruct", num_gpus=2))
+    for phase, comps in two.phases.items():
+        assert sum(comps.values()) - sum(one.phases[phase].values()) == 1_543_714_304 * 4
+    assert two.peak_allocated_bytes - one.peak_allocated_bytes == 1_543_714_304 * 4
+    # sharded runs reduce-scatter their gradients: no DDP buckets
+    zero2 = estimate(RunConfig(model="Qwen/Qwen2.5-1.5B-Instruct", num_gpus=2, sharding="zero2"))
+    assert all("ddp_gradient_buckets" not in comps for comps in zero2.phases.values())
+
+
 def test_device_overheads_are_the_published_constants_on_cuda_and_zero_on_cpu():
     # (that the allocated peak is the traced peak phase's total is checked against every traced row in
     # test_estimator_vs_traces.py)
