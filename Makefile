@@ -26,7 +26,7 @@ SMOKE_DIR ?= results/raw/scratch
 
 LEGACY_TRL ?= 0.14 0.17 0.19 0.23
 
-.PHONY: lease-wheels lease-unpack install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate gpu-mincard gpu-zero zero-cpu trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams gpu-streams validate heldout band lock upstream-check hostile
+.PHONY: lease-wheels lease-unpack install estimate web test lint format sweep sweep-smoke sweep-legacy gpu-validate gpu-mincard gpu-zero gpu-ddp ddp-cpu zero-cpu trace trace-multigpu accuracy tables fit-overheads bench examples clean wheelhouse allocator-check allocator-streams gpu-streams validate heldout band lock upstream-check hostile
 
 install: $(HARNESS_STAMP)
 
@@ -186,6 +186,19 @@ gpu-mincard: install
 	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 $(PY) -m sweeps.mincard.cli --rows $(MINCARD_ROWS) \
 	  $(if $(MINCARD_BUDGET_S),--budget-s $(MINCARD_BUDGET_S)) $(MINCARD_ARGS)
 	$(PY) -m sweeps.report.mincard --markdown results/MINCARD.md --lineup
+
+# DDP on several GPUs of one machine (+experiment=ddp: each config as DDP_GPUS ranks under torch's launcher) ->
+# results/raw/ddp.jsonl, then the estimator against it. Needs DDP_GPUS GPUs; the lent machines here have one.
+DDP_GPUS ?= 2
+gpu-ddp: install
+	HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-sweep --multirun +experiment=ddp trainer.num_gpus=$(DDP_GPUS) $(SWEEP_ARGS)
+	.venv/bin/grpo-vram-accuracy results/raw/ddp.jsonl
+
+# The same several-process path on CPU: 2 DDP ranks over gloo, in-code models (~2 min on 2 cores) ->
+# results/raw/ddp-cpu.jsonl (measured-cpu; a rerun resumes).
+ddp-cpu: install
+	HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 .venv/bin/grpo-vram-sweep --multirun +experiment=ddp-cpu $(SWEEP_ARGS)
+	.venv/bin/grpo-vram-accuracy results/raw/ddp-cpu.jsonl
 
 # DeepSpeed ZeRO-2/3 with CPU offload on one GPU (+experiment=zero-offload, ~11 min on one H100, estimated) ->
 # results/raw/zero-offload.jsonl. Needs deepspeed (and hjson, pydantic); its CPU Adam op is JIT-built first

@@ -97,7 +97,7 @@ def settings_line(est: Estimate) -> str:
         sharding = {"none": "DDP", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}.get(
             c.sharding, c.sharding
         )
-        parts.append(f"{c.num_gpus} GPUs {sharding}")
+        parts.append(f"{c.num_gpus} {'processes' if c.device == 'cpu' else 'GPUs'} {sharding}")
     return "settings: " + ", ".join(parts)
 
 
@@ -442,6 +442,11 @@ def _is_short(f: Fit, article: str = "") -> str:
 def verdict(est: Estimate, fits: list[Fit], target: Fit | None, reference: Fit | None) -> str:
     """The first line(s) of the short answer: what one GPU must hold and where that fits."""
     c = est.config
+    if c.device == "cpu" and c.num_gpus > 1:
+        return (
+            f"Needs {_g1(est.need_bytes)} GiB of host RAM per process, {_g1(c.num_gpus * est.need_bytes)} GiB for "
+            f"{c.num_gpus} DDP processes (device cpu: TRL's use_cpu, gloo, no GPU)."
+        )
     if c.device == "cpu":
         return f"Needs {_g1(est.need_bytes)} GiB of host RAM (device cpu: TRL's use_cpu, no GPU)."
     head = f"Needs {_g1(est.fit_bytes)} GiB per GPU"
@@ -482,7 +487,7 @@ def run_line(est: Estimate) -> str:
         sharding = {"none": "DDP", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}.get(
             c.sharding, c.sharding
         )
-        parts.append(f"{c.num_gpus} GPUs {sharding}")
+        parts.append(f"{c.num_gpus} {'processes' if c.device == 'cpu' else 'GPUs'} {sharding}")
     if c.use_vllm:
         parts.append(f"vLLM {c.vllm_mode} {c.vllm_gpu_memory_utilization}")
     return ", ".join(parts)

@@ -101,8 +101,10 @@ def check_combination(cfg: RunConfig, arch: Arch | None) -> None:
     check_roles(cfg)
     if cfg.device == "cpu" and cfg.use_vllm:  # bitsandbytes 4-bit runs on CPU (the sweep measures it)
         raise InvalidConfig("--device cpu cannot run --use-vllm (vLLM needs CUDA); drop --use-vllm")
-    if cfg.device == "cpu" and (cfg.num_gpus != 1 or cfg.sharding != "none"):
-        raise InvalidConfig("--device cpu is a single process: drop --gpus / --zero / --fsdp")
+    if cfg.device == "cpu" and cfg.sharding != "none":  # --gpus N on CPU: N DDP processes over gloo
+        raise InvalidConfig(
+            "--device cpu shards nothing (its processes run DDP over gloo): drop --zero / --fsdp"
+        )
     problem = offload_problem(cfg)
     if problem:
         raise InvalidConfig(problem)

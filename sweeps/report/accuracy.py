@@ -37,6 +37,8 @@ SETS = {  # set name -> (source, sweep), reported on its own line as well
     # there, so the live tensors count the offloaded master weights, gradients and Adam states that a GPU run
     # keeps in host RAM; a check that the path runs, not a like-for-like error of the GPU estimate
     "zero-offload on CPU": ("measured-cpu", "zero-cpu"),
+    # DDP over 2 gloo ranks on CPU (sweeps/runner/ranks.py): the largest rank's tensors, DDP's buckets among them
+    "DDP, 2 ranks on CPU": ("measured-cpu", "ddp-cpu"),
 }
 # sets compared only on their own line: the padded runs are estimated at the maximum lengths on purpose (an upper
 # bound of natural-length batches) and the ZeRO rehearsal counts host state as device memory, so neither is a

@@ -6,7 +6,7 @@
 Run it with the interpreter of the venv to check (`make upstream-check` builds .venvs/upstream with the newest
 releases pyproject.toml allows, or UPSTREAM_PINS). In that interpreter it runs pytest on the tracer's
 upstream-source guard (`GUARD`) and on the ground-truth tests (`GROUND_TRUTH`: tests that run real transformers,
-peft, bitsandbytes or torch modules and compare what they allocate or build with the estimator's terms or the
+peft, bitsandbytes, accelerate or torch modules and compare what they allocate or build with the estimator's terms or the
 tracer's emulation), then reports
 
 - each upstream package's installed version beside the lock's;

@@ -95,6 +95,24 @@ def _check_settings(settings: dict) -> None:
             raise BadInput(f"{where}={settings[f.name]!r}: {problem}")
 
 
+def _check_processes(settings: dict) -> None:
+    """Several GPUs run as DDP ranks only: FSDP and ZeRO over several GPUs are traced on rank 0
+    (`make trace-multigpu`), vLLM beside DDP ranks is not run."""
+    n = settings.get("num_gpus", 1)
+    if n == 1:
+        return
+    sharding = settings.get("sharding", "none")
+    if sharding != "none":
+        raise BadInput(
+            f"trainer.num_gpus={n} with trainer.sharding={sharding}: the runner measures several GPUs as DDP "
+            "ranks only (trainer.sharding=none); FSDP and ZeRO over several GPUs are traced (make trace-multigpu)"
+        )
+    if settings.get("use_vllm"):
+        raise BadInput(
+            f"trainer.num_gpus={n} with trainer.use_vllm=true: accepted with trainer.num_gpus=1 only"
+        )
+
+
 def _positive_int(value, what: str, minimum: int = 1) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise BadInput(f"{what}={value!r}: accepted values are integers >= {minimum}")
@@ -224,9 +242,10 @@ def to_job(cfg: DictConfig) -> Job:
     settings["model"] = str(c["model"]["name"])
     settings["device"] = c["device"]["type"]
     _check_settings(settings)
-    # what one TRL 1.16 process can run: the chunked head, one GPU, DeepSpeed ZeRO on it, vLLM only on CUDA
+    # what the runner can run with TRL 1.16: the chunked head; DeepSpeed ZeRO on one GPU; several GPUs as DDP
+    # processes under torch's launcher (sweeps/runner/ranks.py); vLLM only on CUDA
     _check(settings.get("logprob_head", "chunked"), ("chunked",), "trainer.logprob_head")
-    _check(settings.get("num_gpus", 1), (1,), "trainer.num_gpus")
+    _check_processes(settings)
     problem = deepspeed_config.problem(settings)
     if problem:
         raise BadInput(problem)
@@ -272,8 +291,18 @@ def to_job(cfg: DictConfig) -> Job:
     probes = list(c["probe"]["names"])
     for p in probes:
         _check(p, ("tensors", "torch_cuda", "nvml", "host", "history"), "probe")
+    if "history" in probes and config.num_gpus > 1:
+        raise BadInput(
+            f"probe history with trainer.num_gpus={config.num_gpus}: the allocator history is recorded "
+            "on one GPU only; accepted with trainer.num_gpus=1"
+        )
     probe_options = _probe_options(c["probe"])
     s = _sweep_settings(c["sweep"])
+    if s["gpus"] and len(s["gpus"]) < config.num_gpus:
+        raise BadInput(
+            f"sweep.gpus={s['gpus']}: trainer.num_gpus={config.num_gpus} needs as many; list at least "
+            f"{config.num_gpus} GPUs"
+        )
     return Job(
         config=config,
         variant=variant,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from estimator.units import MIB
 from sweeps import records
-from sweeps.runner import tiny
+from sweeps.runner import ranks, tiny
 from sweeps.runner.job import BadInput, Job
 
 log = logging.getLogger(__name__)
@@ -82,20 +82,33 @@ def runtime_dir() -> Path:
 
 
 @contextlib.contextmanager
-def claim_gpu(gpus: list[int] | None):
-    """Hold an exclusive lock on one free GPU of `gpus` (waits if all are taken); None = leave devices alone."""
+def claim_gpus(gpus: list[int] | None, count: int = 1):
+    """Hold exclusive locks on `count` free GPUs of `gpus` (waits until that many are free at once); yields their
+    ids, or None = leave devices alone."""
     if not gpus:
         yield None
         return
+    if count > len(gpus):
+        raise BadInput(f"a run on {count} GPUs: sweep.gpus lists {len(gpus)}; list at least {count}")
     lock_dir = runtime_dir()
     while True:
-        for g in gpus:
-            with records.file_lock(lock_dir / f"gpu-{g}.lock", blocking=False) as fd:
-                if fd is None:
-                    continue
-                yield g
-                return
+        with contextlib.ExitStack() as held:
+            got = []
+            for g in gpus:
+                fd = held.enter_context(records.file_lock(lock_dir / f"gpu-{g}.lock", blocking=False))
+                if fd is not None:
+                    got.append(g)
+                if len(got) == count:
+                    yield tuple(got)
+                    return
         time.sleep(1.0)
+
+
+@contextlib.contextmanager
+def claim_gpu(gpus: list[int] | None):
+    """Hold an exclusive lock on one free GPU of `gpus` (waits if all are taken); None = leave devices alone."""
+    with claim_gpus(gpus, 1) as got:
+        yield None if got is None else got[0]
 
 
 def _output_dir() -> Path | None:
@@ -132,11 +145,12 @@ def run_child(
     spec: dict,
     timeout_s: float,
     log_path: Path,
-    gpu: int | None = None,
+    gpu: int | tuple[int, ...] | None = None,
     pass_fds: tuple[int, ...] = (),
     module: str = "sweeps.runner.run_one",
 ) -> dict:
-    """Run `python -m sweeps.runner.run_one` (or another child `module` taking the same spec) on `spec`; the
+    """Run `python -m sweeps.runner.run_one` (or another child `module` taking the same spec) on `spec`, under
+    torch's launcher when the config runs on several GPUs (`sweeps.runner.ranks`, one result from its ranks'); the
     child's result, or an error dict for a crash/kill/timeout."""
     workdir = Path(spec["workdir"])
     workdir.mkdir(parents=True, exist_ok=True)
@@ -145,13 +159,15 @@ def run_child(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    spec = {**spec, "parent_pid": os.getpid()}
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu)) if isinstance(gpu, tuple) else str(gpu)
+    nproc = int(spec["config"].get("num_gpus", 1))
+    # the ranks' parent is torch's launcher, which the sweep's death signal reaches and which ends its ranks
+    spec = {**spec, "parent_pid": os.getpid() if nproc == 1 else None}
     spec_path.write_text(json.dumps(spec))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", module, str(spec_path)],
+            ranks.launch_argv(module, spec_path, nproc),
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -173,6 +189,10 @@ def run_child(
                 proc.wait(timeout=10)  # gone before its work dir is removed
             raise
     result_path = Path(spec["result_path"])
+    if nproc > 1:
+        found = {r: _read_result(p) for r, p in ranks.rank_results(result_path).items()}
+        if found:
+            return ranks.merge({r: x for r, x in found.items() if x is not None}, nproc)
     if result_path.exists():
         try:
             return json.loads(result_path.read_text())
@@ -183,6 +203,13 @@ def run_child(
         hint = " (host out of memory?)" if name == "SIGKILL" else ""
         return {"status": "error", "error": f"run killed by {name}{hint}; log: {log_path}"}
     return {"status": "error", "error": f"run exited with code {code} without a result; log: {log_path}"}
+
+
+def _read_result(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 def make_row(job: Job, result: dict) -> dict:
@@ -329,7 +356,7 @@ def _run_in(job: Job, lock_fd: int, workdir: Path) -> dict:
     }
     t0 = time.perf_counter()
     try:
-        with claim_gpu(job.gpus) as gpu:
+        with claim_gpus(job.gpus, job.config.num_gpus) as gpu:
             result = run_child(spec, job.timeout_s, out_dir / "run.log", gpu, pass_fds=(lock_fd,))
     except Exception as exc:  # the row is written whatever happens
         result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]}

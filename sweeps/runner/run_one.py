@@ -1,6 +1,7 @@
 """One GRPO run in its own process: `python -m sweeps.runner.run_one <spec.json>` writes a result JSON.
 
-The spec is {"config": RunConfig dict, "variant": {...}, "probes": [...], "result_path": str, "workdir": str,
+Under torch's launcher (a config on several GPUs) every rank runs this and writes its own result
+(`sweeps/runner/ranks.py`). The spec is {"config": RunConfig dict, "variant": {...}, "probes": [...], "result_path": str, "workdir": str,
 "inject_failure": null|"raise"|"oom"|"kill"|"hang", "memory_limit_bytes": null|int,
 "simulated_need_bytes": null|int (test double)}. The result holds status/error, model, observed, step_seconds,
 lengths, versions and device, and `memory_limit` when the spec set one (`runner/memory_limit.py`); the sweep app
@@ -302,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     arg = argv[0]
     spec = json.loads(arg) if arg.lstrip().startswith("{") else json.loads(Path(arg).read_text())
     die_with_parent(spec)
+    from sweeps.runner import ranks
+
+    ranks.narrow_to_local_rank(os.environ, spec["config"].get("device", "cuda"))  # before torch is imported
     _set_offline_env(spec["config"].get("device", "cuda"))
     from sweeps.runner.deepspeed_config import prepare_process
 
@@ -320,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
 
             device = spec["config"].get("device", "cuda")
             result["memory_limit"] = {"limit_bytes": spec["memory_limit_bytes"], **peaks_at_failure(device)}
-    write_json(spec["result_path"], result)
+    write_json(ranks.result_path(spec["result_path"]), result)  # one file per rank under torch's launcher
     return 0
 
 

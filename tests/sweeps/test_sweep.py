@@ -255,3 +255,30 @@ def test_a_setting_the_runner_cannot_apply_is_refused_not_silently_dropped():
     with pytest.raises(BadInput, match="trainer.offload_optimizer=True"):
         to_job(_compose("trainer.offload_optimizer=true"))
     assert to_job(_compose("trainer.torch_empty_cache_steps=2")).config.torch_empty_cache_steps == 2
+
+
+@pytest.mark.slow
+def test_ddp_ranks_run_under_torchs_launcher_and_hold_one_more_copy_of_the_gradients(tmp_path):
+    """Two gloo ranks on CPU against one process, the same config: every phase of each rank holds the trainable
+    parameters' fp32 gradients once more (DDP's buckets), measured, not estimated."""
+    args = ("model=tiny-2M", "method=full", "trainer.dtype=float32", "probe=tensors", "run.weights=random")
+    for n in (1, 2):
+        (tmp_path / f"n{n}").mkdir()
+        proc = _sweep(tmp_path / f"n{n}", *args, f"trainer.num_gpus={n}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    one, two = (records.load_rows(tmp_path / f"n{n}" / "res" / "t.jsonl")[0] for n in (1, 2))
+    assert (one["status"], two["status"]) == ("ok", "ok")
+    assert [r["rank"] for r in two["observed"]["ranks"]] == [0, 1]
+    buckets = two["model"]["trainable_params"] * 4
+    for phase, b in one["observed"]["phases"].items():
+        assert 0 <= two["observed"]["phases"][phase] - b - buckets < 4096  # + DDP's few small index tensors
+
+
+def test_several_gpus_run_as_ddp_ranks_only():
+    with pytest.raises(BadInput, match="trainer.num_gpus=2 with trainer.sharding=fsdp"):
+        to_job(_compose("trainer.num_gpus=2", "trainer.sharding=fsdp"))
+    with pytest.raises(BadInput, match=r"sweep.gpus=\[0\]: trainer.num_gpus=2"):
+        to_job(_compose("trainer.num_gpus=2", "sweep.gpus=[0]"))
+    with pytest.raises(BadInput, match="probe history with trainer.num_gpus=2"):
+        to_job(_compose("trainer.num_gpus=2", "probe=history"))
+    assert to_job(_compose("trainer.num_gpus=2")).config.num_gpus == 2

@@ -170,7 +170,7 @@ def test_main_on_a_junit_file_exits_1_and_writes_the_markdown(tmp_path, capsys):
 
 def test_every_listed_test_runs_upstream_code_and_the_left_out_one_does_not():
     upstream = re.compile(
-        r"^\s*(import|from) (transformers|peft|bitsandbytes)\b|importorskip\(\"(transformers|peft|bitsandbytes)",
+        r"^\s*(import|from) (transformers|peft|bitsandbytes|accelerate)\b|importorskip\(\"(transformers|peft|bitsandbytes)",
         re.M,
     )
     assert (REPO / uc.GUARD).is_file()
