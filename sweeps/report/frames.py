@@ -433,7 +433,8 @@ def summarize_config(config: dict) -> str:
     if config.get("device") == "cpu":
         parts.append("cpu")
     if (config.get("num_gpus") or 1) > 1:
-        parts.append(f"{config['num_gpus']}x{config.get('sharding')}")
+        sharding = config.get("sharding") or "none"
+        parts.append(f"{config['num_gpus']}x{'ddp' if sharding == 'none' else sharding}")
         if config.get("fsdp_sharding_strategy"):
             parts.append(str(config["fsdp_sharding_strategy"]))
     return " ".join(parts)
