@@ -294,6 +294,48 @@ def _shorter_completions(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     ]
 
 
+SAME_GPUS_SHARDING = (  # (sharding, flag, cost rank, what it costs), tried in this order on a DDP run's GPUs
+    (
+        "fsdp",
+        "--fsdp",
+        2,
+        "FSDP2 over the same {n} GPUs: weights, gradients and AdamW state divided, DDP's buckets gone; "
+        "each layer is all-gathered in forward and backward",
+    ),
+    (
+        "zero2",
+        "--zero 2",
+        2,
+        "DeepSpeed ZeRO-2 over the same {n} GPUs: gradients and AdamW state divided, DDP's buckets gone "
+        "(pip install deepspeed)",
+    ),
+    (
+        "zero3",
+        "--zero 3",
+        3,
+        "DeepSpeed ZeRO-3 over the same {n} GPUs: weights too, gathered for generation and every layer",
+    ),
+)
+
+
+def _shard_same_gpus(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """A DDP run (several GPUs, no sharding) sharded over the GPUs it already has: the first of
+    `SAME_GPUS_SHARDING` that fits (the first valid one without a budget). A 4-bit or pre-quantized base is offered
+    ZeRO-2 only, which leaves the weights whole: sharding packed weights is neither traced nor measured."""
+    if cfg.device != "cuda" or cfg.num_gpus < 2 or cfg.sharding != "none":
+        return []
+    quantized = cfg.load_in_4bit or _prequantized(cfg)
+    options = [
+        (c, flag, cost, why)
+        for sharding, flag, cost, why in SAME_GPUS_SHARDING
+        if (sharding == "zero2" or not quantized) and is_valid(c := cfg.with_(sharding=sharding))
+    ]
+    if not options:
+        return []
+    c, flag, cost, why = next((o for o in options if fits(o[0])), options[0]) if fits else options[0]
+    return [Change("shard", flag, cost, c, why.format(n=cfg.num_gpus))]
+
+
 def _more_gpus(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     if cfg.device != "cuda":
         return []
@@ -417,6 +459,7 @@ GENERATORS = (
     _adam8bit,
     _lora,
     _qlora,
+    _shard_same_gpus,
     _more_gpus,
     _micro_batch,
     _shorter_completions,
@@ -424,6 +467,7 @@ GENERATORS = (
 )
 CONFLICTS = (
     {"expandable", "max_split"},
+    {"shard", "gpus"},
     {"lora", "qlora"},
     {"bf16", "qlora"},
     {"vllm_share", "vllm_server"},

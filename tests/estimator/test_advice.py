@@ -33,14 +33,18 @@ def _no_band(monkeypatch):
 def toy(cfg: RunConfig, arch) -> Estimate:
     """weights P×4 (fp32) / P×2 (bf16) / P/2 (4-bit); trainable P or P/100 (LoRA, fp32); AdamW 2 states,
     8-bit AdamW 2 B/param; activations bs×L×100 (×10 without checkpointing); KV gen_seqs×L×100;
-    ZeRO-3 divides weights, grads and state by the GPU count."""
+    ZeRO-3 and FSDP divide weights, grads and state by the GPU count, ZeRO-2 grads and state; DDP (several GPUs,
+    no sharding) holds the grads once more."""
     w = P // 2 if cfg.load_in_4bit else P * (4 if cfg.dtype == "float32" else 2)
     trainable = P // 100 if cfg.use_peft else P
     tb = 4 if (cfg.use_peft or cfg.dtype == "float32") else 2
     opt = trainable * (2 if "8bit" in cfg.optim else 2 * tb)
     grads = trainable * tb
-    n = cfg.num_gpus if cfg.sharding == "zero3" else 1
+    buckets = grads if cfg.num_gpus > 1 and cfg.sharding == "none" else 0  # DDP's copy of the gradients
+    n = cfg.num_gpus if cfg.sharding in ("zero3", "fsdp") else 1
     w, opt, grads = w // n, opt // n, grads // n
+    if cfg.sharding == "zero2":
+        opt, grads = opt // cfg.num_gpus, grads // cfg.num_gpus
     seq = cfg.sequence_length
     act = cfg.per_device_train_batch_size * seq * (100 if cfg.gradient_checkpointing else 1000)
     kv = cfg.generation_sequences * seq * 100
@@ -48,6 +52,9 @@ def toy(cfg: RunConfig, arch) -> Estimate:
         "generate": {"weights": w, "optimizer_state": opt, "kv_cache": kv},
         "train": {"weights": w, "optimizer_state": opt, "gradients": grads, "activations": act},
     }
+    if buckets:
+        for comps in phases.values():
+            comps["ddp_gradient_buckets"] = buckets
     return Estimate(cfg, arch, phases, cuda_context_bytes=0, allocator_overhead_bytes=0)
 
 
@@ -79,6 +86,19 @@ def test_plan_prefers_cheapest_single_that_fits():
     assert [c.key for c in adv.plan.changes] == ["gpus"]
     assert adv.plan.config.num_gpus == 4 and adv.plan.config.sharding == "zero3"
     assert adv.plan.peak_device_bytes == 4_614_400
+
+
+def test_a_ddp_run_is_sharded_on_the_gpus_it_has_before_more_are_added():
+    ddp = BASE.with_(num_gpus=4)  # 4M weights + 8M AdamW + 4M grads + 4M DDP buckets + 614,400 activations
+    assert toy(ddp, ARCH).peak_device_bytes == 20_614_400
+    # 5 MB: FSDP over the same 4 GPUs (16M / 4 + 614,400) fits at cost 2, before 8 GPUs with ZeRO-3 (cost 3)
+    adv = advise(ddp, ARCH, toy, budget_bytes=5_000_000)
+    assert [c.label for c in adv.plan.changes] == ["--fsdp"]
+    assert (adv.plan.config.num_gpus, adv.plan.config.sharding) == (4, "fsdp")
+    assert adv.plan.peak_device_bytes == 4_614_400
+    # one GPU, or a run already sharded: nothing to shard on the same GPUs
+    for cfg in (BASE, ddp.with_(sharding="zero2")):
+        assert "shard" not in {o.changes[0].key for o in advise(cfg, ARCH, toy, budget_bytes=None).singles}
 
 
 def test_plan_pairs_when_no_single_fits():
