@@ -15,7 +15,7 @@ from estimator.model.architecture import Arch, layer_kinds, layer_windows
 from estimator.settings.config import RunConfig
 from estimator.terms import moe_lora
 from estimator.terms.quantized import arch_quant_spec
-from estimator.terms.weights import adapter_dtype, lora_targets
+from estimator.terms.weights import NF4_BLOCK, adapter_dtype, lora_targets
 from estimator.units import nbytes
 
 
@@ -860,9 +860,6 @@ def dequantized_weight_transient(
     return largest * (residual_bytes(cfg) + cast) + scales
 
 
-BNB_4BIT_BLOCKSIZE = 64  # bitsandbytes 0.50 `quantize_4bit`'s default, which TRL's BitsAndBytesConfig keeps
-
-
 def nested_absmax_bytes(cfg: RunConfig, weight_elements: int, copies: int) -> int:
     """With nested 4-bit quantization (`use_bnb_nested_quant`), the fp32 absmax bitsandbytes 0.50 dequantizes
     from its uint8 form beside a dequantized weight: 4 bytes per block of 64 elements, per copy (0 otherwise).
@@ -875,7 +872,7 @@ def nested_absmax_bytes(cfg: RunConfig, weight_elements: int, copies: int) -> in
     """
     if not (cfg.load_in_4bit and cfg.use_bnb_nested_quant):
         return 0
-    return copies * 4 * math.ceil(weight_elements / BNB_4BIT_BLOCKSIZE)
+    return copies * 4 * math.ceil(weight_elements / NF4_BLOCK)
 
 
 BNB_GEMM_4BIT_CUSTOM_FLOOR_M = 4  # bitsandbytes 0.50 backends/cuda/ops.py `_GEMM_4BIT_CUSTOM_FLOOR_M`
@@ -885,7 +882,7 @@ def bnb_4bit_forward_transient(cfg: RunConfig, arch: Arch, tokens: int) -> int:
     """A 4-bit down projection's forward with grad (the top layer's, or its recompute under GC), beyond the
     layer's saved tensors (0 without a bnb base, or at most 4 rows, where every CUDA card runs the fused kernel).
 
-    bitsandbytes 0.50 `gemm_4bit` on CUDA (https://github.com/bitsandbytes-foundation/bitsandbytes/blob/0.50.2/bitsandbytes/backends/cuda/ops.py#L934-L978):
+    bitsandbytes 0.50 `gemm_4bit` on CUDA (https://github.com/bitsandbytes-foundation/bitsandbytes/blob/v0.50.2/bitsandbytes/backends/cuda/ops.py#L934-L978):
     past 1536 rows, and below that wherever `_gemm_4bit_use_custom_cuda` prefers it by the card and the shape (on
     an H100 or H200, every catalog model's down projection from 33 rows on), `_dequant_linear_fallback` writes the weight in the
     input's dtype and calls F.linear, which under bf16 autocast casts both the weight and the input; the act·up

@@ -8,7 +8,7 @@ whole weight into a transient `[N, K]` tensor in the activation's dtype and call
 bf16 bytes). It takes the fallback past M = 1536 rows, for K not a multiple of the blocksize, and otherwise where
 `_gemm_4bit_use_custom_cuda(device, dtype, M, N, K)` says so, by the GPU's SM count and compute capability: on an
 H100 (sm90, 132 SMs) most linears of a decode step with 8 or more rows dequantize
-(https://github.com/bitsandbytes-foundation/bitsandbytes/blob/0.50.2/bitsandbytes/backends/cuda/ops.py).
+(https://github.com/bitsandbytes-foundation/bitsandbytes/blob/v0.50.2/bitsandbytes/backends/cuda/ops.py).
 
 That module cannot be imported without a CUDA build of torch, so the heuristic is compiled from the installed
 file's own source (its `_gemm_4bit_use_custom_cuda` and `_GEMM_4BIT_CUSTOM_FLOOR_M`), with the target GPU's
@@ -27,8 +27,10 @@ from pathlib import Path
 
 import torch
 
+from estimator.terms.weights import NF4_BLOCK
+
 FALLBACK_PAST_M = 1536  # `_gemm_4bit_custom_max_m` on CUDA: dequant + F.linear past this many rows
-BLOCKSIZE = 64  # the 4-bit blocksize TRL's BitsAndBytesConfig leaves at bitsandbytes' default
+BLOCKSIZE = NF4_BLOCK  # the 4-bit blocksize TRL's BitsAndBytesConfig leaves at bitsandbytes' default
 
 
 @dataclass(frozen=True)
