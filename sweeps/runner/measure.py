@@ -189,15 +189,17 @@ def run_child(
                 proc.wait(timeout=10)  # gone before its work dir is removed
             raise
     result_path = Path(spec["result_path"])
-    if nproc > 1:
-        found = {r: _read_result(p) for r, p in ranks.rank_results(result_path).items()}
+    if nproc > 1:  # one result from the ranks' (a rank that wrote none is named, with the log)
+        found = {
+            r: x for r, p in ranks.rank_results(result_path).items() if (x := _read_result(p)) is not None
+        }
         if found:
-            return ranks.merge({r: x for r, x in found.items() if x is not None}, nproc)
-    if result_path.exists():
-        try:
-            return json.loads(result_path.read_text())
-        except json.JSONDecodeError:
-            pass
+            merged = ranks.merge(found, nproc)
+            if merged["status"] == "error" and len(found) < nproc:
+                merged = {**merged, "error": f"{merged['error']}; log: {log_path}"}
+            return merged
+    elif (result := _read_result(result_path)) is not None:
+        return result
     if code < 0:
         name = signal.Signals(-code).name
         hint = " (host out of memory?)" if name == "SIGKILL" else ""
@@ -206,6 +208,7 @@ def run_child(
 
 
 def _read_result(path: Path) -> dict | None:
+    """A child's result file, or None when it is missing or not JSON (the child died writing it)."""
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
