@@ -514,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tag", default="retrace", help="with --retrace: what the retraced rows record")
     a = ap.parse_args(argv)
     if a.retrace:
-        if a.retrace not in RunConfig.__dataclass_fields__:
+        if a.retrace not in RunConfig.field_names():
             ap.error(
                 f"--retrace {shown(a.retrace)}: not a setting (accepted: a RunConfig field, e.g. load_in_4bit)"
             )
