@@ -159,8 +159,9 @@ def run(args) -> int:
     ]
     measure.check_writable(results_path)
     if any(e.job.config.device == "cpu" for e in entries):
-        # CPU runs side by side share the cores: each its share of threads (OpenMP spinning on too many threads
-        # made two 5-second runs of tiny-2M take 130 s each on 2 cores); a value the user set is kept
+        # CPU runs side by side share the cores, each its share of threads: OpenMP threads beyond the cores spin
+        # (two tiny-2M runs side by side on 2 cores take 130 s each, not 13; measured-cpu); a value the user set
+        # is kept
         os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.max_concurrent)))
     clock = time.monotonic
     deadline = clock() + args.budget_s if args.budget_s else None
