@@ -282,3 +282,9 @@ def test_several_gpus_run_as_ddp_ranks_only():
     with pytest.raises(BadInput, match="probe history with trainer.num_gpus=2"):
         to_job(_compose("trainer.num_gpus=2", "probe=history"))
     assert to_job(_compose("trainer.num_gpus=2")).config.num_gpus == 2
+
+
+@pytest.mark.parametrize("experiment,model", [("ddp", "qwen2.5-1.5b"), ("ddp-cpu", "tiny-2M")])
+def test_the_ddp_experiments_compose_to_two_ranks(experiment, model):
+    job = to_job(_compose(f"+experiment={experiment}", f"model={model}", "method=full"))
+    assert (job.config.num_gpus, job.config.sharding, job.sweep) == (2, "none", experiment)
