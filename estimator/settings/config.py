@@ -195,6 +195,14 @@ class RunConfig:
     bf16: bool = setting(True, "bf16 autocast mixed precision (not a weight cast)")
     optim: str = setting("adamw_torch_fused", "optimizer", choices=OPTIMIZERS)
     cast_lm_head_to_fp32: bool = setting(False, "run the LM head in float32")
+    generation_use_cache: bool = setting(
+        True,
+        "generate keeps a KV cache (transformers' use_cache; false where the checkpoint's generation config says "
+        "use_cache false, or it has none and config.json says so, and generation_kwargs do not set it: every "
+        "token then re-runs the whole sequence)",
+        trl="generation_kwargs.use_cache",
+        since="0.2.0",
+    )
     use_vllm: bool = setting(False, "generate with vLLM")
     vllm_mode: str = setting(
         "colocate", "vLLM beside training on the same GPU, or a separate server", choices=VLLM_MODES

@@ -46,6 +46,8 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         largest = max(arch.embedding_params, arch.lm_head_params) * nbytes(cfg.dtype)
         sync = vllm.weight_sync_gather(cfg, weights.policy_weights(cfg, arch), largest)
         return {"vllm": woken, "gathered_weights": sync}
+    if not cfg.generation_use_cache:
+        return _generate_without_cache(cfg, arch)
     # The prefill's layers run before the head is first cast: autocast's cache then holds the layers' casts
     # only (it is cleared when each forward's autocast region exits, torch.autocast.__exit__)
     g, p = cfg.generation_sequences, cfg.max_prompt_length
@@ -77,6 +79,33 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         + act.fp32_head_cast_in_generation(cfg, arch),
     }
     out = dict(max(prefill, prefill_rotary, decode_layers, decode_head, key=lambda d: sum(d.values())))
+    out["gradients"] = shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch))
+    gathered = gathered_weights(cfg, weights.policy_weights(cfg, arch))
+    if gathered:
+        out["gathered_weights"] = gathered
+    return out
+
+
+def _generate_without_cache(cfg: RunConfig, arch: Arch) -> dict[str, int]:
+    """Generation without a KV cache (`generation_use_cache` false): transformers 5.24 `_sample` runs every step
+    over the whole sequence so far with `use_cache=False` and `logits_to_keep=1`
+    (https://github.com/huggingface/transformers/blob/v5.24.0/src/transformers/generation/utils.py#L3230-L3236),
+    so the largest step is a prefill of P + C - 1 positions that keeps no cache: its layers' no-grad peak (or
+    rotary's), or at the head the last hidden states with the step's logits, whichever is larger. Beside it, the
+    previous step's logits, scores and probabilities (`_sample`'s locals until the next sampling) and the token
+    ids (`gen.generation_token_ids`)."""
+    g, length = cfg.generation_sequences, cfg.sequence_length - 1
+    tables = gen.rotary_tables(cfg, arch, g, length)
+    layers = {"activations": act.nograd_forward_peak(cfg, arch, g, length, rotary=False) + tables}
+    rotary = {"activations": act.nograd_rotary_peak(cfg, arch, g, length) + tables}
+    at_head = {"activations": act.hidden_states(cfg, arch, g * length) + gen.generation_logits(cfg, arch)}
+    head = at_head["activations"] >= max(layers["activations"], rotary["activations"])
+    out = dict(at_head if head else max(layers, rotary, key=lambda d: d["activations"]))
+    out["activations"] += gen.generation_token_ids(cfg, length)
+    out["generation_logits"] = gen.generation_logits(cfg, arch)
+    out["autocast_weight_cache"] = act.autocast_weight_cache(cfg, arch, include_lm_head=head) + (
+        act.fp32_head_cast_in_generation(cfg, arch) if head else 0
+    )
     out["gradients"] = shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch))
     gathered = gathered_weights(cfg, weights.policy_weights(cfg, arch))
     if gathered:

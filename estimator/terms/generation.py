@@ -139,6 +139,13 @@ def generation_logits(cfg: RunConfig, arch: Arch) -> int:
     return cfg.generation_sequences * arch.vocab_size * (2 + 3 * 4)
 
 
+def generation_token_ids(cfg: RunConfig, length: int) -> int:
+    """int64 token ids and masks while generating a step over `length` positions without a cache: the grown
+    `input_ids` and `attention_mask` [G, L], the model's clone of the ids, and the prompt's own mask and position
+    ids [G, P] (transformers 5.24 `_sample`, `prepare_inputs_for_generation`): (3·L + 2·P)·G·8."""
+    return (3 * length + 2 * cfg.max_prompt_length) * cfg.generation_sequences * 8
+
+
 def rollout_buffers(cfg: RunConfig) -> int:
     """Buffered generation batch: int64 ids + masks [G, L] and fp32 per-token log-probs/advantages [G, C] × 3 (GT:2898-2936)."""
     g = cfg.generation_sequences

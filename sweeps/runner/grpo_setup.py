@@ -106,13 +106,13 @@ def peft_config(cfg: RunConfig, variant: dict):
 # What `build` applies beyond GRPOConfig's own settings (`grpo_config_values`): the model and its load
 # (model_init_kwargs, BitsAndBytesConfig, LoraConfig), the prompts, and what only the estimator reads
 # (gpu_memory_gib; trl_version and transformers_version, checked against the installed releases by
-# `release_problem`), and ZeRO sharding with its offload (`deepspeed_config`). Roles, vLLM server and sleep-level
-# knobs, FSDP and allocator settings are not.
+# `release_problem`), ZeRO sharding with its offload (`deepspeed_config`), and generation's cache (through
+# generation_kwargs, `grpo_args`). Roles, vLLM server and sleep-level knobs, FSDP and allocator settings are not.
 APPLIED_BEYOND_GRPO_CONFIG = frozenset({
     "model", "device", "dtype", "attn_implementation", "use_peft", "lora_r", "lora_target_modules", "lora_dropout",
     "load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant", "max_prompt_length", "bf16", "logprob_head",
     "num_gpus", "sharding", "offload_optimizer", "offload_param", "gpu_memory_gib", "trl_version",
-    "transformers_version",
+    "transformers_version", "generation_use_cache",
 })  # fmt: skip
 
 
@@ -166,11 +166,17 @@ def grpo_args(cfg: RunConfig, variant: dict, output_dir: Path):
         kwargs["deepspeed"] = ds
         if cfg.sharding == "zero3":
             kwargs[deepspeed_config.GATHER_KEY] = variant[deepspeed_config.GATHER_KEY]
+    generation_kwargs = {}
     if variant["force_length"]:
         # EOS is masked until the last token (a random model emits EOS at random); vLLM's SamplingParams name it
         # min_tokens, transformers' generate min_new_tokens
         key = "min_tokens" if cfg.use_vllm else "min_new_tokens"
-        kwargs["generation_kwargs"] = {key: cfg.max_completion_length}
+        generation_kwargs[key] = cfg.max_completion_length
+    if not cfg.use_vllm:
+        # said, not left to the checkpoint: a generation config with "use_cache": false (a random-weight
+        # checkpoint saved from a config.json that says so writes one) would otherwise decode without a cache
+        generation_kwargs["use_cache"] = cfg.generation_use_cache
+    kwargs["generation_kwargs"] = generation_kwargs
     return GRPOConfig(**kwargs)
 
 

@@ -13,6 +13,14 @@ layer's keys/values are replaced by tensors of exactly the shapes and dtype the 
 `k` decode steps run for real. Memory only grows during decoding (the cache and ids get longer), so the last
 steps hold the decode peak; the prefill's own peak is seen too. The row's variant says `{"decode": "fast-forward",
 "k": k}`; `k >= C` decodes every token.
+
+Without a cache (`use_cache=False`: what `generate` does when the checkpoint's generation config says
+`"use_cache": false` and TRL's `generation_kwargs` do not set it, `RunConfig.generation_use_cache`), `_sample`
+passes the whole sequence every step (`prepare_inputs_for_generation` with `next_sequence_length=None` clones
+`input_ids`), with `use_cache=False` and still `logits_to_keep=1`, and keeps nothing between steps. Fast-forward
+there jumps `input_ids` and `attention_mask` to `P + C - k` positions; the allocations of the skipped steps (each
+a little longer than the last, which is what fragments the allocator's segments) are then absent, so the
+allocator replay of a no-cache stream wants `k >= C`.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ def _forward(model, autocast, cache, **kw):
     """One generation forward into `cache` (updated in place), as accelerate wraps it: autocast, then bf16/fp16
     outputs converted to fp32; returns the logits."""
     with autocast:
-        out = model(**kw, **{cache_kwarg(): cache})
+        out = model(**kw, **({cache_kwarg(): cache} if cache is not None else {}))
     logits = out.logits
     if logits.dtype in (torch.bfloat16, torch.float16):
         logits = logits.float()
@@ -68,7 +76,9 @@ def _fast_forward_cache(cache, length: int) -> None:
         layer.values = v.new_zeros((*v.shape[:-2], kept, v.shape[-1]))
 
 
-def generate(model, batch: int, prompt_len: int, completion_len: int, bf16: bool, k: int = 2) -> torch.Tensor:
+def generate(
+    model, batch: int, prompt_len: int, completion_len: int, bf16: bool, k: int = 2, use_cache: bool = True
+) -> torch.Tensor:
     """Generate `completion_len` tokens for `batch` prompts of `prompt_len`; returns `[B, P + C]` token ids."""
     from transformers import DynamicCache
 
@@ -77,6 +87,10 @@ def generate(model, batch: int, prompt_len: int, completion_len: int, bf16: bool
     input_ids = torch.zeros((batch, prompt_len), dtype=torch.long, device=dev)
     attention_mask = torch.ones((batch, prompt_len), dtype=torch.long, device=dev)
     unfinished = torch.ones(batch, dtype=torch.long, device=dev)
+    if not use_cache:
+        return _generate_without_cache(
+            model, autocast, input_ids, attention_mask, unfinished, completion_len, k
+        )
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
         position_ids = attention_mask.cumsum(-1) - 1
@@ -119,4 +133,38 @@ def generate(model, batch: int, prompt_len: int, completion_len: int, bf16: bool
             input_ids = torch.cat([input_ids, (nxt * unfinished)[:, None]], dim=-1)
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, 1))], dim=-1)
         del cache
+    return input_ids
+
+
+def _generate_without_cache(model, autocast, input_ids, attention_mask, unfinished, steps: int, k: int):
+    """`_sample` with `use_cache=False`: every step a no-grad forward over the whole sequence so far (a clone of
+    `input_ids`, as `prepare_inputs_for_generation` makes it), the last position's logits only. The forwards run
+    over P, P + 1, ..., P + C - 1 positions; fast-forward runs the first, then the last `k`."""
+    batch, prompt_len = input_ids.shape
+
+    def step(ids, mask):
+        logits = _forward(
+            model,
+            autocast,
+            None,
+            input_ids=ids.clone(),
+            attention_mask=mask,
+            position_ids=mask.cumsum(-1) - 1,
+            use_cache=False,
+            logits_to_keep=1,
+        )
+        nxt = _sample_step(logits)
+        del logits
+        ids = torch.cat([ids, (nxt * unfinished)[:, None]], dim=-1)
+        return ids, torch.cat([mask, mask.new_ones((batch, 1))], dim=-1)
+
+    with torch.no_grad():
+        input_ids, attention_mask = step(input_ids, attention_mask)
+        remaining = steps - 1
+        if k < remaining:
+            input_ids = input_ids.new_zeros((batch, prompt_len + steps - k))
+            attention_mask = attention_mask.new_ones((batch, prompt_len + steps - k))
+            remaining = k
+        for _ in range(remaining):
+            input_ids, attention_mask = step(input_ids, attention_mask)
     return input_ids

@@ -120,6 +120,10 @@ def make_row(
     estimator is evaluated on (sweeps.runner.predict). The row models the installed transformers, which the
     trace runs."""
     cfg = traced_config(cfg)
+    if (
+        need and not cfg.generation_use_cache
+    ):  # each step a little longer than the last: the replay needs them all
+        k = max(k, cfg.max_completion_length)
     if layout is None and cfg.num_gpus > 1:
         layout = {"world_size": cfg.num_gpus, "strategy": cfg.fsdp_sharding_strategy}
     row = header(cfg, sweep, variant(cfg, k, max_micro=max_micro, num_layers=num_layers, layout=layout), seed)

@@ -341,6 +341,7 @@ def run_steps(
                 cfg.max_completion_length,
                 cfg.bf16,
                 decode_k,
+                cfg.generation_use_cache,
             )
         with probe.phase("score"):
             buffered = None

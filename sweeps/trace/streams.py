@@ -455,7 +455,10 @@ def record(cfg: RunConfig, out: Path, steps: int) -> dict | None:
     index = out / "index.jsonl"
     if path.exists() and index.exists() and key in index.read_text():
         return None
-    res = step.run(cfg, fake=True, steps=steps)
+    # without a cache every generation step is a little longer than the last, which is what fragments the
+    # allocator's segments: the stream decodes every token (`generate._generate_without_cache`)
+    decode_k = 2 if cfg.generation_use_cache else cfg.max_completion_length
+    res = step.run(cfg, fake=True, steps=steps, decode_k=decode_k)
     dump_stream(res.events, path)
     row = {
         "key": key,

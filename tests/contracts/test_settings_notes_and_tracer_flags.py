@@ -143,3 +143,20 @@ def test_trace_output_dir_is_removed(monkeypatch, tmp_path):
     monkeypatch.setattr(step, "_run", fake_run)
     assert step.run(RunConfig(model="0.5B")) == "result"
     assert used and not os.path.exists(used[0]) and os.listdir(tmp_path) == []
+
+
+def test_generation_without_a_cache_is_noted_and_so_is_a_config_json_that_may_ask_for_it(tmp_path):
+    import json
+
+    arch = resolve_model("Qwen/Qwen2.5-0.5B-Instruct")
+    (note,) = notes(RunConfig(generation_use_cache=False), arch)
+    assert "without a KV cache" in note and "nvidia-smi" in note
+    assert notes(RunConfig(generation_use_cache=False, use_vllm=True), arch) == []  # vLLM has its own cache
+    # a config.json of the user's saying use_cache false: the checkpoint may generate without one
+    conf = json.loads(json.dumps(arch.extra["config"])) | {"use_cache": False}
+    (tmp_path / "config.json").write_text(json.dumps(conf))
+    theirs = resolve_model(str(tmp_path / "config.json"))
+    (note,) = notes(RunConfig(model=str(tmp_path / "config.json")), theirs)
+    assert "use_cache: false" in note and "--no-generation-use-cache" in note
+    # the catalog's own copy (Qwen3-4B's says false) is not the user's file: no note
+    assert notes(RunConfig(model="Qwen/Qwen3-4B"), resolve_model("Qwen/Qwen3-4B")) == []

@@ -77,3 +77,14 @@ def test_bad_files_are_one_line(tmp_path, text, needle):
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigFileError):
         read_config_file(str(tmp_path / "nope.yaml"))
+
+
+def test_generation_kwargs_use_cache_is_read_and_its_other_keys_named(tmp_path):
+    p = tmp_path / "grpo.yaml"
+    p.write_text("generation_kwargs:\n  use_cache: false\n  temperature: 0.7\n")
+    s = read_config_file(str(p))
+    assert s.values == {"generation_use_cache": False}
+    assert "generation_kwargs.temperature" in s.notes[0]
+    p.write_text("generation_kwargs:\n  use_cache: maybe\n")
+    with pytest.raises(ConfigFileError, match="use_cache"):
+        read_config_file(str(p))

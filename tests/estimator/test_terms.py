@@ -178,3 +178,25 @@ def test_more_generations_more_memory():
     a = estimate(RunConfig(model="1.5B", num_generations=4, per_device_train_batch_size=4))
     b = estimate(RunConfig(model="1.5B", num_generations=16, per_device_train_batch_size=16))
     assert b.peak_allocated_bytes > a.peak_allocated_bytes
+
+
+def test_generation_without_a_cache_is_one_long_forward_and_no_cache():
+    """Qwen2.5-0.5B, bf16 load, 8 sequences, P 256, C 256: without a cache the largest generation step is a
+    no-grad forward over P + C - 1 = 511 positions that keeps no KV cache. By hand: the MLP instant holds
+    act, up and their product [8·511, 4864] bf16, 3 × 39,763,968 = 119,291,904 B, beside the residuals
+    (3 × [4088, 896] bf16 = 21,975,552), the norm output (7,325,184) and rotary's cos/sin [8, 511, 64] bf16
+    (1,046,528)."""
+    from estimator.step import single
+
+    arch = resolve_model("Qwen/Qwen2.5-0.5B-Instruct")
+    cfg = RunConfig(
+        model="Qwen/Qwen2.5-0.5B-Instruct", dtype="bfloat16", use_peft=True, per_device_train_batch_size=8,
+        num_generations=8, max_prompt_length=256, max_completion_length=256, generation_use_cache=False,
+    )  # fmt: skip
+    phase = single.generate_phase(cfg, arch)
+    assert "kv_cache" not in phase
+    tokens = 8 * 511
+    layer = 3 * tokens * 4864 * 2 + 3 * tokens * 896 * 2 + tokens * 896 * 2 + 2 * 8 * 511 * 64 * 2
+    ids = (3 * 511 + 2 * 256) * 8 * 8
+    assert phase["activations"] == layer + ids
+    assert "kv_cache" in single.generate_phase(cfg.with_(generation_use_cache=True), arch)

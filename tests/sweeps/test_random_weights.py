@@ -153,3 +153,16 @@ def test_building_the_checkpoint_frees_the_model_before_returning(tmp_path, monk
         assert built and built[0]() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_the_runner_says_whether_generate_keeps_a_cache(tmp_path, use_cache):
+    """The checkpoint's generation config decides otherwise (tests/ground_truth/test_generation_without_cache.py):
+    the catalog's Qwen3-4B config.json says use_cache false, so its random-weight checkpoint would generate
+    without a cache whatever the run's settings say. TRL builds its GenerationConfig from generation_kwargs."""
+    from estimator.settings.config import RunConfig
+
+    cfg = RunConfig(model="tiny-2M", device="cpu", max_completion_length=8, generation_use_cache=use_cache)
+    args = grpo_setup.grpo_args(cfg, dict(grpo_setup.VARIANT_DEFAULTS), tmp_path)
+    assert args.generation_kwargs == {"min_new_tokens": 8, "use_cache": use_cache}
+    assert tiny.catalog_config("Qwen/Qwen3-4B")["use_cache"] is False
