@@ -196,11 +196,20 @@ def _generation_cache_notes(cfg: RunConfig, arch: Arch | None) -> list[str]:
     """Generation without a KV cache, asked for, or possibly the checkpoint's own default (transformers' generate
     follows the checkpoint's generation config: tests/ground_truth/test_generation_without_cache.py)."""
     if not cfg.generation_use_cache:
+        # estimator.step.estimate.with_uncached_generation: dense models, default allocator settings
+        counted = (
+            not (arch is not None and arch.is_moe)
+            and not cfg.pytorch_cuda_alloc_conf
+            and cfg.torch_empty_cache_steps is None
+        )
         return [
             f"generation without a KV cache: each of the {cfg.max_completion_length} tokens re-runs the whole "
-            "sequence so far, far slower. The reserved and nvidia-smi lines assume a cache: without one the "
-            "allocator keeps much more cached (a Qwen3-4B QLoRA with 1,024-token prompts reserved 14.2 GiB on an "
-            "H200, measured-gpu, against 6.9 with a cache, traced); --trace replays this run"
+            "sequence so far, far slower, and the allocator keeps the segments each longer step outgrows "
+            + (
+                "(counted in the reserved and nvidia-smi lines; the card's need barely moves)"
+                if counted
+                else "(not counted in the reserved and nvidia-smi lines for this model or allocator setting)"
+            )
         ]
     from estimator.model.catalog import catalog_id
 

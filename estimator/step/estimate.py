@@ -14,9 +14,11 @@ from estimator.settings.config import RunConfig
 from estimator.step import band
 from estimator.step.phases import build_phases
 from estimator.terms import allocator_reserve as allocator_term
+from estimator.terms import generation as gen
 from estimator.terms import overhead, weights
 from estimator.terms.optimizer import REAL, TENSORS
 from estimator.terms.overhead import NonTensorItem
+from estimator.terms.phase_names import GENERATE
 from estimator.units import gib
 
 SOURCE = "estimated"
@@ -200,8 +202,39 @@ def estimate(cfg: RunConfig, arch: Arch | None = None, tensors: str = REAL) -> E
         notes=tuple(notes),
         trainable_params=weights.trainable_params(effective, arch),
         non_tensor=items,
-        **allocator_layers(effective, peak_allocated, allocator_term.shares_of(phases)),
+        **with_uncached_generation(
+            allocator_layers(effective, peak_allocated, allocator_term.shares_of(phases)),
+            effective,
+            arch,
+            phases,
+            peak_allocated,
+        ),
     )
+
+
+# a generate phase's components that come and go with each step's forward; the rest is held through it
+GENERATION_WORKING = ("activations", "generation_logits", "autocast_weight_cache")
+
+
+def with_uncached_generation(
+    layers: dict, cfg: RunConfig, arch: Arch, phases: dict[str, dict[str, int]], peak_allocated: int
+) -> dict:
+    """The reserve when generation keeps no KV cache (default allocator settings): the larger of the step's and
+    what generation leaves reserved, the memory held through it + the MLP segments it cuts and keeps cached
+    (`gen.uncached_mlp_segments`, estimated) + the step model's reserve (fitted), the other segments the step
+    cuts. The need is unchanged: under a limit the allocator frees cached segments before it fails."""
+    segments = gen.uncached_mlp_segments(cfg, arch)
+    if not segments or layers["allocator_variant"] != "default" or GENERATE not in phases:
+        return layers
+    held = sum(v for k, v in phases[GENERATE].items() if k not in GENERATION_WORKING)
+    beyond = held + segments + layers["allocator_overhead_bytes"] - peak_allocated
+    if beyond <= layers["allocator_overhead_bytes"]:
+        return layers
+    return layers | {
+        "allocator_overhead_bytes": beyond,
+        "reserve_basis": layers["reserve_basis"]
+        + "; generation without a KV cache: the MLP segments it keeps cached (estimated) on top",
+    }
 
 
 def allocator_layers(

@@ -5,6 +5,7 @@ Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: e
 
 from __future__ import annotations
 
+from estimator.hardware.allocator import K_MIN_LARGE_ALLOC, AllocatorSettings, allocation_size, round_size
 from estimator.model.architecture import Arch, layer_kinds, layer_windows
 from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
@@ -144,6 +145,32 @@ def generation_token_ids(cfg: RunConfig, length: int) -> int:
     `input_ids` and `attention_mask` [G, L], the model's clone of the ids, and the prompt's own mask and position
     ids [G, P] (transformers 5.24 `_sample`, `prepare_inputs_for_generation`): (3·L + 2·P)·G·8."""
     return (3 * length + 2 * cfg.max_prompt_length) * cfg.generation_sequences * 8
+
+
+def uncached_mlp_segments(cfg: RunConfig, arch: Arch) -> int:
+    """Segments the caching allocator cuts, and keeps cached, while generating without a KV cache (dense models,
+    default allocator settings): 3 × Σ round_up(G·I·a·L, 2 MiB) over the distinct sizes for L = P ... P + C - 1
+    that are 10 MiB or more.
+
+    Each step's no-grad forward holds three [G, L, I] tensors at its MLP (act, up, their product,
+    `act.nograd_forward_peak`), one position longer than the last step's. A request of 10 MiB or more gets a
+    segment of its own, rounded up to 2 MiB (`get_allocation_size`, estimator.hardware.allocator), and a cached
+    block serves only a request no larger than itself: whenever the rounded size moves up, the three tensors
+    get three new segments and the three outgrown ones stay cached, reused only by smaller requests. The allocator
+    simulation of the traced no-cache streams cuts exactly three segments at every 2 MiB size from the first step
+    to the last (results/streams/mincard/, docs/ACCURACY.md). Under a limit the allocator frees them before it
+    fails, so they move what torch reserves on a roomy card, not what the card must hold."""
+    if cfg.generation_use_cache or cfg.use_vllm or arch.is_moe:
+        return 0
+    s = AllocatorSettings()
+    per_position = cfg.generation_sequences * arch.intermediate_size * nbytes(act.linear_output_dtype(cfg))
+    first, last = cfg.max_prompt_length, cfg.sequence_length - 1
+    sizes = {
+        allocation_size(round_size(per_position * n, s), s)
+        for n in range(first, last + 1)
+        if per_position * n >= K_MIN_LARGE_ALLOC
+    }
+    return 3 * sum(sizes)
 
 
 def rollout_buffers(cfg: RunConfig) -> int:

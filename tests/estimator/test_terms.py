@@ -200,3 +200,27 @@ def test_generation_without_a_cache_is_one_long_forward_and_no_cache():
     ids = (3 * 511 + 2 * 256) * 8 * 8
     assert phase["activations"] == layer + ids
     assert "kv_cache" in single.generate_phase(cfg.with_(generation_use_cache=True), arch)
+
+
+def test_uncached_generation_keeps_three_mlp_segments_per_2_mib_size():
+    """Qwen2.5-0.5B (I 4864), 8 sequences, bf16, P 256, C 16: each step's [8, L, 4864] bf16 tensor is 77,824 B a
+    position, 19.0 MiB at L = 256 and 20.1 MiB at L = 271. Rounded up to 2 MiB, L = 256 ... 269 take 20 MiB
+    segments and L = 270, 271 take 22 MiB: three tensors at each size, 3 × (20 + 22) MiB."""
+    from estimator.step.estimate import estimate
+    from estimator.terms import generation as gen
+
+    arch = resolve_model("Qwen/Qwen2.5-0.5B-Instruct")
+    cfg = RunConfig(
+        model="Qwen/Qwen2.5-0.5B-Instruct", dtype="bfloat16", use_peft=True, per_device_train_batch_size=8,
+        num_generations=8, max_prompt_length=256, max_completion_length=16, generation_use_cache=False,
+    )  # fmt: skip
+    assert gen.uncached_mlp_segments(cfg, arch) == 3 * (20 + 22) * 2**20
+    assert gen.uncached_mlp_segments(cfg.with_(generation_use_cache=True), arch) == 0
+    assert (
+        gen.uncached_mlp_segments(cfg.with_(max_prompt_length=64), arch) == 0
+    )  # under 10 MiB: shared segments
+    # on the estimate: the reserve holds them above what generation keeps; the card's need does not move
+    long = cfg.with_(max_prompt_length=1024, max_completion_length=256)
+    cached, uncached = estimate(long.with_(generation_use_cache=True)), estimate(long)
+    assert uncached.peak_reserved_bytes > cached.peak_reserved_bytes
+    assert uncached.need_bytes == cached.need_bytes
