@@ -158,9 +158,14 @@ def uncached_mlp_segments(cfg: RunConfig, arch: Arch) -> int:
     block serves only a request no larger than itself: whenever the rounded size moves up, the three tensors
     get three new segments and the three outgrown ones stay cached, reused only by smaller requests. The allocator
     simulation of the traced no-cache streams cuts exactly three segments at every 2 MiB size from the first step
-    to the last (results/streams/mincard/, docs/ACCURACY.md). Under a limit the allocator frees them before it
-    fails, so they move what torch reserves on a roomy card, not what the card must hold."""
-    if cfg.generation_use_cache or cfg.use_vllm or arch.is_moe:
+    to the last (results/streams/mincard/, docs/ACCURACY.md); smaller growing tensors fit in the outgrown ones.
+    Under a limit the allocator frees them before it fails, so they move what torch reserves on a card with room,
+    not what the card must hold; on a smaller card it fills the card and frees them as it needs to.
+
+    Eager attention is left out: its [G, heads, L, L] scores outgrow the MLP's and strand segments of their own at
+    every step (the eager 80-sequence stream of docs/ACCURACY.md reserves terabytes on an unlimited card,
+    simulated), which this count does not model."""
+    if cfg.generation_use_cache or cfg.use_vllm or arch.is_moe or cfg.attn_implementation == "eager":
         return 0
     s = AllocatorSettings()
     per_position = cfg.generation_sequences * arch.intermediate_size * nbytes(act.linear_output_dtype(cfg))

@@ -165,6 +165,46 @@ def sample(
     return rows
 
 
+UNCACHED = "uncached.jsonl"  # simulations of configurations traced without a KV cache (--uncached)
+# Generation without a KV cache, traced after `generation.uncached_mlp_segments` was written from the r01 and r02
+# streams and never tuned on: other families, methods, batch and lengths (split "validation")
+UNCACHED_CONFIGS = (
+    {"model": "Qwen/Qwen2.5-0.5B-Instruct", "dtype": "bfloat16", "use_peft": True, "max_prompt_length": 512,
+     "max_completion_length": 128, "per_device_train_batch_size": 8, "num_generations": 8},
+    {"model": "meta-llama/Llama-3.2-1B-Instruct", "dtype": "bfloat16", "use_peft": True, "load_in_4bit": True,
+     "max_prompt_length": 384, "max_completion_length": 192, "per_device_train_batch_size": 16,
+     "num_generations": 16},
+    {"model": "Qwen/Qwen2.5-1.5B-Instruct", "dtype": "bfloat16", "max_prompt_length": 256,
+     "max_completion_length": 256, "per_device_train_batch_size": 4, "num_generations": 4},
+)  # fmt: skip
+
+
+def uncached(out: Path) -> list[dict]:
+    """Trace each of UNCACHED_CONFIGS without a KV cache, every token decoded (what fragments the allocator), and
+    append its simulation row to `out/uncached.jsonl` (split "validation"); skips rows already there. Minutes a
+    configuration on one core; the streams themselves are not kept (every-token streams run to megabytes)."""
+    from sweeps.trace import step
+
+    path = out / UNCACHED
+    done = {r.get("key") for r in records.read_index(path)[0]}
+    rows = []
+    for d in UNCACHED_CONFIGS:
+        cfg = RunConfig.from_dict(d | {"generation_use_cache": False, "device": "cuda"})
+        if stream_key(cfg, SAMPLE_STEPS) in done:
+            continue
+        res = step.run(cfg, fake=True, steps=SAMPLE_STEPS, decode_k=cfg.max_completion_length)
+        row = simulation_row(cfg, res.events, SAMPLE_STEPS) | {
+            "split": "validation",
+            "variant": {"decode": "full"},
+        }
+        records.append_row(path, row)
+        print(
+            f"{cfg.model}: reserved {row['simulated']['default']['peak_reserved'] / 2**30:.2f} GiB (traced, simulated)"
+        )
+        rows.append(row)
+    return rows
+
+
 def retrace(out: Path, field: str, tag: str) -> tuple[int, int]:
     """Trace again, in place, every kept stream (`index.jsonl` and its `.txt.gz`) and sampled row whose config
     has `field` true; returns (retraced, not traced). A sampled row keeps its seed, draw, split and variant; each
@@ -515,7 +555,16 @@ def main(argv: list[str] | None = None) -> int:
         "--retrace", metavar="FIELD", help="trace again the kept and sampled rows whose config has FIELD true"
     )
     ap.add_argument("--tag", default="retrace", help="with --retrace: what the retraced rows record")
+    ap.add_argument(
+        "--uncached",
+        action="store_true",
+        help=f"trace the no-KV-cache validation configurations ({UNCACHED})",
+    )
     a = ap.parse_args(argv)
+    if a.uncached:
+        a.out.mkdir(parents=True, exist_ok=True)
+        uncached(a.out)
+        return 0
     if a.retrace:
         if a.retrace not in RunConfig.field_names():
             ap.error(
