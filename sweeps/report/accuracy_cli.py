@@ -1,7 +1,8 @@
 """`grpo-vram-accuracy` (`make accuracy`): the current estimator against every measured and traced row, printed.
 
 The tensor peak per row and per set (`sweeps/report/accuracy.py`), then the layers above it on real GPU runs
-(`sweeps/report/reserve.py`: reserved and nvidia-smi), and the smallest card a run needs, measured against the fit
+(`sweeps/report/reserve.py`: reserved and nvidia-smi; `sweeps/report/uncached.py` for generation without a KV
+cache), and the smallest card a run needs, measured against the fit
 figure (`sweeps/report/mincard.py`), with the GPU rows' traces replayed against the GPU's own counters
 (`sweeps/report/replay.py`).
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from sweeps import records
 from sweeps.oneline import OneLineParser
-from sweeps.report import mincard, replay, row_traces
+from sweeps.report import mincard, replay, row_traces, uncached
 from sweeps.report.accuracy import (
     DEFAULT_DIRS,
     accuracy_frame,
@@ -56,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         print(format_reserve_table(layers))
     for line in reserve_lines(layers):
         print(line)
+    if list(args.paths) == list(DEFAULT_DIRS):  # the committed no-cache trials and validation rows
+        for line in uncached.lines():
+            print(line)
     for line in replay.replay_lines(replay.replay_frame(loaded.rows)):
         print(line)
     streams = row_traces.traced_streams(mincard.TRACED)

@@ -106,3 +106,20 @@ def test_validation_configurations_without_a_cache(row):
         est.need_bytes - est.outside_allocator_bytes
     )  # the torch limit the estimate says it passes at
     assert in_allocator >= row["min_limits"]["default"] + est.in_reserved_bytes
+
+
+def test_make_accuracy_prints_the_no_cache_lines(tmp_path):
+    """`sweeps.report.uncached.lines` on a validation row whose simulated peak is set 10 % above the estimate's
+    reserved line: -9.1 %, one below; no trials file, no GPU line."""
+    from estimator.settings.config import RunConfig
+    from estimator.step.estimate import estimate
+    from sweeps.report import uncached
+
+    row = _uncached_rows()[0]
+    line = dict(row)
+    reserved = estimate(RunConfig.from_dict(row["config"]), tensors="dispatch").peak_reserved_bytes
+    line["simulated"] = {"default": {"peak_reserved": int(reserved * 1.1)}}
+    (tmp_path / "u.jsonl").write_text(json.dumps(line) + "\n")
+    (out,) = uncached.lines(trials=tmp_path / "none.jsonl", path=tmp_path / "u.jsonl")
+    assert out.startswith("reserve[no KV cache, validation, simulated]: 1 configs")
+    assert "median -9.1 %" in out and "below: 1" in out
