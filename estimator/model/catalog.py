@@ -3,6 +3,7 @@ or (with huggingface_hub and the network) any Hub id `ORG/NAME[@REV]`, whose con
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -172,6 +173,14 @@ def _as_path(spec: str) -> Path | None:
         return None
 
 
+def _is_dir(spec: str) -> bool:
+    """`--model` names a folder (a checkpoint, whose missing generation_config.json means it has none)."""
+    try:
+        return Path(spec).expanduser().is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_model(spec: str, revision: str | None = None) -> Arch:
     """Arch for a shorthand size, catalog name / HF id / bare name, config.json path (or dir), HF-cache id or Hub id."""
     return resolve_model_with_note(spec, revision)[0]
@@ -206,7 +215,8 @@ def resolve_model_with_note(spec: str, revision: str | None = None) -> tuple[Arc
     if path is not None:
         cfg = load_config(path)
         label = cfg.get("_name_or_path") if isinstance(cfg.get("_name_or_path"), str) else None
-        return _arch(cfg, label or str(spec), str(path)), None
+        arch = _arch(cfg, label or str(spec), str(path))
+        return _with_generation_cache(arch, path, whole_checkpoint=_is_dir(spec)), None
     parsed = (hf_id, None) if hf_id else hub.split_id(spec)
     if parsed is None:
         raise _unknown(spec, sizes_text)
@@ -225,7 +235,33 @@ def resolve_model_with_note(spec: str, revision: str | None = None) -> tuple[Arc
             cached = hub.fetch_config(repo_id, rev)
         except hub.HubError as e:
             raise UnknownModel(str(e)) from None
-    return _arch(load_config(cached), label, str(cached)), None
+    return _with_generation_cache(_arch(load_config(cached), label, str(cached)), cached), None
+
+
+def generation_use_cache(config_path: Path, config: dict, whole_checkpoint: bool) -> bool | None:
+    """Whether transformers' `generate` keeps a KV cache for the checkpoint whose config.json is `config_path`,
+    as `from_pretrained` resolves its generation config (tests/ground_truth/test_generation_without_cache.py): a
+    `generation_config.json` beside it decides (`use_cache` false, else true); without one, config.json's
+    `use_cache`. None where that cannot be told: no readable generation config beside a config.json that may have
+    come alone (the Hub fetches config.json only; the HF cache keeps what was downloaded)."""
+    gen = Path(config_path).with_name("generation_config.json")
+    try:
+        said = json.loads(gen.read_bytes().decode("utf-8")) if gen.is_file() else None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if isinstance(said, dict):
+        return said.get("use_cache") is not False
+    if said is not None or not whole_checkpoint:
+        return None
+    return config.get("use_cache") is not False
+
+
+def _with_generation_cache(arch: Arch, config_path: Path, whole_checkpoint: bool = False) -> Arch:
+    """`arch` with `extra["generation_use_cache"]` (`generation_use_cache`) where it can be told."""
+    said = generation_use_cache(config_path, (arch.extra or {}).get("config") or {}, whole_checkpoint)
+    if said is None:
+        return arch
+    return dataclasses.replace(arch, extra={**(arch.extra or {}), "generation_use_cache": said})
 
 
 def _unknown(spec: str, sizes_text: str) -> UnknownModel:

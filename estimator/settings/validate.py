@@ -216,8 +216,16 @@ def _generation_cache_notes(cfg: RunConfig, arch: Arch | None) -> list[str]:
         ]
     from estimator.model.catalog import catalog_id
 
-    said = ((arch.extra or {}).get("config") or {}).get("use_cache") if arch is not None else None
-    if said is False and catalog_id(cfg.model) is None:
+    extra = (arch.extra or {}) if arch is not None else {}
+    resolved = extra.get("generation_use_cache")  # catalog.generation_use_cache, where it could be told
+    if resolved is False:
+        return [
+            "this checkpoint's generation config says use_cache: false, so transformers generates without a KV "
+            "cache, re-running the whole sequence each token (estimate that with --no-generation-use-cache); "
+            "generation_kwargs: {use_cache: true} keeps the cache"
+        ]
+    said = (extra.get("config") or {}).get("use_cache")
+    if resolved is None and said is False and catalog_id(cfg.model) is None:
         return [
             "the model's config.json says use_cache: false; where its generation_config.json says so too, or "
             "it has none, transformers generates without a KV cache (estimate that with --no-generation-use-cache); "

@@ -160,3 +160,26 @@ def test_generation_without_a_cache_is_noted_and_so_is_a_config_json_that_may_as
     assert "use_cache: false" in note and "--no-generation-use-cache" in note
     # the catalog's own copy (Qwen3-4B's says false) is not the user's file: no note
     assert notes(RunConfig(model="Qwen/Qwen3-4B"), resolve_model("Qwen/Qwen3-4B")) == []
+
+
+def test_a_checkpoint_folder_says_whether_it_generates_with_a_cache(tmp_path):
+    """As from_pretrained resolves it (tests/ground_truth/test_generation_without_cache.py): a generation_config.json
+    decides; a folder without one falls back to config.json's use_cache."""
+    import json
+
+    conf = dict(resolve_model("Qwen/Qwen2.5-0.5B-Instruct").extra["config"])
+
+    def note_for(config_use_cache: bool, generation: dict | None) -> list[str]:
+        folder = tmp_path / f"ckpt-{config_use_cache}-{generation}"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(conf | {"use_cache": config_use_cache}))
+        if generation is not None:
+            (folder / "generation_config.json").write_text(json.dumps(generation))
+        return notes(RunConfig(model=str(folder)), resolve_model(str(folder)))
+
+    (note,) = note_for(False, None)  # no generation config: config.json decides
+    assert "says use_cache: false, so transformers generates without a KV cache" in note
+    assert note_for(False, {"temperature": 0.6}) == []  # a silent generation config keeps the cache
+    (note,) = note_for(True, {"use_cache": False})  # the generation config decides
+    assert "without a KV cache" in note
+    assert note_for(True, None) == []
