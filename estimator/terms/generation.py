@@ -5,7 +5,13 @@ Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: e
 
 from __future__ import annotations
 
-from estimator.hardware.allocator import K_MIN_LARGE_ALLOC, AllocatorSettings, allocation_size, round_size
+from estimator.hardware.allocator import (
+    K_MIN_LARGE_ALLOC,
+    K_ROUND_LARGE,
+    AllocatorSettings,
+    allocation_size,
+    round_size,
+)
 from estimator.model.architecture import Arch, layer_kinds, layer_windows
 from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
@@ -167,15 +173,19 @@ def uncached_mlp_segments(cfg: RunConfig, arch: Arch) -> int:
     simulated), which this count does not model."""
     if cfg.generation_use_cache or cfg.use_vllm or arch.is_moe or cfg.attn_implementation == "eager":
         return 0
-    s = AllocatorSettings()
-    per_position = cfg.generation_sequences * arch.intermediate_size * nbytes(act.linear_output_dtype(cfg))
-    first, last = cfg.max_prompt_length, cfg.sequence_length - 1
-    sizes = {
-        allocation_size(round_size(per_position * n, s), s)
-        for n in range(first, last + 1)
-        if per_position * n >= K_MIN_LARGE_ALLOC
-    }
-    return 3 * sum(sizes)
+    a = cfg.generation_sequences * arch.intermediate_size * nbytes(act.linear_output_dtype(cfg))
+    first = max(cfg.max_prompt_length, -(-K_MIN_LARGE_ALLOC // a))
+    last = cfg.sequence_length - 1
+    if first > last:
+        return 0
+    if a <= K_ROUND_LARGE:  # the rounded size moves up by at most one 2 MiB step a token: every size between
+        k0, k1 = -(-a * first // K_ROUND_LARGE), -(-a * last // K_ROUND_LARGE)
+        return 3 * K_ROUND_LARGE * (k0 + k1) * (k1 - k0 + 1) // 2
+    if last - first < 4096:  # every token a size of its own
+        s = AllocatorSettings()
+        return 3 * sum(allocation_size(round_size(a * n, s), s) for n in range(first, last + 1))
+    n = last - first + 1  # a bound, high by under 2 MiB a token
+    return 3 * (a * (first + last) * n // 2 + K_ROUND_LARGE * n)
 
 
 def rollout_buffers(cfg: RunConfig) -> int:

@@ -224,3 +224,24 @@ def test_uncached_generation_keeps_three_mlp_segments_per_2_mib_size():
     cached, uncached = estimate(long.with_(generation_use_cache=True)), estimate(long)
     assert uncached.peak_reserved_bytes > cached.peak_reserved_bytes
     assert uncached.need_bytes == cached.need_bytes
+
+
+@pytest.mark.parametrize(
+    "g, p, c", [(8, 256, 16), (8, 1024, 256), (80, 740, 284), (160, 300, 50), (1, 4000, 3000)]
+)
+def test_uncached_mlp_segments_is_every_distinct_rounded_size(g, p, c):
+    """The count by its definition, token by token through the allocator's own rounding: three segments of each
+    distinct size `get_allocation_size` gives the [G, L, I] request, from the first step's length to the last,
+    sizes under 10 MiB left out (the estimate sums the sizes in closed form)."""
+    from estimator.hardware.allocator import AllocatorSettings, allocation_size, round_size
+    from estimator.terms import generation as gen
+
+    arch = resolve_model("Qwen/Qwen3-4B")
+    cfg = RunConfig(
+        model="Qwen/Qwen3-4B", dtype="bfloat16", use_peft=True, per_device_train_batch_size=g, num_generations=g,
+        max_prompt_length=p, max_completion_length=c, generation_use_cache=False,
+    )  # fmt: skip
+    s = AllocatorSettings()
+    per = cfg.generation_sequences * 9728 * 2
+    sizes = {allocation_size(round_size(per * n, s), s) for n in range(p, p + c) if per * n >= 10 * 2**20}
+    assert gen.uncached_mlp_segments(cfg, arch) == 3 * sum(sizes)
