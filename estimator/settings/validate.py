@@ -199,7 +199,6 @@ def _generation_cache_notes(cfg: RunConfig, arch: Arch | None) -> list[str]:
         # estimator.step.estimate.with_uncached_generation: dense models, default allocator settings
         counted = (
             not (arch is not None and arch.is_moe)
-            and cfg.attn_implementation != "eager"
             and not cfg.pytorch_cuda_alloc_conf
             and cfg.torch_empty_cache_steps is None
         )
@@ -210,8 +209,8 @@ def _generation_cache_notes(cfg: RunConfig, arch: Arch | None) -> list[str]:
                 "(counted in the reserved and nvidia-smi lines, for a card with room: a smaller one fills and "
                 "frees them as it needs to; the card's need barely moves)"
                 if counted
-                else "(not counted in the reserved and nvidia-smi lines for this model, attention or allocator "
-                "setting: nvidia-smi may show the card nearly full)"
+                else "(not counted in the reserved and nvidia-smi lines for this model or allocator setting: "
+                "nvidia-smi may show the card nearly full)"
             )
         ]
     from estimator.model.catalog import catalog_id

@@ -220,10 +220,10 @@ def with_uncached_generation(
     layers: dict, cfg: RunConfig, arch: Arch, phases: dict[str, dict[str, int]], peak_allocated: int
 ) -> dict:
     """The reserve when generation keeps no KV cache (default allocator settings): the larger of the step's and
-    what generation leaves reserved, the memory held through it + the MLP segments it cuts and keeps cached
-    (`gen.uncached_mlp_segments`, estimated) + the step model's reserve (fitted), the other segments the step
+    what generation leaves reserved, the memory held through it + the segments it cuts and keeps cached
+    (`gen.uncached_generation_segments`, estimated) + the step model's reserve (fitted), the other segments the step
     cuts. The need is unchanged: under a limit the allocator frees cached segments before it fails."""
-    segments = gen.uncached_mlp_segments(cfg, arch)
+    segments = gen.uncached_generation_segments(cfg, arch)
     if not segments or layers["allocator_variant"] != "default" or GENERATE not in phases:
         return layers
     held = sum(v for k, v in phases[GENERATE].items() if k not in GENERATION_WORKING)
@@ -233,7 +233,7 @@ def with_uncached_generation(
     return layers | {
         "allocator_overhead_bytes": beyond,
         "reserve_basis": layers["reserve_basis"]
-        + "; generation without a KV cache: the MLP segments it keeps cached (estimated) on top",
+        + "; generation without a KV cache: the segments it keeps cached (estimated) on top",
     }
 
 

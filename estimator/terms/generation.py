@@ -5,6 +5,8 @@ Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: e
 
 from __future__ import annotations
 
+import math
+
 from estimator.hardware.allocator import (
     K_MIN_LARGE_ALLOC,
     K_ROUND_LARGE,
@@ -153,39 +155,63 @@ def generation_token_ids(cfg: RunConfig, length: int) -> int:
     return (3 * length + 2 * cfg.max_prompt_length) * cfg.generation_sequences * 8
 
 
-def uncached_mlp_segments(cfg: RunConfig, arch: Arch) -> int:
+def uncached_generation_segments(cfg: RunConfig, arch: Arch) -> int:
     """Segments the caching allocator cuts, and keeps cached, while generating without a KV cache (dense models,
-    default allocator settings): 3 × Σ round_up(G·I·a·L, 2 MiB) over the distinct sizes for L = P ... P + C - 1
-    that are 10 MiB or more.
+    default allocator settings): those of the step's largest growing tensors, the MLP's (`uncached_mlp_segments`)
+    or, under eager attention, the scores' (`uncached_score_segments`), whichever sum is larger.
 
-    Each step's no-grad forward holds three [G, L, I] tensors at its MLP (act, up, their product,
-    `act.nograd_forward_peak`), one position longer than the last step's. A request of 10 MiB or more gets a
-    segment of its own, rounded up to 2 MiB (`get_allocation_size`, estimator.hardware.allocator), and a cached
-    block serves only a request no larger than itself: whenever the rounded size moves up, the three tensors
-    get three new segments and the three outgrown ones stay cached, reused only by smaller requests. The allocator
-    simulation of the traced no-cache streams cuts exactly three segments at every 2 MiB size from the first step
-    to the last (results/streams/mincard/, docs/ACCURACY.md); smaller growing tensors fit in the outgrown ones.
-    Under a limit the allocator frees them before it fails, so they move what torch reserves on a card with room,
-    not what the card must hold; on a smaller card it fills the card and frees them as it needs to.
-
-    Eager attention is left out: its [G, heads, L, L] scores outgrow the MLP's and strand segments of their own at
-    every step (the eager 80-sequence stream of docs/ACCURACY.md reserves terabytes on an unlimited card,
-    simulated), which this count does not model."""
-    if cfg.generation_use_cache or cfg.use_vllm or arch.is_moe or cfg.attn_implementation == "eager":
+    Every step is one position longer than the last, so its tensors outgrow their 2 MiB-rounded segments. A
+    request of 10 MiB or more gets a segment of its own (`get_allocation_size`, estimator.hardware.allocator), and
+    a cached block serves only a request no larger than itself: the step's largest tensors get new segments and
+    the outgrown ones stay cached, where the step's smaller tensors fit. The allocator simulation of the traced
+    no-cache streams cuts exactly those: three MLP segments at every 2 MiB size under sdpa, two fp32 score
+    segments at every step under eager (results/streams/mincard/index.jsonl, docs/ACCURACY.md). Under a limit the
+    allocator frees them before it fails, so they move what torch reserves on a card with room, not what the
+    card must hold; a smaller card fills and frees them as it needs to."""
+    if cfg.generation_use_cache or cfg.use_vllm or arch.is_moe:
         return 0
+    return max(uncached_mlp_segments(cfg, arch), uncached_score_segments(cfg, arch))
+
+
+def uncached_mlp_segments(cfg: RunConfig, arch: Arch) -> int:
+    """The no-grad MLP's three live [G, L, I] tensors (act, up, their product, `act.nograd_forward_peak`), one
+    position longer each step: 3 × Σ round_up(G·I·a·L, 2 MiB) over the distinct sizes of 10 MiB or more for
+    L = P ... P + C - 1 (a: the linears' output bytes)."""
     a = cfg.generation_sequences * arch.intermediate_size * nbytes(act.linear_output_dtype(cfg))
-    first = max(cfg.max_prompt_length, -(-K_MIN_LARGE_ALLOC // a))
-    last = cfg.sequence_length - 1
+    return 3 * _distinct_segments(a, 1, cfg.max_prompt_length, cfg.sequence_length - 1)
+
+
+def uncached_score_segments(cfg: RunConfig, arch: Arch) -> int:
+    """Eager attention's fp32 [G, heads, L, L] scores, new sizes every step: n × Σ round_up(G·heads·L²·4, 2 MiB)
+    for L = P ... P + C - 1. transformers 5.24 `eager_attention_forward` runs `softmax(dtype=float32)`, whose
+    fp32 copy of lower-precision scores and fp32 output are live together (n = 2; fp32 scores: the masked
+    scores and the softmax, n = 2), except an fp16 model's CUDA `half_to_float` softmax, which copies nothing
+    (n = 1; `act.eager_nograd_bytes`). 0 under sdpa and flash attention, which hold no scores."""
+    if cfg.attn_implementation != "eager":
+        return 0
+    n = 1 if act.softmax_half_to_float(cfg) else 2
+    return n * _distinct_segments(cfg.generation_sequences * arch.num_heads * 4, 2, cfg.max_prompt_length,
+                                  cfg.sequence_length - 1)  # fmt: skip
+
+
+def _distinct_segments(a: int, power: int, first: int, last: int) -> int:
+    """Σ over the distinct values of round_up(a·L^power, 2 MiB), L = first ... last, of those of 10 MiB or more:
+    a closed form where the size grows by at most 2 MiB a position (every rounded size between appears), a loop
+    over few positions, else a bound high by under 2 MiB a position."""
+    least = -(-K_MIN_LARGE_ALLOC // a)  # L**power from which a request takes a segment of its own
+    first = max(first, least if power == 1 else math.isqrt(least - 1) + 1)
     if first > last:
         return 0
-    if a <= K_ROUND_LARGE:  # the rounded size moves up by at most one 2 MiB step a token: every size between
+    if power == 1 and a <= K_ROUND_LARGE:
         k0, k1 = -(-a * first // K_ROUND_LARGE), -(-a * last // K_ROUND_LARGE)
-        return 3 * K_ROUND_LARGE * (k0 + k1) * (k1 - k0 + 1) // 2
-    if last - first < 4096:  # every token a size of its own
+        return K_ROUND_LARGE * (k0 + k1) * (k1 - k0 + 1) // 2
+    if last - first < 4096:
         s = AllocatorSettings()
-        return 3 * sum(allocation_size(round_size(a * n, s), s) for n in range(first, last + 1))
-    n = last - first + 1  # a bound, high by under 2 MiB a token
-    return 3 * (a * (first + last) * n // 2 + K_ROUND_LARGE * n)
+        return sum({allocation_size(round_size(a * n**power, s), s) for n in range(first, last + 1)})
+    n = last - first + 1
+    squares = (last * (last + 1) * (2 * last + 1) - (first - 1) * first * (2 * first - 1)) // 6
+    total = a * (first + last) * n // 2 if power == 1 else a * squares
+    return total + K_ROUND_LARGE * n
 
 
 def rollout_buffers(cfg: RunConfig) -> int:

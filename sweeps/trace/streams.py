@@ -166,8 +166,8 @@ def sample(
 
 
 UNCACHED = "uncached.jsonl"  # simulations of configurations traced without a KV cache (--uncached)
-# Generation without a KV cache, traced after `generation.uncached_mlp_segments` was written from the r01 and r02
-# streams and never tuned on: other families, methods, batch and lengths (split "validation")
+# Generation without a KV cache, traced after `generation.uncached_generation_segments` was written from the r01,
+# r02 (sdpa) and r08 (eager) streams and never tuned on: other families, methods, batch and lengths ("validation")
 UNCACHED_CONFIGS = (
     {"model": "Qwen/Qwen2.5-0.5B-Instruct", "dtype": "bfloat16", "use_peft": True, "max_prompt_length": 512,
      "max_completion_length": 128, "per_device_train_batch_size": 8, "num_generations": 8},
@@ -176,6 +176,11 @@ UNCACHED_CONFIGS = (
      "num_generations": 16},
     {"model": "Qwen/Qwen2.5-1.5B-Instruct", "dtype": "bfloat16", "max_prompt_length": 256,
      "max_completion_length": 256, "per_device_train_batch_size": 4, "num_generations": 4},
+    # eager attention, traced after its score count was written from r08's stream
+    {"model": "meta-llama/Llama-3.2-1B-Instruct", "dtype": "bfloat16", "use_peft": True, "attn_implementation": "eager",
+     "max_prompt_length": 256, "max_completion_length": 128, "per_device_train_batch_size": 8, "num_generations": 8},
+    {"model": "Qwen/Qwen2.5-0.5B-Instruct", "dtype": "float32", "bf16": False, "attn_implementation": "eager",
+     "max_prompt_length": 384, "max_completion_length": 96, "per_device_train_batch_size": 4, "num_generations": 4},
 )  # fmt: skip
 
 

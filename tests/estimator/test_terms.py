@@ -215,10 +215,10 @@ def test_uncached_generation_keeps_three_mlp_segments_per_2_mib_size():
         num_generations=8, max_prompt_length=256, max_completion_length=16, generation_use_cache=False,
     )  # fmt: skip
     assert gen.uncached_mlp_segments(cfg, arch) == 3 * (20 + 22) * 2**20
-    assert gen.uncached_mlp_segments(cfg.with_(generation_use_cache=True), arch) == 0
-    # under 10 MiB the requests share 20 MiB segments; eager attention's scores are not modelled
+    assert gen.uncached_generation_segments(cfg.with_(generation_use_cache=True), arch) == 0
+    # under 10 MiB the requests share 20 MiB segments
     assert gen.uncached_mlp_segments(cfg.with_(max_prompt_length=64), arch) == 0
-    assert gen.uncached_mlp_segments(cfg.with_(attn_implementation="eager"), arch) == 0
+    assert gen.uncached_generation_segments(cfg, arch) == 3 * (20 + 22) * 2**20  # sdpa: no scores
     # on the estimate: the reserve holds them above what generation keeps; the card's need does not move
     long = cfg.with_(max_prompt_length=1024, max_completion_length=256)
     cached, uncached = estimate(long.with_(generation_use_cache=True)), estimate(long)
@@ -245,3 +245,23 @@ def test_uncached_mlp_segments_is_every_distinct_rounded_size(g, p, c):
     per = cfg.generation_sequences * 9728 * 2
     sizes = {allocation_size(round_size(per * n, s), s) for n in range(p, p + c) if per * n >= 10 * 2**20}
     assert gen.uncached_mlp_segments(cfg, arch) == 3 * sum(sizes)
+
+
+def test_uncached_eager_scores_strand_two_fp32_segments_a_step():
+    """Qwen2.5-0.5B (14 heads), 8 sequences, bf16 autocast, eager, P 256, C 2: the fp32 scores [8, 14, L, L] are
+    448·L² B, 28 MiB at L = 256 and 29,589,952 B at 257, a 30 MiB segment; softmax's fp32 copy and output are two
+    of each. The MLP's three [8, L, 4864] bf16 (19.0 and 19.1 MiB) take 20 MiB segments: the scores' sum is larger."""
+    from estimator.terms import generation as gen
+
+    arch = resolve_model("Qwen/Qwen2.5-0.5B-Instruct")
+    cfg = RunConfig(
+        model="Qwen/Qwen2.5-0.5B-Instruct", dtype="bfloat16", use_peft=True, per_device_train_batch_size=8,
+        num_generations=8, max_prompt_length=256, max_completion_length=2, generation_use_cache=False,
+        attn_implementation="eager",
+    )  # fmt: skip
+    assert gen.uncached_score_segments(cfg, arch) == 2 * (28 + 30) * 2**20
+    assert gen.uncached_mlp_segments(cfg, arch) == 3 * 20 * 2**20
+    assert gen.uncached_generation_segments(cfg, arch) == 2 * (28 + 30) * 2**20
+    assert gen.uncached_score_segments(cfg.with_(attn_implementation="sdpa"), arch) == 0
+    fp16 = cfg.with_(dtype="float16", bf16=False)  # CUDA's half_to_float softmax copies nothing: one a step
+    assert gen.uncached_score_segments(fp16, arch) == (28 + 30) * 2**20
