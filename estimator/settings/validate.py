@@ -196,22 +196,11 @@ def _generation_cache_notes(cfg: RunConfig, arch: Arch | None) -> list[str]:
     """Generation without a KV cache, asked for, or possibly the checkpoint's own default (transformers' generate
     follows the checkpoint's generation config: tests/ground_truth/test_generation_without_cache.py)."""
     if not cfg.generation_use_cache:
-        # estimator.step.estimate.with_uncached_generation: dense models, default allocator settings
-        counted = (
-            not (arch is not None and arch.is_moe)
-            and not cfg.pytorch_cuda_alloc_conf
-            and cfg.torch_empty_cache_steps is None
-        )
         return [
             f"generation without a KV cache: each of the {cfg.max_completion_length} tokens re-runs the whole "
-            "sequence so far, far slower, and the allocator keeps the segments each longer step outgrows "
-            + (
-                "(counted in the reserved and nvidia-smi lines, for a card with room: a smaller one fills and "
-                "frees them as it needs to; the card's need barely moves)"
-                if counted
-                else "(not counted in the reserved and nvidia-smi lines for this model or allocator setting: "
-                "nvidia-smi may show the card nearly full)"
-            )
+            "sequence so far, far slower, and the allocator keeps the segments each longer step outgrows (the "
+            "reserved and nvidia-smi lines count them for a card with room, where --detail's reserve source says "
+            "so; a smaller card fills and frees them as it needs to; the card's need barely moves)"
         ]
     from estimator.model.catalog import catalog_id
 

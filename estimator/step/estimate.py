@@ -219,13 +219,21 @@ GENERATION_WORKING = ("activations", "generation_logits", "autocast_weight_cache
 def with_uncached_generation(
     layers: dict, cfg: RunConfig, arch: Arch, phases: dict[str, dict[str, int]], peak_allocated: int
 ) -> dict:
-    """The reserve when generation keeps no KV cache (default allocator settings): the larger of the step's and
-    what generation leaves reserved, the memory held through it + the segments it cuts and keeps cached
+    """The reserve when generation keeps no KV cache: the larger of the step's and what generation leaves
+    reserved, the memory held through it + the segments it cuts and keeps cached
     (`gen.uncached_generation_segments`, estimated) + the step model's reserve (fitted), the other segments the step
-    cuts. The need is unchanged: under a limit the allocator frees cached segments before it fails."""
-    segments = gen.uncached_generation_segments(cfg, arch)
-    if not segments or layers["allocator_variant"] != "default" or GENERATE not in phases:
+    cuts. Counted for dense models on the default allocator settings, the shapes it was checked on; elsewhere the
+    reserve's basis says it is not. The need is unchanged: under a limit the allocator frees cached segments before
+    it fails."""
+    if cfg.generation_use_cache or cfg.use_vllm or GENERATE not in phases:
         return layers
+    if arch.is_moe or layers["allocator_variant"] != "default":
+        why = "an MoE model" if arch.is_moe else "these allocator settings"
+        return layers | {
+            "reserve_basis": layers["reserve_basis"]
+            + f"; generation without a KV cache: the segments it keeps cached are not counted for {why}"
+        }
+    segments = gen.uncached_generation_segments(cfg, arch)
     held = sum(v for k, v in phases[GENERATE].items() if k not in GENERATION_WORKING)
     beyond = held + segments + layers["allocator_overhead_bytes"] - peak_allocated
     if beyond <= layers["allocator_overhead_bytes"]:

@@ -156,8 +156,8 @@ def generation_token_ids(cfg: RunConfig, length: int) -> int:
 
 
 def uncached_generation_segments(cfg: RunConfig, arch: Arch) -> int:
-    """Segments the caching allocator cuts, and keeps cached, while generating without a KV cache (dense models,
-    default allocator settings): those of the step's largest growing tensors, the MLP's (`uncached_mlp_segments`)
+    """Segments the caching allocator cuts, and keeps cached, while a dense model generates without a KV cache
+    (default allocator settings): those of the step's largest growing tensors, the MLP's (`uncached_mlp_segments`)
     or, under eager attention, the scores' (`uncached_score_segments`), whichever sum is larger.
 
     Every step is one position longer than the last, so its tensors outgrow their 2 MiB-rounded segments. A
@@ -168,7 +168,7 @@ def uncached_generation_segments(cfg: RunConfig, arch: Arch) -> int:
     segments at every step under eager (results/streams/mincard/index.jsonl, docs/ACCURACY.md). Under a limit the
     allocator frees them before it fails, so they move what torch reserves on a card with room, not what the
     card must hold; a smaller card fills and frees them as it needs to."""
-    if cfg.generation_use_cache or cfg.use_vllm or arch.is_moe:
+    if cfg.generation_use_cache or cfg.use_vllm:
         return 0
     return max(uncached_mlp_segments(cfg, arch), uncached_score_segments(cfg, arch))
 
@@ -190,8 +190,8 @@ def uncached_score_segments(cfg: RunConfig, arch: Arch) -> int:
     if cfg.attn_implementation != "eager":
         return 0
     n = 1 if act.softmax_half_to_float(cfg) else 2
-    return n * _distinct_segments(cfg.generation_sequences * arch.num_heads * 4, 2, cfg.max_prompt_length,
-                                  cfg.sequence_length - 1)  # fmt: skip
+    per_square = cfg.generation_sequences * arch.num_heads * 4
+    return n * _distinct_segments(per_square, 2, cfg.max_prompt_length, cfg.sequence_length - 1)
 
 
 def _distinct_segments(a: int, power: int, first: int, last: int) -> int:

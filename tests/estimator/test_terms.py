@@ -265,3 +265,28 @@ def test_uncached_eager_scores_strand_two_fp32_segments_a_step():
     assert gen.uncached_score_segments(cfg.with_(attn_implementation="sdpa"), arch) == 0
     fp16 = cfg.with_(dtype="float16", bf16=False)  # CUDA's half_to_float softmax copies nothing: one a step
     assert gen.uncached_score_segments(fp16, arch) == (28 + 30) * 2**20
+
+
+def test_uncached_segments_are_counted_only_where_they_were_checked():
+    """Dense models on the default allocator settings: the reserve holds the segments; an MoE model or other
+    allocator settings keep the cached generation's reserve, and its basis says the segments are not counted."""
+    from estimator.step.estimate import estimate
+
+    shapes = dict(
+        dtype="bfloat16", use_peft=True, per_device_train_batch_size=8, num_generations=8, max_prompt_length=1024,
+        max_completion_length=256,
+    )  # fmt: skip
+    for cfg in (
+        RunConfig(model="Qwen/Qwen3-30B-A3B", **shapes),
+        RunConfig(
+            model="Qwen/Qwen2.5-0.5B-Instruct", pytorch_cuda_alloc_conf="expandable_segments:True", **shapes
+        ),
+    ):
+        cached, uncached = estimate(cfg), estimate(cfg.with_(generation_use_cache=False))
+        assert uncached.allocator_overhead_bytes == cached.allocator_overhead_bytes
+        assert "not counted" in uncached.reserve_basis
+    dense = RunConfig(model="Qwen/Qwen2.5-0.5B-Instruct", **shapes)
+    assert (
+        estimate(dense.with_(generation_use_cache=False)).peak_reserved_bytes
+        > estimate(dense).peak_reserved_bytes
+    )
