@@ -195,23 +195,33 @@ def uncached_score_segments(cfg: RunConfig, arch: Arch) -> int:
 
 
 def _distinct_segments(a: int, power: int, first: int, last: int) -> int:
-    """Σ over the distinct values of round_up(a·L^power, 2 MiB), L = first ... last, of those of 10 MiB or more:
-    a closed form where the size grows by at most 2 MiB a position (every rounded size between appears), a loop
-    over few positions, else a bound high by under 2 MiB a position."""
+    """Σ over the distinct values of round_up(a·L^power, 2 MiB), L = first ... last, of those of 10 MiB or more.
+
+    While the size grows by at most 2 MiB a position every rounded size between appears, an arithmetic sum; past
+    that each position has a size of its own: their sum, or for more than 4096 positions a bound high by under
+    2 MiB a position."""
     least = -(-K_MIN_LARGE_ALLOC // a)  # L**power from which a request takes a segment of its own
     first = max(first, least if power == 1 else math.isqrt(least - 1) + 1)
     if first > last:
         return 0
-    if power == 1 and a <= K_ROUND_LARGE:
-        k0, k1 = -(-a * first // K_ROUND_LARGE), -(-a * last // K_ROUND_LARGE)
-        return K_ROUND_LARGE * (k0 + k1) * (k1 - k0 + 1) // 2
-    if last - first < 4096:
+    # the last position reached by steps of at most 2 MiB: a ≤ 2 MiB (linear), a·(2L + 1) ≤ 2 MiB (square)
+    if power == 1:
+        calm = last if a <= K_ROUND_LARGE else first - 1
+    else:
+        calm = min(last, max(first - 1, (K_ROUND_LARGE // a - 1) // 2 + 1))
+    total = 0
+    if calm >= first:
+        k0, k1 = -(-a * first**power // K_ROUND_LARGE), -(-a * calm**power // K_ROUND_LARGE)
+        total = K_ROUND_LARGE * (k0 + k1) * (k1 - k0 + 1) // 2
+    lo = max(first, calm + 1)
+    if lo > last:
+        return total
+    if last - lo < 4096:
         s = AllocatorSettings()
-        return sum({allocation_size(round_size(a * n**power, s), s) for n in range(first, last + 1)})
-    n = last - first + 1
-    squares = (last * (last + 1) * (2 * last + 1) - (first - 1) * first * (2 * first - 1)) // 6
-    total = a * (first + last) * n // 2 if power == 1 else a * squares
-    return total + K_ROUND_LARGE * n
+        return total + sum(allocation_size(round_size(a * n**power, s), s) for n in range(lo, last + 1))
+    n = last - lo + 1
+    squares = (last * (last + 1) * (2 * last + 1) - (lo - 1) * lo * (2 * lo - 1)) // 6
+    return total + (a * (lo + last) * n // 2 if power == 1 else a * squares) + K_ROUND_LARGE * n
 
 
 def rollout_buffers(cfg: RunConfig) -> int:

@@ -290,3 +290,24 @@ def test_uncached_segments_are_counted_only_where_they_were_checked():
         estimate(dense.with_(generation_use_cache=False)).peak_reserved_bytes
         > estimate(dense).peak_reserved_bytes
     )
+
+
+@pytest.mark.parametrize("g, p, c", [(1, 300, 6000), (8, 256, 4500), (80, 740, 284), (2, 8000, 50)])
+def test_uncached_score_segments_is_every_distinct_rounded_size(g, p, c):
+    """Eager scores [G, 32, L, L] fp32 of Qwen3-4B by definition, token by token through the allocator's own
+    rounding: two segments of each distinct size of 10 MiB or more (the estimate: an arithmetic sum while the size
+    grows by at most 2 MiB a token, then one size a token)."""
+    from estimator.hardware.allocator import AllocatorSettings, allocation_size, round_size
+    from estimator.terms import generation as gen
+
+    arch = resolve_model("Qwen/Qwen3-4B")
+    cfg = RunConfig(
+        model="Qwen/Qwen3-4B", dtype="bfloat16", use_peft=True, per_device_train_batch_size=g, num_generations=g,
+        max_prompt_length=p, max_completion_length=c, generation_use_cache=False, attn_implementation="eager",
+    )  # fmt: skip
+    s = AllocatorSettings()
+    per = g * 32 * 4
+    sizes = {
+        allocation_size(round_size(per * n * n, s), s) for n in range(p, p + c) if per * n * n >= 10 * 2**20
+    }
+    assert gen.uncached_score_segments(cfg, arch) == 2 * sum(sizes)
