@@ -14,7 +14,7 @@ from estimator.step.estimate import estimate
 REPO = Path(__file__).resolve().parents[2]
 TRIALS = REPO / "results" / "raw" / "trials" / "mincard.jsonl"
 UNCACHED = REPO / "results" / "streams" / "uncached.jsonl"
-GPU_ROWS = ("r01", "r02")  # the lineup rows the first lease ran without a cache, with a reserved peak
+GPU_ROWS = ("r01", "r02")  # lineup rows with a finished no-cache run (a reserved peak) in the trials
 
 
 def _pct(x: float) -> str:
