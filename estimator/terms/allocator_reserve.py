@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from estimator.settings.config import NEWEST_TRL, RunConfig
@@ -50,8 +50,23 @@ def _release_free(cfg: RunConfig) -> bool:
 
 
 def _match_key(cfg: RunConfig | dict) -> tuple:
-    d = cfg.to_dict() if isinstance(cfg, RunConfig) else dict(cfg)
-    if _release_free(cfg if isinstance(cfg, RunConfig) else RunConfig.from_dict(d)):
+    if isinstance(cfg, RunConfig):
+        try:
+            return _config_match_key(cfg)
+        except TypeError:  # a field given an unhashable value (a list for a tuple): the same key, uncached
+            return _dict_match_key(cfg.to_dict(), cfg)
+    return _dict_match_key(cfg)
+
+
+@lru_cache(maxsize=4096)
+def _config_match_key(cfg: RunConfig) -> tuple:
+    return _dict_match_key(cfg.to_dict(), cfg)
+
+
+def _dict_match_key(d: dict, cfg: RunConfig | None = None) -> tuple:
+    """The fields a traced stream is matched on: the config less the fields that do not change its stream."""
+    d = dict(d)
+    if _release_free(cfg if cfg is not None else RunConfig.from_dict(d)):
         d.pop("transformers_version", None)
     for f in IGNORED_FIELDS:
         d.pop(f, None)
@@ -62,13 +77,20 @@ def _match_key(cfg: RunConfig | dict) -> tuple:
     return tuple(sorted((k, json.dumps(v)) for k, v in d.items()))
 
 
+@cache
+def _streams_by_key() -> dict[tuple, dict]:
+    """The table's traced streams by `_match_key` (the first stream of a key, as a scan in table order finds):
+    built once, so an answer that prices hundreds of configs (advice, `--solve`) looks each up in O(1)."""
+    out: dict[tuple, dict] = {}
+    for s in _table()["streams"]:
+        out.setdefault(_match_key(s["config"]), s)
+    return out
+
+
 def simulated(cfg: RunConfig, variant: str = "default") -> dict | None:
     """The simulation of this exact config's traced stream under `variant`, if one was recorded."""
-    key = _match_key(cfg)
-    for s in _table()["streams"]:
-        if _match_key(s["config"]) == key:
-            return s["variants"].get(variant)
-    return None
+    s = _streams_by_key().get(_match_key(cfg))
+    return None if s is None else s["variants"].get(variant)
 
 
 # generation's working memory within 10 % of the peak phase's: generation sets the peak

@@ -35,6 +35,24 @@ def test_traced_config_uses_its_own_stream():
     assert got.bytes == pytest.approx(r.peak_reserved - r.peak_allocated, abs=1)
 
 
+def test_every_shipped_stream_is_found_by_its_own_config_and_only_by_it():
+    # The lookup answers for each stream in the shipped table with that stream's own simulation, whatever the
+    # fields that do not change a stream (the card's size) say; one token more is another stream (none here).
+    streams = allocator_term._table()["streams"]
+    assert streams
+    for s in streams:
+        cfg = RunConfig.from_dict(s["config"])
+        assert allocator_term.simulated(cfg, "default") is s["variants"]["default"]
+        assert allocator_term.simulated(cfg.with_(gpu_memory_gib=13.0), "default") is s["variants"]["default"]
+        longer = cfg.with_(max_completion_length=cfg.max_completion_length + 1)
+        assert allocator_term.simulated(longer, "default") is None
+    # a list where the config holds a tuple (unhashable, so never cached) is matched as the tuple is
+    cfg = RunConfig.from_dict(streams[0]["config"] | {"lora_target_modules": ["q_proj"]})
+    assert cfg.lora_target_modules == ("q_proj",)
+    listed = cfg.with_(lora_target_modules=["q_proj"])
+    assert allocator_term._match_key(listed) == allocator_term._match_key(cfg)
+
+
 @pytest.mark.skipif(not INDEX, reason="no recorded streams in results/streams")
 def test_fallback_does_not_predict_the_rows_it_was_fitted_on_low():
     # An estimate too low is the failure to prevent: on every row a model was fitted on (the kept streams for the
