@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from estimator.hardware.allocator import AllocatorSettings, _conf_items, torch_grammar_problem
@@ -510,13 +510,13 @@ class RunConfig:
     def to_dict(self) -> dict:
         """Field values; a setting added after 0.1.0 appears only when it differs from its default, so a run
         that does not use it keeps the key (`sweeps.records.make_key`) it had before the setting existed."""
-        d = asdict(self)
+        # every field is a bool, number, string, None or tuple of strings: a shallow copy is `asdict`'s result
+        d = {}
         for f in fields(self):
-            if f.metadata["setting"].since != "0.1.0" and d[f.name] == _absent(f):
-                del d[f.name]
-        for name, value in d.items():
-            if isinstance(value, tuple):
-                d[name] = list(value)
+            value = getattr(self, f.name)
+            if f.metadata["setting"].since != "0.1.0" and value == _absent(f):
+                continue
+            d[f.name] = list(value) if isinstance(value, tuple) else value
         return d
 
     @classmethod

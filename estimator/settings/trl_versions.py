@@ -15,6 +15,7 @@ Pure data and pure functions, stdlib only: `profile("0.14")` is the row for a re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from estimator.settings import version_text
 
@@ -346,8 +347,10 @@ def parse_version(text: str) -> Version:
         ) from None
 
 
+@lru_cache(maxsize=256)
 def profile(version: str | Version) -> TrlProfile:
-    """The row modelling one TRL release; ValueError naming the modelled range for any other."""
+    """The row modelling one TRL release; ValueError naming the modelled range for any other. Cached: an
+    answer that prices hundreds of configs asks for the same release thousands of times."""
     v = parse_version(version) if isinstance(version, str) else version
     for row in TABLE:
         if row.covers(v):

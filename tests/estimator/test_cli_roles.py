@@ -99,6 +99,30 @@ def test_new_settings_leave_old_run_keys_unchanged():
     assert d["vllm_max_model_length"] == 2048 and "value_model" not in d
 
 
+def test_every_setting_is_a_flat_immutable_value():
+    # RunConfig.to_dict copies the fields shallowly and the allocator term caches its lookups by config: both
+    # hold while every field is a bool, a number, a string, None or a tuple of strings
+    from dataclasses import fields
+
+    flat = {
+        "bool",
+        "int",
+        "float",
+        "str",
+        "int | None",
+        "float | None",
+        "str | None",
+        "tuple[str, ...] | None",
+    }
+    assert {f.name: f.type for f in fields(RunConfig) if f.type not in flat} == {}
+    cfg = RunConfig(lora_target_modules=("q_proj", "v_proj"))
+    d = cfg.to_dict()
+    d["lora_target_modules"].append("o_proj")  # the dict is the caller's: the config is untouched
+    assert cfg.lora_target_modules == ("q_proj", "v_proj") and hash(cfg) == hash(
+        RunConfig.from_dict(cfg.to_dict())
+    )
+
+
 def test_vllm_start_up_failure_exits_1_and_names_the_fix(capsys):
     argv = [
         "--model",
