@@ -586,6 +586,15 @@ def layout_fixes(layout, cfg: RunConfig) -> list[str]:
             lines.append(
                 "no vllm_gpu_memory_utilization leaves the step room: move vLLM to its own GPU (server mode)"
             )
+    if v.failure.startswith("vLLM start-up: it asks") and v.free_at_start is not None:
+        ways = [t.label for t in (_load_bf16, _qlora) if t.when(cfg) and isinstance(t.label, str)]
+        if cfg.num_gpus > 1 and cfg.sharding != "zero3":
+            ways.append("--zero 3 (weights sharded over the GPUs)")
+        if ways:
+            lines.append(
+                f"load less into the trainer before vLLM starts (its models take "
+                f"{(layout.groups[0].total_bytes - v.free_at_start) / GIB:.2f} GiB then): " + "; ".join(ways)
+            )
     return lines
 
 

@@ -318,9 +318,15 @@ def _vllm(
                 f"{(total_bytes - requested - overhead.cuda_context(cfg)) / 2**30:.2f} GiB is left"
             )
         elif not vt.starts(free, total_bytes, util):
+            have = (
+                f"only {free / 2**30:.2f} GiB is free after the trainer loaded"
+                if free >= 0
+                else f"the trainer's loaded models already take {(total_bytes - free) / 2**30:.2f} GiB of the "
+                f"card's {total_bytes / 2**30:.2f} GiB"
+            )
             failure = (
                 f"vLLM start-up: it asks {util} × {total_bytes / 2**30:.2f} GiB = {requested / 2**30:.2f} GiB, "
-                f"only {free / 2**30:.2f} GiB is free after the trainer loaded"
+                + have
             )
         failure = failure or _kv_failure(kv, one, length)
         if failure is None and not training.fits:

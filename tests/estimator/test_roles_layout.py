@@ -118,6 +118,30 @@ def test_colocate_start_up_needs_its_request_free():
     assert lay2.vllm.failure.startswith("vLLM start-up: it asks 0.95")
 
 
+def test_start_up_failure_from_the_trainer_load_names_loading_less_and_that_works():
+    from estimator.plan.advice import layout_fixes
+
+    # Qwen2.5-7B in fp32 takes 7.62e9 x 4 B = 28.4 GiB before vLLM starts; 0.3 of a 40 GiB card does not fit
+    # beside it. Loaded in bf16 it takes half, and vLLM's start-up check passes.
+    cfg = RunConfig(model="7B", dtype="float32", use_vllm=True, gpu_memory_gib=40.0)
+    settings = VllmSettings(max_model_length=cfg.sequence_length)
+    lay = plan(estimate(cfg), [], settings, resolve_model, 40 * GIB)
+    assert lay.vllm.failure.startswith("vLLM start-up: it asks 0.3")
+    loaded = 40 * GIB - lay.vllm.free_at_start
+    assert 7.6e9 * 4 < loaded < 7.7e9 * 4 + 2 * GIB
+    hint = [f for f in layout_fixes(lay, cfg) if f.startswith("load less into the trainer")]
+    assert len(hint) == 1 and f"{loaded / GIB:.2f} GiB" in hint[0]
+    assert "dtype: bfloat16" in hint[0] and "--qlora" in hint[0] and "--zero 3" not in hint[0]  # one GPU
+    bf16 = cfg.with_(dtype="bfloat16")
+    after = plan(estimate(bf16), [], settings, resolve_model, 40 * GIB).vllm
+    assert after.failure is None or not after.failure.startswith("vLLM start-up: it asks")
+    # loaded beyond the card (32B in fp32, 4 GPUs without sharding): no negative free memory, the load named
+    big = RunConfig(model="32B", dtype="float32", use_vllm=True, num_gpus=4, gpu_memory_gib=40.0)
+    lay = plan(estimate(big), [], VllmSettings(max_model_length=big.sequence_length), resolve_model, 40 * GIB)
+    assert "already take" in lay.vllm.failure and "-" not in lay.vllm.failure.split("GiB, ")[-1]
+    assert "--zero 3" in [f for f in layout_fixes(lay, big) if f.startswith("load less")][0]
+
+
 def test_server_mode_reports_the_vllm_cards_with_tensor_parallelism():
     cfg = RunConfig(
         model="7B",
