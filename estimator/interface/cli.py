@@ -455,7 +455,8 @@ def detail_text(ans: Answer) -> str:
     if ans.advice is not None:
         if not ans.starts:
             parts.append(
-                "(vLLM fails before the first step: the changes below save memory but do not fix that)"
+                "(vLLM fails before the first step: the changes below are priced for the step, not for vLLM's "
+                "start; the layout's fixes above say what can make it start)"
             )
         parts.append(report.render_advice(ans.advice))
     if ans.solution is not None:

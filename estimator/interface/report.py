@@ -623,7 +623,10 @@ def short(
     if failing is not None and advice is not None and advice.budget_bytes is not None and not failing.blocked:
         out += _plan_lines(advice, failing.gpu)
     elif failing is not None and not starts:
-        out += _wrap("vLLM fails at start-up: saving training memory does not fix that.")
+        out += _wrap(
+            "vLLM fails at start-up, before any training step: the step's own savings do not fix that; the "
+            "layout below says what can."
+        )
     elif reference is not None and reference_advice is not None:
         out += _plan_lines(reference_advice, reference.gpu)
     if solution is not None:
