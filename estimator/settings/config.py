@@ -516,7 +516,7 @@ class RunConfig:
             value = getattr(self, f.name)
             if f.metadata["setting"].since != "0.1.0" and value == _absent(f):
                 continue
-            d[f.name] = list(value) if isinstance(value, tuple) else value
+            d[f.name] = list(value) if isinstance(value, (tuple, list)) else value
         return d
 
     @classmethod
