@@ -140,6 +140,13 @@ def test_start_up_failure_from_the_trainer_load_names_loading_less_and_that_work
     lay = plan(estimate(big), [], VllmSettings(max_model_length=big.sequence_length), resolve_model, 40 * GIB)
     assert "already take" in lay.vllm.failure and "-" not in lay.vllm.failure.split("GiB, ")[-1]
     assert "--zero 3" in [f for f in layout_fixes(lay, big) if f.startswith("load less")][0]
+    # ZeRO-3 alone, or a 4-bit base alone, takes the trainer's load below what vLLM's share needs free
+    for way in ({"sharding": "zero3"}, {"use_peft": True, "load_in_4bit": True}):
+        c = big.with_(**way)
+        v = plan(
+            estimate(c), [], VllmSettings(max_model_length=c.sequence_length), resolve_model, 40 * GIB
+        ).vllm
+        assert v.failure is None or not v.failure.startswith("vLLM start-up: it asks"), way
 
 
 def test_server_mode_reports_the_vllm_cards_with_tensor_parallelism():
