@@ -92,9 +92,17 @@ def option() -> dict:
             "peak_device_bytes": BYTES,
             "need_bytes": {**BYTES, "description": "fit_bytes after the change"},
             "saved_bytes": BYTES,
-            "fits": {"type": ["boolean", "null"]},
+            "fits": {
+                "type": ["boolean", "null"],
+                "description": "within the budget and, with vLLM, vLLM starts; null without a budget",
+            },
             "cost": {"type": "string"},
-        }
+            "starts": {
+                "type": "boolean",
+                "description": "vLLM's own start-up checks pass (runs with vLLM only)",
+            },
+        },
+        ["source", "changes", "peak_device_bytes", "need_bytes", "saved_bytes", "fits", "cost"],
     )
 
 
@@ -213,7 +221,12 @@ def schema() -> dict:
                 "budget_bytes": {"type": ["integer", "null"]},
                 "singles": {"type": "array", "items": option()},
                 "plan": nullable(option()),
-            }
+                "baseline_starts": {
+                    "type": "boolean",
+                    "description": "vLLM starts at the run as given (runs with vLLM only)",
+                },
+            },
+            ["source", "baseline_bytes", "budget_bytes", "singles", "plan"],
         ),
         "solve": obj(
             {

@@ -468,18 +468,23 @@ function drawFits(d) {
   return shown;
 }
 
+// "saves X GiB", or "adds X GiB" for a change that needs more (report._saves)
+const saves = (o) => `${o.saved_bytes >= 0 ? "saves" : "adds"} ${gib(Math.abs(o.saved_bytes))} GiB`;
+
 function drawAdvice(d) {
   const a = d.advice;
   $("advice-box").hidden = !a;
   if (!a) return null;
   const items = a.singles.map((o) => {
     const mark = o.fits === null || o.fits === undefined ? "" : o.fits ? "✓ fits: " : "✗ ";
-    return `${mark}${o.changes.map((c) => c.label).join(" + ")} — saves ${gib(o.saved_bytes)} GiB → the card must hold ${gib(o.need_bytes)} GiB` + (o.cost ? `; cost: ${o.cost}` : "");
+    // where vLLM fails at start-up as given, each change says whether vLLM then starts (report._start_mark)
+    const start = a.baseline_starts === false && o.starts !== undefined ? (o.starts ? " (vLLM starts)" : " (vLLM still fails at start-up)") : "";
+    return `${mark}${o.changes.map((c) => c.label).join(" + ")}${start} — ${saves(o)} → the card must hold ${gib(o.need_bytes)} GiB` + (o.cost ? `; cost: ${o.cost}` : "");
   });
   $("advice").replaceChildren(...(items.length ? items.map((t, i) => li(t, a.singles[i].fits ? "ok" : "")) : [li("no single change saves memory at this configuration")]));
   let plan = "";
-  if (a.budget_bytes !== null && a.baseline_bytes > a.budget_bytes) {
-    const tail = (o) => `${o.changes.map((c) => c.label).join(" + ")} → ${gib(o.need_bytes)} GiB, saves ${gib(o.saved_bytes)} GiB (estimated)`;
+  if (a.budget_bytes !== null && (a.baseline_bytes > a.budget_bytes || a.baseline_starts === false)) {
+    const tail = (o) => `${o.changes.map((c) => c.label).join(" + ")} → ${gib(o.need_bytes)} GiB, ${saves(o)} (estimated)`;
     plan = a.plan && a.plan.fits ? `smallest set that fits: ${tail(a.plan)}` : a.plan ? `nothing tried fits; closest: ${tail(a.plan)}` : "nothing tried fits";
   }
   $("plan").textContent = plan;

@@ -23,7 +23,7 @@ from estimator.model import catalog
 from estimator.model.architecture import Arch
 from estimator.model.catalog import catalog_id
 from estimator.plan import advice as adv
-from estimator.plan.layout import VllmSettings, plan, with_roles
+from estimator.plan.layout import VllmSettings, plan, starts_on, with_roles
 from estimator.plan.solve import SOLVABLE, solve
 from estimator.settings import versions
 from estimator.settings.config import RunConfig
@@ -391,19 +391,20 @@ def compute(req: Request) -> Answer:
     target = fit_on(req.gpu) if req.gpu is not None else None
     # what torch can use (report.FIT_BASIS); candidates are compared by Estimate.fit_bytes (band included)
     budget = req.gpu.usable_bytes if req.gpu is not None else None
-    layout, fixes, starts = None, [], True
+    layout, fixes, starts, starts_fn = None, [], True, None
     if roles or cfg.use_vllm:
         total = req.gpu.usable_bytes if req.gpu is not None else int((cfg.gpu_memory_gib or 80.0) * GIB)
         layout = layout_on(cfg, total)
         fixes = adv.layout_fixes(layout, cfg) + adv.role_moves(layout)
         starts = layout.vllm is None or layout.vllm.failure is None or "start-up" not in layout.vllm.failure
+        starts_fn = starts_on(roles, catalog.resolve_model, total) if cfg.use_vllm else None
         if not layout.fits:
             budget = total
     fails = (target is not None and not target.fits) or (layout is not None and not layout.fits)
     advice = None
-    if req.advice or fails:  # vLLM failing at start-up is not fixed by saving training memory: no target then
-        advice = adv.advise(cfg, req.arch, est_fn, budget if starts else None)
-    solution = solve(cfg, req.arch, req.solve, budget, est_fn) if req.solve else None
+    if req.advice or fails:  # with vLLM, a change fits only if vLLM also starts (layout.start_failure)
+        advice = adv.advise(cfg, req.arch, est_fn, budget, starts=starts_fn)
+    solution = solve(cfg, req.arch, req.solve, budget, est_fn, starts_fn) if req.solve else None
     code = 1 if req.gpu is not None and fails else 0
     if solution is not None:
         code = 0 if solution.value is not None else 1
@@ -453,10 +454,10 @@ def detail_text(ans: Answer) -> str:
     if ans.layout is not None:
         parts.append(report.render_layout(ans.layout, ans.fixes))
     if ans.advice is not None:
-        if not ans.starts:
+        if ans.advice.baseline_starts is False:
             parts.append(
-                "(vLLM fails before the first step: the changes below are priced for the step, not for vLLM's "
-                "start; the layout's fixes above say what can make it start)"
+                "(vLLM fails before the first step: a change fits only if vLLM then starts too, by its own "
+                "checks; each change says whether it does)"
             )
         parts.append(report.render_advice(ans.advice))
     if ans.solution is not None:

@@ -213,12 +213,16 @@ def render_advice(advice: Advice) -> str:
     ]
     for o in advice.singles:
         mark = "" if o.fits is None else ("✓ fits " if o.fits else "✗      ")
-        out.append(f"  {mark}saves {_g(o.saved_bytes):>6} GiB -> {_g(o.need_bytes):>6} GiB  {o.label}")
+        start = _start_mark(advice, o)
+        saves = "saves" if o.saved_bytes >= 0 else " adds"
+        out.append(
+            f"  {mark}{saves} {_g(abs(o.saved_bytes)):>6} GiB -> {_g(o.need_bytes):>6} GiB  {o.label}{start}"
+        )
         if o.tradeoff:
             out.append(f"  {'':>7}cost: {o.tradeoff}")
     if not advice.singles:
         out.append("  no single change saves memory at this configuration")
-    if advice.budget_bytes is not None and advice.baseline_bytes > advice.budget_bytes:
+    if advice.budget_bytes is not None and advice.baseline_fails:
         if advice.plan is not None and advice.plan.fits:
             out.append(f"smallest set that fits: {advice.plan.label} -> {_plan_tail(advice.plan)}")
         elif advice.plan is not None:
@@ -226,6 +230,14 @@ def render_advice(advice: Advice) -> str:
         else:
             out.append("nothing tried fits")
     return "\n".join(out)
+
+
+def _start_mark(advice: Advice, o: Option) -> str:
+    """' (vLLM starts)' after a change that makes a failing vLLM start, ' (vLLM still fails at start-up)' after
+    one that does not; nothing where vLLM starts as given or is not checked."""
+    if advice.baseline_starts is not False or o.starts is None:
+        return ""
+    return " (vLLM starts)" if o.starts else " (vLLM still fails at start-up)"
 
 
 def render_layout(layout: Layout, fixes: list[str]) -> str:
@@ -284,8 +296,13 @@ def layout_dict(layout: Layout, fixes: list[str]) -> dict:
     }
 
 
+def _saves(o: Option) -> str:
+    """'saves X GiB', or 'adds X GiB' for a change that needs more (one that lets vLLM start: a larger share)."""
+    return f"{'saves' if o.saved_bytes >= 0 else 'adds'} {_g(abs(o.saved_bytes))} GiB"
+
+
 def _plan_tail(o: Option) -> str:
-    return f"{_g(o.need_bytes)} GiB, saves {_g(o.saved_bytes)} GiB (estimated)"
+    return f"{_g(o.need_bytes)} GiB, {_saves(o)} (estimated)"
 
 
 def render_solution(sol: Solution) -> str:
@@ -308,6 +325,7 @@ def _option_dict(o: Option) -> dict:
         "saved_bytes": o.saved_bytes,
         "fits": o.fits,
         "cost": o.tradeoff,
+        **({"starts": o.starts} if o.starts is not None else {}),
     }
 
 
@@ -348,6 +366,7 @@ def to_json(
             "budget_bytes": advice.budget_bytes,
             "singles": [_option_dict(o) for o in advice.singles],
             "plan": _option_dict(advice.plan) if advice.plan else None,
+            **({"baseline_starts": advice.baseline_starts} if advice.baseline_starts is not None else {}),
         }
     if solution is not None:
         d["solve"] = {
@@ -366,7 +385,7 @@ def to_json(
 
 # ---- the short answer (the default output): the verdict first, within WIDTH columns ----
 
-SCHEMA_VERSION = "1.0"  # of the JSON answer: docs/estimate.schema.json, documented in docs/json-output.md
+SCHEMA_VERSION = "1.1"  # of the JSON answer: docs/estimate.schema.json, documented in docs/json-output.md
 WIDTH = 80
 TOP_COMPONENTS = 4  # tensor components shown by name at the peak; the rest are summed as "other tensors"
 COMPONENT_LABELS = {
@@ -495,12 +514,16 @@ def run_line(est: Estimate) -> str:
 
 def _plan_lines(advice: Advice, gpu: GPU) -> list[str]:
     plan = advice.plan
+    start = advice.baseline_starts is False  # vLLM fails at start-up: the plan must fix that too
+    none = f"No change tried {'lets vLLM start and fits' if start else 'makes it fit'} {_the(gpu)}"
     if plan is None:
-        return [f"No change tried makes it fit {_the(gpu)}."]
+        return _wrap(f"{none}.")
     if plan.fits:
-        out = _wrap(f"To fit {_the(gpu)}: {plain(plan.label)}", "  ", "")
+        out = _wrap(
+            f"To {'let vLLM start and ' if start else ''}fit {_the(gpu)}: {plain(plan.label)}", "  ", ""
+        )
     else:
-        out = _wrap(f"No change tried makes it fit {_the(gpu)}; closest: {plain(plan.label)}", "  ", "")
+        out = _wrap(f"{none}; closest: {plain(plan.label)}", "  ", "")
     cost = f"; cost: {plain(plan.tradeoff)}" if plan.tradeoff else ""
     out += _wrap(f"-> needs {_g1(plan.need_bytes)} GiB{cost}", "     ", "  ")
     return out
@@ -593,6 +616,16 @@ def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
     return out
 
 
+VLLM_BLOCKERS = ("vLLM start-up", "loading the models after vLLM's share")  # Layout.blockers of vLLM's start
+
+
+def _plan_covers(failing: Fit, advice: Advice) -> bool:
+    """The plan answers what fails on the card: the step's bytes, and vLLM's start where the plan checked it (a
+    GPU of the layout other than the training one is answered by the layout's own fixes)."""
+    blocked = [b for b in failing.blocked.split(", ") if b]
+    return all(b in VLLM_BLOCKERS and advice.baseline_starts is not None for b in blocked)
+
+
 def short(
     est: Estimate,
     fits: list[Fit],
@@ -620,7 +653,12 @@ def short(
         out += _wrap(f"settings from {', '.join(files)} and flags (--detail: which set what)", "  ", "  ")
     out.append("")
     failing = target if target is not None and not target.fits else None
-    if failing is not None and advice is not None and advice.budget_bytes is not None and not failing.blocked:
+    if (
+        failing is not None
+        and advice is not None
+        and advice.budget_bytes is not None
+        and _plan_covers(failing, advice)
+    ):
         out += _plan_lines(advice, failing.gpu)
     elif failing is not None and not starts:
         out += _wrap(

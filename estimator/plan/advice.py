@@ -11,9 +11,10 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from estimator.hardware import gpus
 from estimator.model.architecture import Arch
 from estimator.model.catalog import UnknownModel, resolve_model
-from estimator.plan.layout import VllmSettings, smallest_utilization
+from estimator.plan.layout import VllmSettings, max_model_len, smallest_utilization
 from estimator.plan.solve import EstimateFn, PeakCache, is_valid, largest_fitting
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
@@ -34,7 +35,9 @@ class Change:
 
     key: str
     label: str
-    cost: int  # 1 = no effect on the result, higher = changes training more (used to break ties)
+    cost: (
+        int  # 0 = no effect at all, 1 = no effect on the result, higher = changes training more (breaks ties)
+    )
     config: RunConfig
     tradeoff: str = ""  # what the change costs: throughput, GPUs or quality
 
@@ -48,6 +51,9 @@ class Option:
     saved_bytes: int  # on what the card must hold (`need_bytes`)
     fits: bool | None  # None when there is no budget
     need_bytes: int = 0  # what the card must hold (Estimate.need_bytes): what `fits` compares with the budget
+    starts: bool | None = (
+        None  # vLLM's own start-up checks pass (layout.start_failure); None when not checked
+    )
 
     @property
     def label(self) -> str:
@@ -70,6 +76,13 @@ class Advice:
     budget_bytes: int | None
     singles: list[Option] = field(default_factory=list)
     plan: Option | None = None
+    baseline_starts: bool | None = None  # vLLM starts at the run as given; None when not checked
+
+    @property
+    def baseline_fails(self) -> bool:
+        """The run as given does not fit the budget, or its vLLM does not start."""
+        over = self.budget_bytes is not None and self.baseline_bytes > self.budget_bytes
+        return over or self.baseline_starts is False
 
 
 # ---- the single changes; each takes (cfg, fits) and returns the changed config(s) ----
@@ -176,27 +189,78 @@ _vllm_server = (
 )
 
 
+def _vllm_max_len(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """vllm_max_model_length cut to prompt + completion: vLLM's start-up check then needs one such request's KV
+    instead of one of the model's whole context (saves no step memory; lets vLLM start in a smaller share)."""
+    if not cfg.use_vllm or _max_model_len(cfg) <= cfg.sequence_length:
+        return []
+    n = cfg.sequence_length
+    return [
+        Change(
+            "vllm_len",
+            f"--vllm-max-model-length {n}",
+            0,
+            cfg.with_(vllm_max_model_length=n),
+            f"vLLM refuses requests over {n} tokens (prompt + completion): the run sends none",
+        )
+    ]
+
+
 def _vllm_share(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
-    """A smaller vLLM share: the largest that fits, never below what holds one prompt + completion request."""
+    """vLLM's share moved to the largest that fits, never below the smallest whose KV cache holds one prompt +
+    completion request (`vllm_floor`); raised to that floor when the share is below it. Where the share is below
+    what one request of the current max_model_len needs, vllm_max_model_length is cut to prompt + completion too
+    (vLLM's start-up check fails otherwise)."""
     if not _colocated_vllm(cfg):
         return []
     floor = vllm_floor(cfg)
     u = cfg.vllm_gpu_memory_utilization
     shares = [x / 100 for x in range(int(round(floor * 100)), int(round(u * 100)))]
-    if not shares:
+    raise_ = not shares and u < floor
+    if raise_:
+        pick = floor
+    elif not shares:
         return []
-    pick = largest_fitting(shares, lambda x: fits(cfg.with_(vllm_gpu_memory_utilization=x))) if fits else None
-    pick = pick if pick is not None else shares[0]
-    return [
-        Change(
-            "vllm_share",
-            f"--vllm-gpu-memory-utilization {pick}",
-            1,
-            cfg.with_(vllm_gpu_memory_utilization=pick),
-            f"a smaller KV cache (down to {floor} still holds one {cfg.sequence_length}-token request, with "
-            "vllm_max_model_length set to it): fewer sequences at once, generation may run in waves",
-        )
-    ]
+    else:
+        pick = largest_fitting(shares, lambda x: fits(_with_share(cfg, x))) if fits else None
+        pick = pick if pick is not None else shares[0]
+    changed = _with_share(cfg, pick)
+    flag = f"--vllm-gpu-memory-utilization {pick}"
+    if changed.vllm_max_model_length != cfg.vllm_max_model_length:
+        flag += f" --vllm-max-model-length {changed.vllm_max_model_length}"
+    why = (
+        f"vLLM's share raised to hold its weights and one {cfg.sequence_length}-token request: the step has "
+        "less room"
+        if raise_
+        else f"a smaller KV cache (down to {floor} still holds one {cfg.sequence_length}-token request, with "
+        "vllm_max_model_length set to it): fewer sequences at once, generation may run in waves"
+    )
+    return [Change("vllm_share", flag, 1, changed, why)]
+
+
+def _max_model_len(cfg: RunConfig) -> int:
+    """The max_model_len vLLM runs with (layout.max_model_len); the run's own length if the model is unknown."""
+    try:
+        arch = resolve_model(cfg.model)
+    except (UnknownModel, ValueError):
+        return cfg.vllm_max_model_length or cfg.sequence_length
+    return max_model_len(arch, VllmSettings.of(cfg))
+
+
+def _with_share(cfg: RunConfig, u: float) -> RunConfig:
+    """`cfg` with vLLM's share `u`, and vllm_max_model_length cut to prompt + completion where the share is below
+    what one request of the current max_model_len needs (`smallest_utilization`)."""
+    changed = cfg.with_(vllm_gpu_memory_utilization=u)
+    if _max_model_len(cfg) <= cfg.sequence_length:
+        return changed
+    try:
+        arch = resolve_model(cfg.model)
+    except (UnknownModel, ValueError):
+        return changed
+    need = smallest_utilization(cfg, arch, VllmSettings.of(cfg), _card_bytes(cfg), False)
+    if need is not None and u >= need:
+        return changed
+    return changed.with_(vllm_max_model_length=cfg.sequence_length)
 
 
 def _micro_batch(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
@@ -442,10 +506,20 @@ def vllm_floor(cfg: RunConfig) -> float:
         arch = resolve_model(cfg.model)
     except (UnknownModel, ValueError):
         return 0.01
-    total = int((cfg.gpu_memory_gib or 80.0) * GIB)
     settings = replace(VllmSettings.of(cfg), max_model_length=cfg.sequence_length)
-    u = smallest_utilization(cfg, arch, settings, total, False)
+    u = smallest_utilization(cfg, arch, settings, _card_bytes(cfg), False)
     return u if u is not None else cfg.vllm_gpu_memory_utilization
+
+
+def _card_bytes(cfg: RunConfig) -> int:
+    """The total vLLM's share is a fraction of (cudaMemGetInfo's, what torch can use) on a card of gpu_memory_gib
+    (80 when unset), by the rule for an unmeasured card: never above a listed card's own, so a share found here
+    starts on the listed card too (its floor errs high by at most 0.01)."""
+    gib = cfg.gpu_memory_gib or 80.0
+    try:
+        return gpus.for_memory_gib(gib).usable_bytes
+    except gpus.UnknownGPU:
+        return int(gib * GIB)
 
 
 GENERATORS = (
@@ -453,6 +527,7 @@ GENERATORS = (
     _load_bf16,
     _grad_ckpt,
     _vllm_sleep,
+    _vllm_max_len,
     _vllm_share,
     _vllm_server,
     _offload_optimizer,
@@ -471,6 +546,7 @@ CONFLICTS = (
     {"lora", "qlora"},
     {"bf16", "qlora"},
     {"vllm_share", "vllm_server"},
+    {"vllm_len", "vllm_share"},  # the share change cuts max_model_len itself where it must
     {"sleep", "vllm_server"},
 )
 
@@ -495,25 +571,47 @@ def apply_keys(cfg: RunConfig, keys: tuple[str, ...], fits: FitsFn | None) -> tu
 
 
 def advise(
-    cfg: RunConfig, arch: Arch, estimate_fn: EstimateFn, budget_bytes: int | None = None, max_set: int = 2
+    cfg: RunConfig,
+    arch: Arch,
+    estimate_fn: EstimateFn,
+    budget_bytes: int | None = None,
+    max_set: int = 2,
+    starts: Callable[[RunConfig, Arch], bool] | None = None,
 ) -> Advice:
     """Rank single changes by bytes saved; with a budget, find the smallest set that fits (exhaustive up to
-    `max_set` changes, then greedy)."""
+    `max_set` changes, then greedy). With `starts` (layout.starts_on: vLLM's own start-up checks), a config fits
+    only if vLLM also starts, and a change that makes a failing vLLM start is listed even if it saves no bytes."""
     peak = PeakCache(arch, estimate_fn)
-    fits: FitsFn | None = (lambda c: peak(c) <= budget_bytes) if budget_bytes is not None else None
+    started: dict[RunConfig, bool] = {}
+
+    def starts_(c: RunConfig) -> bool | None:
+        if starts is None:
+            return None
+        if c not in started:
+            started[c] = starts(c, arch)
+        return started[c]
+
+    fits: FitsFn | None = (
+        (lambda c: peak(c) <= budget_bytes and starts_(c) is not False) if budget_bytes is not None else None
+    )
     base = peak(cfg)
+    base_starts = starts_(cfg)
 
     def option(changes: tuple[Change, ...]) -> Option:
         c = changes[-1].config
         p = peak(c)
-        fit = (p <= budget_bytes) if budget_bytes is not None else None
-        return Option(changes, peak.estimate(c).peak_device_bytes, base - p, fit, p)
+        fit = fits(c) if fits is not None else None
+        return Option(changes, peak.estimate(c).peak_device_bytes, base - p, fit, p, starts_(c))
+
+    def helps(o: Option) -> bool:
+        """Saves memory, or makes a vLLM that fails at start-up start."""
+        return o.saved_bytes >= floor or (base_starts is False and o.starts is True)
 
     tried = (option((ch,)) for ch in single_changes(cfg, fits))
     floor = max(1, int(MIN_SAVED_FRACTION * base))
-    singles = sorted((o for o in tried if o.saved_bytes >= floor), key=lambda o: -o.saved_bytes)
-    advice = Advice(base, budget_bytes, singles)
-    if fits is None or base <= budget_bytes:
+    singles = sorted((o for o in tried if helps(o)), key=lambda o: -o.saved_bytes)
+    advice = Advice(base, budget_bytes, singles, baseline_starts=base_starts)
+    if fits is None or fits(cfg):
         return advice
     keys = [o.changes[0].key for o in singles]
     for size in range(1, max_set + 1):
@@ -524,19 +622,29 @@ def advise(
             changes = apply_keys(cfg, combo, fits)
             if changes is not None and fits(changes[-1].config):
                 o = option(changes)
-                if o.saved_bytes > 0:
+                if o.saved_bytes > 0 or base_starts is False:
                     found.append(o)
         if found:
             advice.plan = min(found, key=lambda o: (sum(c.cost for c in o.changes), o.peak_device_bytes))
             return advice
-    advice.plan = _greedy(cfg, fits, option)
+    advice.plan = _greedy(cfg, fits, option, base_starts)
     return advice
 
 
-def _greedy(cfg: RunConfig, fits: FitsFn, option: Callable[[tuple[Change, ...]], Option]) -> Option | None:
-    """Add the change that saves most until the run fits or nothing applies; the last set tried."""
+def _greedy(
+    cfg: RunConfig,
+    fits: FitsFn,
+    option: Callable[[tuple[Change, ...]], Option],
+    baseline_starts: bool | None = None,
+) -> Option | None:
+    """Add the change that does most until the run fits or nothing applies; the last set tried. Most: makes vLLM
+    start (where it is checked and fails at `cfg`), then saves the most bytes."""
     chosen: tuple[str, ...] = ()
     best: Option | None = None
+
+    def rank(o: Option) -> tuple[bool, int]:
+        return o.starts is not False, o.saved_bytes
+
     while True:
         tried = []
         for ch in single_changes(best.config if best else cfg, fits):
@@ -544,12 +652,12 @@ def _greedy(cfg: RunConfig, fits: FitsFn, option: Callable[[tuple[Change, ...]],
             if ch.key in chosen or any(pair <= set(keys) for pair in CONFLICTS):
                 continue
             changes = apply_keys(cfg, keys, fits)
-            if changes is not None and option(changes).saved_bytes > 0:
-                tried.append(option(changes))
+            if changes is not None and rank(o := option(changes)) > (baseline_starts is not False, 0):
+                tried.append(o)
         if not tried:
             return best
-        pick = max(tried, key=lambda o: o.saved_bytes)
-        if best is not None and pick.saved_bytes <= best.saved_bytes:
+        pick = max(tried, key=rank)
+        if best is not None and rank(pick) <= rank(best):
             return best
         best, chosen = pick, tuple(c.key for c in pick.changes)
         if best.fits:
@@ -582,9 +690,16 @@ def layout_fixes(layout, cfg: RunConfig) -> list[str]:
                 f"lower vllm_gpu_memory_utilization to {v.largest_safe_utilization} (the largest that starts and "
                 f"leaves the step room); frees {(v.utilization - v.largest_safe_utilization) * v.requested / max(v.utilization, 1e-9) / GIB:.2f} GiB of vLLM's share"
             )
+        elif v.smallest_utilization is None:
+            lines.append(
+                f"no vllm_gpu_memory_utilization holds vLLM's weights and one max_model_len={v.max_model_len} "
+                "request on this card: move vLLM to its own GPU (server mode)"
+            )
         else:
             lines.append(
-                "no vllm_gpu_memory_utilization leaves the step room: move vLLM to its own GPU (server mode)"
+                f"no vllm_gpu_memory_utilization from {v.smallest_utilization} (what one max_model_len="
+                f"{v.max_model_len} request needs) starts and leaves the step room: make the step smaller (--advice "
+                "lists how) or move vLLM to its own GPU (server mode)"
             )
     if v.failure.startswith("vLLM start-up: it asks") and v.free_at_start is not None:
         ways = [t.label for t in (_load_bf16, _qlora) if t.when(cfg) and isinstance(t.label, str)]

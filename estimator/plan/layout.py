@@ -252,6 +252,59 @@ def init_resident(cfg: RunConfig, arch: Arch, roles: list[RoleBytes]) -> int:
     return overhead.cuda_context(cfg) + loaded + sum(r.loaded for r in roles)
 
 
+def start_failure(
+    cfg: RunConfig, arch: Arch, settings: VllmSettings, total_bytes: int, on_policy: list[RoleBytes]
+) -> str | None:
+    """Why vLLM does not start, by its own checks (terms/vllm.py), or None: colocated, its request must be free
+    after the trainer has loaded (or, when it starts first, the trainer's models must load beside its share);
+    in either mode its KV pool must hold one max_model_len request. Arithmetic only: no estimate."""
+    server = cfg.vllm_mode == "server"
+    util = settings.server_utilization if server else cfg.vllm_gpu_memory_utilization
+    requested, *_, kv = vllm_budget(cfg, arch, settings, total_bytes, util, server)
+    length = max_model_len(arch, settings)
+    one = vt.one_sequence_kv(arch, length, settings.tensor_parallel_size)
+    context = overhead.cuda_context(cfg)
+    if server:
+        if not vt.starts(total_bytes - context, total_bytes, util):
+            return "vLLM start-up: its request exceeds the free memory of its card"
+        return _kv_failure(kv, one, length)
+    loaded = init_resident(cfg, arch, on_policy)
+    if settings.starts_first and requested + loaded > total_bytes:
+        return (
+            f"loading the models after vLLM took {util} × {total_bytes / 2**30:.2f} GiB = "
+            f"{requested / 2**30:.2f} GiB: they need {(loaded - context) / 2**30:.2f} GiB, "
+            f"{(total_bytes - requested - context) / 2**30:.2f} GiB is left"
+        )
+    free = total_bytes - (context if settings.starts_first else loaded)
+    if not vt.starts(free, total_bytes, util):
+        have = (
+            f"only {free / 2**30:.2f} GiB is free after the trainer loaded"
+            if free >= 0
+            else f"the trainer's loaded models already take {(total_bytes - free) / 2**30:.2f} GiB of the "
+            f"card's {total_bytes / 2**30:.2f} GiB"
+        )
+        return (
+            f"vLLM start-up: it asks {util} × {total_bytes / 2**30:.2f} GiB = {requested / 2**30:.2f} GiB, "
+            + have
+        )
+    return _kv_failure(kv, one, length)
+
+
+def starts_on(roles: list[Role], arch_of: ArchFn, total_bytes: int) -> Callable[[RunConfig, Arch], bool]:
+    """A check of whether vLLM starts for a config of this run on a card of `total_bytes` (`start_failure`, with
+    the roles placed on the policy's GPUs loaded beside it); True when the run uses no vLLM."""
+
+    def starts(cfg: RunConfig, arch: Arch) -> bool:
+        if not cfg.use_vllm:
+            return True
+        on_policy = [
+            _role_bytes(cfg, r, arch_of(r.model), cfg.num_gpus) for r in roles if r.placement == "policy"
+        ]
+        return start_failure(cfg, arch, VllmSettings.of(cfg), total_bytes, on_policy) is None
+
+    return starts
+
+
 def _own_groups(cfg: RunConfig, roles: list[Role], arch_of: ArchFn, total_bytes: int) -> list[GpuGroup]:
     """The GPUs of roles placed on their own: one group per `=GROUP` (roles sharing it share its GPUs)."""
     groups = []
@@ -290,14 +343,11 @@ def _vllm(
     )
     length = max_model_len(arch, settings)
     one = vt.one_sequence_kv(arch, length, settings.tensor_parallel_size)
-    failure = None
+    failure = start_failure(cfg, arch, settings, total_bytes, on_policy)
     free = None
     largest = None
     if server:
         free = total_bytes - overhead.cuda_context(cfg)
-        if not vt.starts(free, total_bytes, util):
-            failure = "vLLM start-up: its request exceeds the free memory of its card"
-        failure = failure or _kv_failure(kv, one, length)
         row = RoleBytes(f"vLLM server (TP {settings.tensor_parallel_size})", requested, 0)
         extra.append(
             GpuGroup(
@@ -311,28 +361,11 @@ def _vllm(
     else:
         loaded = init_resident(cfg, arch, on_policy)
         free = total_bytes - (overhead.cuda_context(cfg) if settings.starts_first else loaded)
-        if settings.starts_first and requested + loaded > total_bytes:
-            failure = (
-                f"loading the models after vLLM took {util} × {total_bytes / 2**30:.2f} GiB = "
-                f"{requested / 2**30:.2f} GiB: they need {(loaded - overhead.cuda_context(cfg)) / 2**30:.2f} GiB, "
-                f"{(total_bytes - requested - overhead.cuda_context(cfg)) / 2**30:.2f} GiB is left"
-            )
-        elif not vt.starts(free, total_bytes, util):
-            have = (
-                f"only {free / 2**30:.2f} GiB is free after the trainer loaded"
-                if free >= 0
-                else f"the trainer's loaded models already take {(total_bytes - free) / 2**30:.2f} GiB of the "
-                f"card's {total_bytes / 2**30:.2f} GiB"
-            )
-            failure = (
-                f"vLLM start-up: it asks {util} × {total_bytes / 2**30:.2f} GiB = {requested / 2**30:.2f} GiB, "
-                + have
-            )
-        failure = failure or _kv_failure(kv, one, length)
         if failure is None and not training.fits:
             failure = f"training step (step 1, {est.peak_phase} phase): the trainer and vLLM's share exceed the card"
         start_cap = total_bytes - loaded if settings.starts_first else free
-        largest = _largest_safe(est, roles, settings, arch_of, total_bytes, start_cap, estimate_fn)
+        floor = smallest_utilization(cfg, arch, settings, total_bytes, server)
+        largest = _largest_safe(est, roles, settings, arch_of, total_bytes, start_cap, floor, estimate_fn)
     check = VllmCheck(
         "server" if server else "colocate",
         util,
@@ -415,15 +448,17 @@ def _largest_safe(
     arch_of: ArchFn,
     total: int,
     free_at_start: int,
+    floor: float | None,
     estimate_fn: Callable[[RunConfig, Arch], Estimate] | None,
 ) -> float | None:
-    """Largest gpu_memory_utilization (2 decimals) that starts and leaves the training step room on the card."""
-    if estimate_fn is None:
+    """Largest gpu_memory_utilization (2 decimals) that starts, holds one max_model_len request (at least `floor`,
+    `smallest_utilization`) and leaves the training step room on the card; None when no share does all three."""
+    if estimate_fn is None or floor is None:
         return None
     cfg, arch = est.config, est.arch
     cap = vt.largest_startable_utilization(free_at_start, total)
     best = None
-    lo, hi = 1, min(99, int(math.floor(cap * 100)))
+    lo, hi = round(floor * 100), min(99, int(math.floor(cap * 100)))
     while lo <= hi:
         mid = (lo + hi) // 2
         e = estimate_fn(cfg.with_(vllm_gpu_memory_utilization=mid / 100), arch)

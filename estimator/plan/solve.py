@@ -111,13 +111,24 @@ def max_context(cfg: RunConfig, arch: Arch) -> int:
     return max(1, int(ctx) - cfg.max_prompt_length)
 
 
-def solve(cfg: RunConfig, arch: Arch, knob: str, budget_bytes: int, estimate_fn: EstimateFn) -> Solution:
+def solve(
+    cfg: RunConfig,
+    arch: Arch,
+    knob: str,
+    budget_bytes: int,
+    estimate_fn: EstimateFn,
+    starts: Callable[[RunConfig, Arch], bool] | None = None,
+) -> Solution:
     """Largest value of `knob` whose estimate of what the card must hold (`PeakCache`) is within `budget_bytes`
-    (the memory torch can use on the card: `GPU.usable_bytes`)."""
+    (the memory torch can use on the card: `GPU.usable_bytes`) and, with `starts` (layout.starts_on), at which
+    vLLM's own start-up checks pass."""
     peak = PeakCache(arch, estimate_fn)
 
+    def starts_(c: RunConfig) -> bool:
+        return starts is None or starts(c, arch)
+
     def fits(c: RunConfig) -> bool:
-        return peak(c) <= budget_bytes
+        return peak(c) <= budget_bytes and starts_(c)
 
     note = ""
     best_cfg: RunConfig | None = None
@@ -140,10 +151,18 @@ def solve(cfg: RunConfig, arch: Arch, knob: str, budget_bytes: int, estimate_fn:
             raise ValueError(
                 "vllm_gpu_memory_utilization is solved for vLLM colocate (--use-vllm --vllm-mode colocate)"
             )
-        shares = [u / 100 for u in range(1, 100)]
+        # vLLM starts from the share that holds one max_model_len request up to the share free at start-up; in
+        # that range the step's need grows with the share, so the bisection runs there
+        shares = [u / 100 for u in range(1, 100) if starts_(cfg.with_(vllm_gpu_memory_utilization=u / 100))]
         best = largest_fitting(shares, lambda u: fits(cfg.with_(vllm_gpu_memory_utilization=u)))
         best_cfg = cfg.with_(vllm_gpu_memory_utilization=best) if best else None
-        note = "vLLM's share of the card in steps of 0.01; it must also be free at start-up and hold one max_model_len request"
+        note = "vLLM's share of the card in steps of 0.01"
+        if starts is not None:
+            note += (
+                f"; vLLM starts from {shares[0]} to {shares[-1]} (one max_model_len request, free at start-up)"
+                if shares
+                else "; no share lets vLLM start (see the layout)"
+            )
     elif knob == "num_generations":
         best_cfg, capped = _solve_generations(cfg, fits)
         best = best_cfg.num_generations if best_cfg else None
@@ -160,6 +179,8 @@ def solve(cfg: RunConfig, arch: Arch, knob: str, budget_bytes: int, estimate_fn:
         note = "; ".join(notes)
     else:
         raise ValueError(f"cannot solve for {knob!r}; accepted: {', '.join(SOLVABLE)}")
+    if best_cfg is None and knob != "vllm_gpu_memory_utilization" and not starts_(cfg):
+        note = "vLLM does not start at this configuration, whatever the value (see the layout)"
     device = peak.estimate(best_cfg).peak_device_bytes if best_cfg else None
     return Solution(knob, best, best_cfg, device, budget_bytes, note, peak(best_cfg) if best_cfg else None)
 

@@ -196,3 +196,50 @@ def test_solve_vllm_share():
     cfg = QLORA.with_(use_vllm=True, vllm_gpu_memory_utilization=0.3)
     sol = solve(cfg, ARCH, "vllm_gpu_memory_utilization", 10_000_000, toy_vllm)
     assert sol.value == 0.10
+
+
+def test_with_vllm_failing_at_start_up_a_change_fits_only_if_vllm_then_starts():
+    # a start-up check that passes only with max_model_len at most prompt + completion (768): that change saves
+    # no bytes, yet it is the whole plan when the step already fits
+    cfg = QLORA.with_(use_vllm=True, vllm_gpu_memory_utilization=0.1, vllm_max_model_length=4096)
+
+    def starts(c: RunConfig, arch) -> bool:
+        return (c.vllm_max_model_length or 10**9) <= c.sequence_length
+
+    adv = advise(cfg, ARCH, toy_vllm, budget_bytes=10_000_000, starts=starts)  # 1,234,400 + 8,000,000 fits
+    assert adv.baseline_starts is False and adv.baseline_fails
+    length = next(o for o in adv.singles if o.changes[0].key == "vllm_len")
+    assert length.saved_bytes == 0 and length.starts and length.fits
+    assert length.config.vllm_max_model_length == 768
+    assert [c.key for c in adv.plan.changes] == ["vllm_len"]
+    # a change that saves bytes and leaves vLLM failing is listed, marked as not fitting
+    assert all(o.fits is False for o in adv.singles if o.starts is False)
+    # without the start check the step fits: no plan is asked for
+    assert advise(cfg, ARCH, toy_vllm, budget_bytes=10_000_000).plan is None
+
+
+def test_the_plan_takes_the_change_that_lets_vllm_start_over_a_cheaper_one_that_only_saves_bytes():
+    # 4 MB fp32 weights + 8M + 4M + 614,400 + 0.05 × 80 MB: bf16 (cost 1) makes the step fit 14 MB, but vLLM starts
+    # only with a 4-bit base (its weights then fit its share): QLoRA is the plan
+    cfg = BASE.with_(use_vllm=True, vllm_gpu_memory_utilization=0.05)
+    adv = advise(cfg, ARCH, toy_vllm, budget_bytes=14_000_000, starts=lambda c, arch: c.load_in_4bit)
+    bf16 = next(o for o in adv.singles if o.changes[0].key == "bf16")
+    assert bf16.need_bytes == 12_614_400 and bf16.fits is False and bf16.starts is False
+    assert [c.key for c in adv.plan.changes] == ["qlora"] and adv.plan.fits and adv.plan.starts
+
+
+def test_solve_vllm_share_only_where_vllm_starts():
+    cfg = QLORA.with_(use_vllm=True, vllm_gpu_memory_utilization=0.3)
+
+    def starts(c: RunConfig, arch) -> bool:  # holds one request from 0.12, free at start-up up to 0.20
+        return 0.12 <= c.vllm_gpu_memory_utilization <= 0.20
+
+    # the step fits up to 0.10 (test_solve_vllm_share), below where vLLM starts
+    sol = solve(cfg, ARCH, "vllm_gpu_memory_utilization", 10_000_000, toy_vllm, starts)
+    assert sol.value is None and "starts from 0.12 to 0.2" in sol.note
+    # with a 20 MB card the step fits up to 0.234: the largest share that also starts is 0.20
+    sol = solve(cfg, ARCH, "vllm_gpu_memory_utilization", 20_000_000, toy_vllm, starts)
+    assert sol.value == 0.20
+    # another knob cannot make a vLLM start that never does
+    sol = solve(cfg, ARCH, "max_completion_length", 10_000_000, toy_vllm, lambda c, arch: False)
+    assert sol.value is None and "vLLM does not start" in sol.note

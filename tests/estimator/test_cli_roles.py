@@ -143,13 +143,30 @@ def test_vllm_start_up_failure_exits_1_and_names_the_fix(capsys):
     assert cli.main(argv) == 1
     short = capsys.readouterr().out
     assert short.splitlines()[0].startswith("Needs ") and "A100 40GB fails at vLLM start-up" in short
-    assert "vLLM fails at start-up" in short and "raise vllm_gpu_memory_utilization" in short
+    assert "raise vllm_gpu_memory_utilization" in short
+    # the plan lets vLLM start: a share that holds vLLM's 14.19 GiB of bf16 weights, buffers and one 768-token
+    # request ((0.58 + 0.65 + 14.19 + 0.04) / 39.15 GiB = 0.395 -> 0.40), max_model_len cut to that request
+    flat = " ".join(short.split())
+    plan_line = "To let vLLM start and fit the A100 40GB: --vllm-gpu-memory-utilization 0.4 --vllm-max-model-length 768"
+    assert plan_line in flat
+    assert cli.main([*argv, "--vllm-gpu-memory-utilization", "0.4", "--vllm-max-model-length", "768"]) == 0
+    capsys.readouterr()
+    # one hundredth less does not start by the layout's own check; the model's own max_model_len does not either
+    assert cli.main([*argv, "--vllm-gpu-memory-utilization", "0.39", "--vllm-max-model-length", "768"]) == 1
+    assert "fails at vLLM start-up" in capsys.readouterr().out
+    assert cli.main([*argv, "--vllm-gpu-memory-utilization", "0.4"]) == 1
+    assert "fails at vLLM start-up" in capsys.readouterr().out
     assert cli.main([*argv, "--detail"]) == 1
     out = " ".join(capsys.readouterr().out.split())  # the detail wraps at 80 columns
     # 0.3 × 40 GiB = 12 GiB is less than the 14.19 GiB of bf16 weights vLLM loads: no KV cache at all
     assert "fails at vLLM start-up: no memory left for the KV cache" in out
     assert "raise vllm_gpu_memory_utilization" in out
     assert "(vLLM fails before the first step" in out
+    assert "--qlora (LoRA on a 4-bit base) (vLLM starts)" in out  # vLLM then loads 4-bit weights
+    assert (
+        "--per-device-train-batch-size 1 --gradient-accumulation-steps 2 (vLLM still fails at start-up)"
+        in out
+    )
     # the GPU line agrees with the layout: the step alone would leave room, vLLM does not start
     # torch can use 40,536 MiB of the 40,960 MiB nvidia-smi total (gpus.py: printed total_memory)
     assert "A100 40GB (39.59 GiB torch can use of 40.00 GiB): does NOT fit, fails at vLLM start-up" in out
@@ -258,3 +275,4 @@ def test_no_qlora_advice_for_a_gptq_base(capsys):
     ]
     assert cli.main(argv) == 0
     assert "--qlora" not in capsys.readouterr().out
+

@@ -200,3 +200,35 @@ def test_role_moves_when_training_gpus_do_not_fit():
     moves = role_moves(lay)
     assert moves[0].startswith("move reference 7B") and "14.19 GiB" in moves[0]  # 2 × 7.62 B params
     assert moves[1].startswith("move reward 1.5B")
+
+
+def test_the_share_the_layout_offers_holds_vllms_own_weights():
+    from estimator.plan.advice import layout_fixes
+
+    # 7B LoRA in bf16, vLLM colocate 0.5 on an A100 40GB with 2,048-token completions: the step leaves vLLM room
+    # for about 0.31 of the card, but vLLM's own bf16 copy is 7.62e9 × 2 B = 14.19 GiB, more than 0.35 of the
+    # 39.59 GiB it takes its share of: no share both starts and leaves the step room, and none is offered
+    cfg = RunConfig(
+        model="7B",
+        dtype="bfloat16",
+        use_peft=True,
+        use_vllm=True,
+        vllm_gpu_memory_utilization=0.5,
+        max_completion_length=2048,
+        gpu_memory_gib=40.0,
+    )
+    total = 40536 * 2**20
+    lay = plan(estimate(cfg), [], VllmSettings.of(cfg), resolve_model, total, lambda c, a: estimate(c, a))
+    v = lay.vllm
+    assert 7_615_616_512 * 2 > 0.35 * total and v.smallest_utilization > 0.35
+    assert v.largest_safe_utilization is None
+    fixes = layout_fixes(lay, cfg)
+    assert not any(f.startswith("lower vllm_gpu_memory_utilization") for f in fixes)
+    assert any(f"from {v.smallest_utilization}" in f and "server mode" in f for f in fixes)
+    # a shorter completion leaves the step room for a share that holds the weights: that share is offered
+    short = cfg.with_(max_completion_length=256, vllm_max_model_length=1024)
+    lay = plan(estimate(short), [], VllmSettings.of(short), resolve_model, total, lambda c, a: estimate(c, a))
+    v = lay.vllm
+    assert v.largest_safe_utilization is not None and v.largest_safe_utilization >= v.smallest_utilization
+    at = short.with_(vllm_gpu_memory_utilization=v.largest_safe_utilization)
+    assert plan(estimate(at), [], VllmSettings.of(at), resolve_model, total).vllm.failure is None
