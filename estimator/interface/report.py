@@ -507,7 +507,10 @@ def run_line(est: Estimate) -> str:
             c.sharding, c.sharding
         )
         parts.append(f"{c.num_gpus} {'processes' if c.device == 'cpu' else 'GPUs'} {sharding}")
-    if c.use_vllm:
+    if c.use_vllm and c.vllm_mode == "server":  # its share is of its own GPUs: trl vllm-serve's utilization
+        own = f"{c.vllm_server_gpus} GPU{'s' if c.vllm_server_gpus > 1 else ''} of its own"
+        parts.append(f"vLLM server {c.vllm_server_utilization} on {own}")
+    elif c.use_vllm:
         parts.append(f"vLLM {c.vllm_mode} {c.vllm_gpu_memory_utilization}")
     return ", ".join(parts)
 

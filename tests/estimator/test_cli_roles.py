@@ -276,3 +276,21 @@ def test_no_qlora_advice_for_a_gptq_base(capsys):
     assert cli.main(argv) == 0
     assert "--qlora" not in capsys.readouterr().out
 
+
+def test_the_run_line_gives_a_vllm_server_its_own_share(capsys):
+    # in server mode vLLM takes trl vllm-serve's utilization of its own GPU(s), not the colocate share
+    argv = [
+        "--model",
+        "0.5B",
+        "--lora",
+        "--use-vllm",
+        "--vllm-mode",
+        "server",
+        "--vllm-server-utilization",
+        "0.8",
+    ]
+    assert cli.main([*argv, "--vllm-server-gpus", "2"]) == 0
+    flat = " ".join(capsys.readouterr().out.split())
+    assert "vLLM server 0.8 on 2 GPUs of its own" in flat and "vLLM server 0.3" not in flat
+    assert cli.main(["--model", "0.5B", "--lora", "--use-vllm", "--vllm-gpu-memory-utilization", "0.4"]) == 0
+    assert "vLLM colocate 0.4" in " ".join(capsys.readouterr().out.split())
