@@ -273,9 +273,12 @@ def render_layout(layout: Layout, fixes: list[str]) -> str:
         if v.smallest_utilization is not None or v.largest_safe_utilization is not None:
             lo = v.smallest_utilization if v.smallest_utilization is not None else "none"
             hi = v.largest_safe_utilization if v.largest_safe_utilization is not None else "none"
-            out.append(
-                f"  vllm_gpu_memory_utilization that works: from {lo} (one request fits) to {hi} (step fits)"
+            knob, top = (
+                ("trl vllm-serve --gpu_memory_utilization", "free at start-up")
+                if v.mode == "server"
+                else ("vllm_gpu_memory_utilization", "step fits")
             )
+            out.append(f"  {knob} that works: from {lo} (one request fits) to {hi} ({top})")
         out.append(f"  verdict: {'runs' if v.failure is None else 'fails at ' + v.failure}")
     for n in layout.notes:
         out.append(f"  note: {n}")
@@ -521,6 +524,8 @@ def _plan_lines(advice: Advice, gpu: GPU) -> list[str]:
     none = f"No change tried {'lets vLLM start and fits' if start else 'makes it fit'} {_the(gpu)}"
     if plan is None:
         return _wrap(f"{none}.")
+    if start and plan.starts is False:  # the closest set tried saves bytes, but vLLM still does not start
+        return _wrap(f"No change tried lets vLLM start on {_the(gpu)}; the layout below says why.")
     if plan.fits:
         out = _wrap(
             f"To {'let vLLM start and ' if start else ''}fit {_the(gpu)}: {plain(plan.label)}", "  ", ""
@@ -619,7 +624,8 @@ def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
     return out
 
 
-VLLM_BLOCKERS = ("vLLM start-up", "loading the models after vLLM's share")  # Layout.blockers of vLLM's start
+# Layout.blockers that vLLM's start-up check decides (a server's GPU holds its share only if the share starts)
+VLLM_BLOCKERS = ("vLLM start-up", "loading the models after vLLM's share", "vLLM server GPU")
 
 
 def _plan_covers(failing: Fit, advice: Advice) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from estimator.hardware import gpus
 from estimator.model.architecture import Arch
 from estimator.model.catalog import UnknownModel, resolve_model
-from estimator.plan.layout import VllmSettings, max_model_len, smallest_utilization
+from estimator.plan.layout import VllmSettings, max_model_len, server_share_range, smallest_utilization
 from estimator.plan.solve import EstimateFn, PeakCache, is_valid, largest_fitting
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
@@ -236,6 +236,42 @@ def _vllm_share(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
         "vllm_max_model_length set to it): fewer sequences at once, generation may run in waves"
     )
     return [Change("vllm_share", flag, 1, changed, why)]
+
+
+def _vllm_server_share(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """A vLLM server that does not start on its own GPU: trl vllm-serve's share moved into the range where it does,
+    from the smallest that holds its weights and one max_model_len request (the run's, or prompt + completion
+    with max_model_len cut to it) up to the largest its card has free (`layout.server_share_range`). Its GPU is
+    its own, so the share costs the training GPUs nothing."""
+    if not (cfg.use_vllm and cfg.vllm_mode == "server"):
+        return []
+    try:
+        arch = resolve_model(cfg.model)
+    except (UnknownModel, ValueError):
+        return []
+    total, settings, u = _card_bytes(cfg), VllmSettings.of(cfg), cfg.vllm_server_utilization
+    lo, hi = server_share_range(cfg, arch, settings, total)
+    changed = cfg
+    if lo is None or lo > hi:  # not with the run's max_model_len: with prompt + completion
+        changed = cfg.with_(vllm_max_model_length=cfg.sequence_length)
+        lo, hi = server_share_range(
+            changed, arch, replace(settings, max_model_length=cfg.sequence_length), total
+        )
+        if lo is None or lo > hi:
+            return []
+    if lo <= u <= hi:
+        return []
+    pick = lo if u < lo else hi
+    changed = changed.with_(vllm_server_utilization=pick)
+    flag = f"--vllm-server-utilization {pick}"
+    if changed.vllm_max_model_length != cfg.vllm_max_model_length:
+        flag += f" --vllm-max-model-length {changed.vllm_max_model_length}"
+    why = (
+        f"the server's KV cache then holds one {changed.vllm_max_model_length or _max_model_len(cfg)}-token request"
+        if u < lo
+        else "what its card has free when it starts"
+    )
+    return [Change("vllm_server_share", flag, 0, changed, f"on vLLM's own GPU: {why}")]
 
 
 def _max_model_len(cfg: RunConfig) -> int:
@@ -529,6 +565,7 @@ GENERATORS = (
     _vllm_sleep,
     _vllm_max_len,
     _vllm_share,
+    _vllm_server_share,
     _vllm_server,
     _offload_optimizer,
     _adam8bit,
@@ -547,6 +584,7 @@ CONFLICTS = (
     {"bf16", "qlora"},
     {"vllm_share", "vllm_server"},
     {"vllm_len", "vllm_share"},  # the share change cuts max_model_len itself where it must
+    {"vllm_len", "vllm_server_share"},
     {"sleep", "vllm_server"},
 )
 
@@ -680,9 +718,14 @@ def layout_fixes(layout, cfg: RunConfig) -> list[str]:
         )
     if "no memory left for the KV cache" in v.failure:
         lo = f" (at least {v.smallest_utilization})" if v.smallest_utilization else ""
+        knob = (
+            "--vllm-server-utilization (trl vllm-serve --gpu_memory_utilization)"
+            if v.mode == "server"
+            else ("vllm_gpu_memory_utilization")
+        )
         lines.append(
             f"vLLM's share {v.utilization} does not hold its own weights ({v.weights / GIB:.2f} GiB) and buffers: "
-            f"raise vllm_gpu_memory_utilization{lo}, or load fewer weights into vLLM (LoRA-only / quantized)"
+            f"raise {knob}{lo}, or load fewer weights into vLLM (LoRA-only / quantized)"
         )
     if "it asks" in v.failure or "training step" in v.failure:
         if v.largest_safe_utilization is not None:
@@ -693,7 +736,8 @@ def layout_fixes(layout, cfg: RunConfig) -> list[str]:
         elif v.smallest_utilization is None:
             lines.append(
                 f"no vllm_gpu_memory_utilization holds vLLM's weights and one max_model_len={v.max_model_len} "
-                "request on this card: move vLLM to its own GPU (server mode)"
+                "request on this card: vLLM needs a larger card, or its weights split over several GPUs "
+                "(--vllm-tensor-parallel-size)"
             )
         else:
             lines.append(

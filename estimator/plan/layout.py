@@ -244,6 +244,16 @@ def smallest_utilization(
     return None
 
 
+def server_share_range(
+    cfg: RunConfig, arch: Arch, settings: VllmSettings, total: int
+) -> tuple[float | None, float]:
+    """trl vllm-serve's --gpu_memory_utilization values with which a vLLM server starts on its own card: from the
+    smallest whose KV pool holds one max_model_len request (None if none does) to the largest its card has free
+    after the CUDA context (2 decimals)."""
+    lo = smallest_utilization(cfg, arch, settings, total, True)
+    return lo, vt.largest_startable_utilization(total - overhead.cuda_context(cfg), total)
+
+
 def init_resident(cfg: RunConfig, arch: Arch, roles: list[RoleBytes]) -> int:
     """What a training GPU holds when TRL starts vLLM (GRPOTrainer.__init__): context + weights, reference,
     adapters and roles' weights; no optimizer state yet (it appears at the first optimizer step)."""
@@ -346,8 +356,10 @@ def _vllm(
     failure = start_failure(cfg, arch, settings, total_bytes, on_policy)
     free = None
     largest = None
-    if server:
+    if server:  # its own card: the step does not bound its share, what is free at start-up does
         free = total_bytes - overhead.cuda_context(cfg)
+        floor, cap = server_share_range(cfg, arch, settings, total_bytes)
+        largest = cap if floor is not None and floor <= cap else None
         row = RoleBytes(f"vLLM server (TP {settings.tensor_parallel_size})", requested, 0)
         extra.append(
             GpuGroup(

@@ -294,3 +294,32 @@ def test_the_run_line_gives_a_vllm_server_its_own_share(capsys):
     assert "vLLM server 0.8 on 2 GPUs of its own" in flat and "vLLM server 0.3" not in flat
     assert cli.main(["--model", "0.5B", "--lora", "--use-vllm", "--vllm-gpu-memory-utilization", "0.4"]) == 0
     assert "vLLM colocate 0.4" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize(("asked", "plan"), [("0.05", "0.18"), ("0.999", "0.9")])
+def test_a_vllm_server_that_does_not_start_is_given_the_share_that_does(capsys, asked, plan):
+    # a 0.5B server on a T4 of its own: 0.05 × 14.58 GiB does not hold its 0.92 GiB of bf16 weights, 0.58 of
+    # profile activations, 0.65 of CUDA graphs and one 32768-token request's 0.38 GiB of KV (2.53 GiB: 0.18 of the
+    # card); 0.999 asks more than the card has free beside its CUDA context
+    argv = ["--model", "0.5B", "--use-vllm", "--vllm-mode", "server", "--gpu", "T4"]
+    assert cli.main([*argv, "--vllm-server-utilization", asked]) == 1
+    flat = " ".join(capsys.readouterr().out.split())
+    assert f"To let vLLM start and fit the T4: --vllm-server-utilization {plan} ->" in flat
+    # the layout's own check agrees: the plan's share starts, one hundredth beyond it does not
+    beyond = f"{float(plan) + (-0.01 if asked == '0.05' else 0.01):.2f}"
+    assert cli.main([*argv, "--vllm-server-utilization", plan]) == 0
+    assert cli.main([*argv, "--vllm-server-utilization", beyond]) == 1
+    assert "fails at vLLM start-up" in capsys.readouterr().out
+
+
+def test_no_closest_plan_is_offered_when_no_change_lets_vllm_start(capsys):
+    # 72B: vLLM's own bf16 copy alone is 72.7e9 × 2 B = 135 GiB, more than a T4 at any share; no change tried
+    # loads fewer weights into vLLM than a 4-bit base (~40 GiB), so none lets it start
+    assert cli.main(["--model", "72B", "--use-vllm", "--gpu", "T4"]) == 1
+    flat = " ".join(capsys.readouterr().out.split())
+    assert "No change tried lets vLLM start on the T4; the layout below says why." in flat
+    assert "closest" not in flat
+    assert (
+        "vLLM needs a larger card, or its weights split over several GPUs (--vllm-tensor-parallel-size)"
+        in flat
+    )
