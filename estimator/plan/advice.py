@@ -702,8 +702,12 @@ def _greedy(
             return best
 
 
-def layout_fixes(layout, cfg: RunConfig) -> list[str]:
-    """The change that fixes the real cause when vLLM fails by its own accounting (layout.py), with what it frees."""
+def layout_fixes(
+    layout, cfg: RunConfig, failure_of: Callable[[RunConfig], str | None] | None = None
+) -> list[str]:
+    """The change that fixes the real cause when vLLM fails by its own accounting (layout.py), with what it frees.
+    With `failure_of` (vLLM's start-up failure for a changed config: layout.failure_on), a way to load less into
+    the trainer is named only if vLLM's request is then free at start-up."""
     v = layout.vllm
     if v is None or v.failure is None:
         return []
@@ -746,9 +750,15 @@ def layout_fixes(layout, cfg: RunConfig) -> list[str]:
                 "lists how) or move vLLM to its own GPU (server mode)"
             )
     if v.failure.startswith("vLLM start-up: it asks") and v.free_at_start is not None:
-        ways = [t.label for t in (_load_bf16, _qlora) if t.when(cfg) and isinstance(t.label, str)]
+        candidates = [(t.label, t(cfg)[0].config) for t in (_load_bf16, _qlora) if t.when(cfg)]
         if cfg.num_gpus > 1 and cfg.sharding != "zero3":
-            ways.append("--zero 3 (weights sharded over the GPUs)")
+            candidates.append(("--zero 3 (weights sharded over the GPUs)", cfg.with_(sharding="zero3")))
+
+        def frees(c: RunConfig) -> bool:
+            failure = failure_of(c) if failure_of is not None else None
+            return failure is None or not failure.startswith("vLLM start-up: it asks")
+
+        ways = [label for label, c in candidates if isinstance(label, str) and frees(c)]
         if ways:
             lines.append(
                 f"load less into the trainer before vLLM starts (its models take "

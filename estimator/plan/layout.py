@@ -300,19 +300,27 @@ def start_failure(
     return _kv_failure(kv, one, length)
 
 
-def starts_on(roles: list[Role], arch_of: ArchFn, total_bytes: int) -> Callable[[RunConfig, Arch], bool]:
-    """A check of whether vLLM starts for a config of this run on a card of `total_bytes` (`start_failure`, with
-    the roles placed on the policy's GPUs loaded beside it); True when the run uses no vLLM."""
+def failure_on(
+    roles: list[Role], arch_of: ArchFn, total_bytes: int
+) -> Callable[[RunConfig, Arch], str | None]:
+    """`start_failure` for any config of this run on a card of `total_bytes`, with the roles placed on the policy's
+    GPUs loaded beside it; None when the run uses no vLLM."""
 
-    def starts(cfg: RunConfig, arch: Arch) -> bool:
+    def failure(cfg: RunConfig, arch: Arch) -> str | None:
         if not cfg.use_vllm:
-            return True
+            return None
         on_policy = [
             _role_bytes(cfg, r, arch_of(r.model), cfg.num_gpus) for r in roles if r.placement == "policy"
         ]
-        return start_failure(cfg, arch, VllmSettings.of(cfg), total_bytes, on_policy) is None
+        return start_failure(cfg, arch, VllmSettings.of(cfg), total_bytes, on_policy)
 
-    return starts
+    return failure
+
+
+def starts_on(roles: list[Role], arch_of: ArchFn, total_bytes: int) -> Callable[[RunConfig, Arch], bool]:
+    """Whether vLLM starts for a config of this run on a card of `total_bytes` (`failure_on`)."""
+    failure = failure_on(roles, arch_of, total_bytes)
+    return lambda cfg, arch: failure(cfg, arch) is None
 
 
 def _own_groups(cfg: RunConfig, roles: list[Role], arch_of: ArchFn, total_bytes: int) -> list[GpuGroup]:
