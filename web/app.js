@@ -333,7 +333,10 @@ function settingsLine(c) {
     `prompt ${c.max_prompt_length} + completion ${c.max_completion_length} tokens`,
     `grad ckpt ${c.gradient_checkpointing ? "on" : "off"}`, c.optim];
   if (c.beta) parts.push(`beta ${c.beta}`);
-  if (c.use_vllm) parts.push(`vLLM ${c.vllm_mode} ${c.vllm_gpu_memory_utilization}`);
+  if (c.use_vllm) {  // report.vllm_words: a server's share is trl vllm-serve's, of its own GPUs
+    const server = `vLLM server ${c.vllm_server_utilization} on ${c.vllm_server_gpus} GPU${c.vllm_server_gpus > 1 ? "s" : ""} of its own`;
+    parts.push(c.vllm_mode === "server" ? server : `vLLM ${c.vllm_mode} ${c.vllm_gpu_memory_utilization}`);
+  }
   if (c.num_gpus > 1) parts.push(`${c.num_gpus} GPUs ${c.sharding}`);
   parts.push(`TRL ${c.trl_version}`);
   return "settings: " + parts.join(", ");

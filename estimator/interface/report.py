@@ -10,6 +10,7 @@ from estimator.hardware.gpus import GPU
 from estimator.plan.advice import Advice, Option
 from estimator.plan.layout import Layout
 from estimator.plan.solve import Solution
+from estimator.settings.config import RunConfig
 from estimator.step.estimate import SOURCE, Estimate
 from estimator.terms.phase_names import PHASE_HELP, PHASES
 from estimator.terms.sharding import deepspeed_dtype_config
@@ -92,7 +93,7 @@ def settings_line(est: Estimate) -> str:
     if c.beta:
         parts.append(f"beta {c.beta}")
     if c.use_vllm:
-        parts.append(f"vLLM {c.vllm_mode} {c.vllm_gpu_memory_utilization}")
+        parts.append(vllm_words(c))
     if c.num_gpus > 1:
         sharding = {"none": "DDP", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}.get(
             c.sharding, c.sharding
@@ -510,12 +511,17 @@ def run_line(est: Estimate) -> str:
             c.sharding, c.sharding
         )
         parts.append(f"{c.num_gpus} {'processes' if c.device == 'cpu' else 'GPUs'} {sharding}")
-    if c.use_vllm and c.vllm_mode == "server":  # its share is of its own GPUs: trl vllm-serve's utilization
-        own = f"{c.vllm_server_gpus} GPU{'s' if c.vllm_server_gpus > 1 else ''} of its own"
-        parts.append(f"vLLM server {c.vllm_server_utilization} on {own}")
-    elif c.use_vllm:
-        parts.append(f"vLLM {c.vllm_mode} {c.vllm_gpu_memory_utilization}")
+    if c.use_vllm:
+        parts.append(vllm_words(c))
     return ", ".join(parts)
+
+
+def vllm_words(c: RunConfig) -> str:
+    """'vLLM colocate 0.3' (its share of the training GPU), or 'vLLM server 0.9 on 1 GPU of its own' (trl
+    vllm-serve's utilization of its own GPUs)."""
+    if c.vllm_mode == "server":
+        return f"vLLM server {c.vllm_server_utilization} on {c.vllm_server_gpus} GPU{'s' if c.vllm_server_gpus > 1 else ''} of its own"
+    return f"vLLM {c.vllm_mode} {c.vllm_gpu_memory_utilization}"
 
 
 def _plan_lines(advice: Advice, gpu: GPU) -> list[str]:

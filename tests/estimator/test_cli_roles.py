@@ -292,6 +292,9 @@ def test_the_run_line_gives_a_vllm_server_its_own_share(capsys):
     assert cli.main([*argv, "--vllm-server-gpus", "2"]) == 0
     flat = " ".join(capsys.readouterr().out.split())
     assert "vLLM server 0.8 on 2 GPUs of its own" in flat and "vLLM server 0.3" not in flat
+    assert cli.main([*argv, "--detail"]) == 0  # the detail's settings line says the same
+    flat = " ".join(capsys.readouterr().out.split())
+    assert "vLLM server 0.8 on 1 GPU of its own" in flat and "vLLM server 0.3" not in flat
     assert cli.main(["--model", "0.5B", "--lora", "--use-vllm", "--vllm-gpu-memory-utilization", "0.4"]) == 0
     assert "vLLM colocate 0.4" in " ".join(capsys.readouterr().out.split())
 
