@@ -312,7 +312,11 @@ def _plan_tail(o: Option) -> str:
 def render_solution(sol: Solution) -> str:
     """One line: the largest value that fits, or that none does."""
     if sol.value is None:
-        return f"solve {sol.knob}: nothing fits in {_g(sol.budget_bytes)} GiB, even the smallest value (estimated)"
+        note = f"; {sol.note}" if sol.note else ""
+        return (
+            f"solve {sol.knob}: nothing fits in {_g(sol.budget_bytes)} GiB, even the smallest value (estimated)"
+            f"{note}"
+        )
     note = f"; {sol.note}" if sol.note else ""
     return (
         f"solve: largest {sol.knob} that fits = {sol.value} "
@@ -684,7 +688,8 @@ def short(
         out += _plan_lines(reference_advice, reference.gpu)
     if solution is not None:
         if solution.value is None:
-            out += _wrap(f"Solve {solution.knob}: nothing fits, even the smallest value (estimated).")
+            note = f"; {plain(solution.note)}" if solution.note else ""
+            out += _wrap(f"Solve {solution.knob}: nothing fits, even the smallest value (estimated{note}).")
         else:
             note = f"; {plain(solution.note)}" if solution.note else ""
             out += _wrap(

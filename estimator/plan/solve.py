@@ -161,7 +161,7 @@ def solve(
             note += (
                 f"; vLLM starts from {shares[0]} to {shares[-1]} (one max_model_len request, free at start-up)"
                 if shares
-                else "; no share lets vLLM start (see the layout)"
+                else "; no share lets vLLM start: the layout says why"
             )
     elif knob == "num_generations":
         best_cfg, capped = _solve_generations(cfg, fits)
@@ -180,7 +180,7 @@ def solve(
     else:
         raise ValueError(f"cannot solve for {knob!r}; accepted: {', '.join(SOLVABLE)}")
     if best_cfg is None and knob != "vllm_gpu_memory_utilization" and not starts_(cfg):
-        note = "vLLM does not start at this configuration, whatever the value (see the layout)"
+        note = "vLLM does not start at this configuration, whatever the value: the layout says why"
     device = peak.estimate(best_cfg).peak_device_bytes if best_cfg else None
     return Solution(knob, best, best_cfg, device, budget_bytes, note, peak(best_cfg) if best_cfg else None)
 

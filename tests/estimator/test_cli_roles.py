@@ -328,3 +328,13 @@ def test_no_closest_plan_is_offered_when_no_change_lets_vllm_start(capsys):
     )
     # the trainer's load (271.68 GiB in fp32) stays above the card in bf16 and with a 4-bit base: no way is named
     assert "load less into the trainer" not in flat
+
+
+def test_solve_says_when_no_value_can_help_because_vllm_does_not_start(capsys):
+    # vLLM's 0.3 share of an A100 40GB holds less than its 14.19 GiB of bf16 weights: no completion length helps
+    argv = ["--model", "7B", "--lora", "--dtype", "bfloat16", "--use-vllm", "--gpu", "A100-40"]
+    assert cli.main([*argv, "--solve", "max_completion_length"]) == 1
+    flat = " ".join(capsys.readouterr().out.split())
+    assert (
+        "nothing fits, even the smallest value (estimated; vLLM does not start at this configuration" in flat
+    )
