@@ -23,6 +23,7 @@ from estimator.model import catalog
 from estimator.model.architecture import Arch
 from estimator.model.catalog import catalog_id
 from estimator.plan import advice as adv
+from estimator.plan.fixes import layout_fixes, role_moves
 from estimator.plan.layout import VllmSettings, failure_on, plan, starts_on, with_roles
 from estimator.plan.solve import SOLVABLE, solve
 from estimator.settings import versions
@@ -396,7 +397,7 @@ def compute(req: Request) -> Answer:
         total = req.gpu.usable_bytes if req.gpu is not None else int((cfg.gpu_memory_gib or 80.0) * GIB)
         layout = layout_on(cfg, total)
         failure = failure_on(roles, catalog.resolve_model, total)
-        fixes = adv.layout_fixes(layout, cfg, lambda c: failure(c, req.arch)) + adv.role_moves(layout)
+        fixes = layout_fixes(layout, cfg, lambda c: failure(c, req.arch)) + role_moves(layout)
         starts = layout.vllm is None or layout.vllm.failure is None or "start-up" not in layout.vllm.failure
         starts_fn = starts_on(roles, catalog.resolve_model, total) if cfg.use_vllm else None
         if not layout.fits:

@@ -119,7 +119,7 @@ def test_colocate_start_up_needs_its_request_free():
 
 
 def test_start_up_failure_from_the_trainer_load_names_loading_less_and_that_works():
-    from estimator.plan.advice import layout_fixes
+    from estimator.plan.fixes import layout_fixes
 
     # Qwen2.5-7B in fp32 takes 7.62e9 x 4 B = 28.4 GiB before vLLM starts; 0.3 of a 40 GiB card does not fit
     # beside it. Loaded in bf16 it takes half, and vLLM's start-up check passes.
@@ -189,7 +189,7 @@ def test_sleep_level_1_parks_weights_in_host_ram():
 
 
 def test_role_moves_when_training_gpus_do_not_fit():
-    from estimator.plan.advice import role_moves
+    from estimator.plan.fixes import role_moves
 
     cfg = RunConfig(
         model="7B", dtype="bfloat16", per_device_train_batch_size=2, num_generations=2, gpu_memory_gib=40.0
@@ -203,7 +203,7 @@ def test_role_moves_when_training_gpus_do_not_fit():
 
 
 def test_the_share_the_layout_offers_holds_vllms_own_weights():
-    from estimator.plan.advice import layout_fixes
+    from estimator.plan.fixes import layout_fixes
 
     # 7B LoRA in bf16, vLLM colocate 0.5 on an A100 40GB with 2,048-token completions: the step leaves vLLM room
     # for about 0.31 of the card, but vLLM's own bf16 copy is 7.62e9 × 2 B = 14.19 GiB, more than 0.35 of the
