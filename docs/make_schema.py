@@ -119,6 +119,12 @@ def layout() -> dict:
             "roles": {"type": "array", "items": role},
             "peak_device_bytes": BYTES,
             "total_bytes": BYTES,
+            "need_bytes": {
+                "type": ["integer", "null"],
+                "description": "training GPUs: what the card must hold as the fit verdicts count it (fit_bytes "
+                "with the roles beside the policy); the group fits when it is within total_bytes. null: the peak "
+                "decides",
+            },
         },
         ["name", "count", "roles", "peak_device_bytes", "total_bytes"],
         extra=True,

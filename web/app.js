@@ -500,8 +500,11 @@ function drawLayout(d) {
   if (!L) return;
   const out = [`${L.total_gpus} GPU(s); ${L.fits ? "fits" : "does NOT fit"} (estimated)`];
   for (const g of L.groups) {
-    const verdict = g.peak_device_bytes <= g.total_bytes ? "fits" /* layout.py's group fits: peak <= total */ : `does NOT fit, ${gib(g.peak_device_bytes - g.total_bytes)} GiB missing`;
-    out.push(`${g.name} × ${g.count}: peak ${gib(g.peak_device_bytes)} of ${gib(g.total_bytes)} GiB (${verdict})`);
+    // layout.py's GpuGroup.fits: what the GPU must hold (training: need_bytes, else the peak) <= total
+    const held = g.need_bytes ?? g.peak_device_bytes;
+    const verdict = held <= g.total_bytes ? "fits" : `does NOT fit, ${gib(held - g.total_bytes)} GiB missing`;
+    const what = g.need_bytes == null ? `peak ${gib(g.peak_device_bytes)}` : `must hold ${gib(g.need_bytes)} (nvidia-smi peak ${gib(g.peak_device_bytes)})`;
+    out.push(`${g.name} × ${g.count}: ${what} of ${gib(g.total_bytes)} GiB (${verdict})`);
     for (const r of g.roles) out.push(`   ${r.role}: resident ${gib(r.resident)} + working ${gib(r.working)} GiB`);
   }
   const v = L.vllm;

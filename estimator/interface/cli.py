@@ -23,8 +23,8 @@ from estimator.model import catalog
 from estimator.model.architecture import Arch
 from estimator.model.catalog import catalog_id
 from estimator.plan import advice as adv
-from estimator.plan.fixes import layout_fixes, role_moves
-from estimator.plan.layout import VllmSettings, failure_on, plan, starts_on, with_roles
+from estimator.plan.fixes import layout_fixes, own_gpu_fixes, role_moves
+from estimator.plan.layout import VllmSettings, failure_on, others_fit_on, plan, starts_on, with_roles
 from estimator.plan.solve import SOLVABLE, solve
 from estimator.settings import versions
 from estimator.settings.config import RunConfig
@@ -392,20 +392,25 @@ def compute(req: Request) -> Answer:
     target = fit_on(req.gpu) if req.gpu is not None else None
     # what torch can use (report.FIT_BASIS); candidates are compared by Estimate.fit_bytes (band included)
     budget = req.gpu.usable_bytes if req.gpu is not None else None
-    layout, fixes, starts, starts_fn = None, [], True, None
+    layout, fixes, starts, starts_fn, others_fn = None, [], True, None, None
     if roles or cfg.use_vllm:
         total = req.gpu.usable_bytes if req.gpu is not None else int((cfg.gpu_memory_gib or 80.0) * GIB)
         layout = layout_on(cfg, total)
         failure = failure_on(roles, catalog.resolve_model, total)
-        fixes = layout_fixes(layout, cfg, lambda c: failure(c, req.arch)) + role_moves(layout)
+        fixes = (
+            layout_fixes(layout, cfg, lambda c: failure(c, req.arch))
+            + role_moves(layout)
+            + own_gpu_fixes(layout)
+        )
         starts = layout.vllm is None or layout.vllm.failure is None or "start-up" not in layout.vllm.failure
         starts_fn = starts_on(roles, catalog.resolve_model, total) if cfg.use_vllm else None
+        others_fn = others_fit_on(roles, catalog.resolve_model, total)
         if not layout.fits:
             budget = total
     fails = (target is not None and not target.fits) or (layout is not None and not layout.fits)
     advice = None
-    if req.advice or fails:  # with vLLM, a change fits only if vLLM also starts (layout.start_failure)
-        advice = adv.advise(cfg, req.arch, est_fn, budget, starts=starts_fn)
+    if req.advice or fails:  # a change fits only if the whole layout then does: vLLM starts, every GPU holds
+        advice = adv.advise(cfg, req.arch, est_fn, budget, starts=starts_fn, others_fit=others_fn)
     solution = solve(cfg, req.arch, req.solve, budget, est_fn, starts_fn) if req.solve else None
     code = 1 if req.gpu is not None and fails else 0
     if solution is not None:

@@ -246,10 +246,13 @@ def render_layout(layout: Layout, fixes: list[str]) -> str:
     change that fixes that cause (all `estimated`)."""
     out = [f"layout: {layout.total_gpus} GPU(s), per GPU (GiB, estimated):"]
     for g in layout.groups:
-        verdict = "fits" if g.fits else f"does NOT fit, {_g(g.peak_device_bytes - g.total_bytes)} GiB missing"
-        out.append(
-            f"  {g.name} × {g.count}: peak {_g(g.peak_device_bytes)} of {_g(g.total_bytes)} GiB ({verdict})"
+        verdict = "fits" if g.fits else f"does NOT fit, {_g(g.held_bytes - g.total_bytes)} GiB missing"
+        held = (
+            f"peak {_g(g.peak_device_bytes)}"
+            if g.need_bytes is None
+            else f"must hold {_g(g.need_bytes)} (nvidia-smi peak {_g(g.peak_device_bytes)})"
         )
+        out.append(f"  {g.name} × {g.count}: {held} of {_g(g.total_bytes)} GiB ({verdict})")
         for r in g.roles:
             out.append(f"    {r.role:<36} resident {_g(r.resident):>7}  + working {_g(r.working):>7}")
     v = layout.vllm
@@ -541,7 +544,7 @@ def _plan_lines(advice: Advice, gpu: GPU) -> list[str]:
             f"To {'let vLLM start and ' if start else ''}fit {_the(gpu)}: {plain(plan.label)}", "  ", ""
         )
     else:
-        out = _wrap(f"{none}; closest: {plain(plan.label)}", "  ", "")
+        out = _wrap(f"No change tried makes it fit {_the(gpu)}; closest: {plain(plan.label)}", "  ", "")
     cost = f"; cost: {plain(plan.tradeoff)}" if plan.tradeoff else ""
     out += _wrap(f"-> needs {_g1(plan.need_bytes)} GiB{cost}", "     ", "  ")
     return out
@@ -615,10 +618,10 @@ def _nearest_cards(fits: list[Fit]) -> str | None:
 def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
     out = [f"Per GPU ({layout.total_gpus} in all, estimated):"]
     for g in layout.groups:
-        verdict_ = "fits" if g.fits else f"{_g1(g.peak_device_bytes - g.total_bytes)} GiB short"
+        verdict_ = "fits" if g.fits else f"{_g1(g.held_bytes - g.total_bytes)} GiB short"
         roles = ", ".join(r.role for r in g.roles)
         out += _wrap(
-            f"{g.name} x {g.count}: {_g1(g.peak_device_bytes)} of {_g1(g.total_bytes)} GiB, {verdict_}; holds {roles}",
+            f"{g.name} x {g.count}: {_g1(g.held_bytes)} of {_g1(g.total_bytes)} GiB, {verdict_}; holds {roles}",
             "    ",
             "  ",
         )
@@ -634,15 +637,10 @@ def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
     return out
 
 
-# Layout.blockers that vLLM's start-up check decides (a server's GPU holds its share only if the share starts)
-VLLM_BLOCKERS = ("vLLM start-up", "loading the models after vLLM's share", "vLLM server GPU")
-
-
 def _plan_covers(failing: Fit, advice: Advice) -> bool:
-    """The plan answers what fails on the card: the step's bytes, and vLLM's start where the plan checked it (a
-    GPU of the layout other than the training one is answered by the layout's own fixes)."""
-    blocked = [b for b in failing.blocked.split(", ") if b]
-    return all(b in VLLM_BLOCKERS and advice.baseline_starts is not None for b in blocked)
+    """The plan answers what fails on the card: the step's bytes, and what the layout blocks where the plan
+    checked the whole layout (vLLM's start-up, every GPU)."""
+    return not failing.blocked or advice.checks_layout
 
 
 def short(

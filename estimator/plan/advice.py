@@ -17,6 +17,8 @@ from estimator.plan.changes import CONFLICTS, Change, FitsFn, apply_keys, single
 from estimator.plan.solve import EstimateFn, PeakCache
 from estimator.settings.config import RunConfig
 
+# vLLM's own settings: where vLLM fails at start-up they are tried even when they save nothing alone
+VLLM_START_KEYS = frozenset({"vllm_len", "vllm_share", "vllm_server_share"})
 MIN_SAVED_FRACTION = (
     0.001  # a change saving less than 0.1 % of the peak is not worth listing (or rounds to 0.00 GiB)
 )
@@ -57,12 +59,19 @@ class Advice:
     singles: list[Option] = field(default_factory=list)
     plan: Option | None = None
     baseline_starts: bool | None = None  # vLLM starts at the run as given; None when not checked
+    # the GPUs beside the training ones (roles on their own) hold what they are given; None when not checked
+    baseline_others_fit: bool | None = None
 
     @property
     def baseline_fails(self) -> bool:
-        """The run as given does not fit the budget, or its vLLM does not start."""
+        """The run as given does not fit the budget, its vLLM does not start, or a GPU of its own is over."""
         over = self.budget_bytes is not None and self.baseline_bytes > self.budget_bytes
-        return over or self.baseline_starts is False
+        return over or self.baseline_starts is False or self.baseline_others_fit is False
+
+    @property
+    def checks_layout(self) -> bool:
+        """The fits of this advice include the whole layout: vLLM's start (where there is vLLM) and the other GPUs."""
+        return self.baseline_others_fit is not None
 
 
 def advise(
@@ -72,23 +81,34 @@ def advise(
     budget_bytes: int | None = None,
     max_set: int = 2,
     starts: Callable[[RunConfig, Arch], bool] | None = None,
+    others_fit: Callable[[RunConfig, Arch], bool] | None = None,
 ) -> Advice:
     """Rank single changes by bytes saved; with a budget, find the smallest set that fits (exhaustive up to
     `max_set` changes, then greedy). With `starts` (layout.starts_on: vLLM's own start-up checks), a config fits
-    only if vLLM also starts, and a change that makes a failing vLLM start is listed even if it saves no bytes."""
+    only if vLLM also starts, and a change that makes a failing vLLM start is listed even if it saves no bytes
+    (those that do come first); with `others_fit` (layout.others_fit_on), only if the GPUs of roles placed on
+    their own hold them too."""
     peak = PeakCache(arch, estimate_fn)
-    started: dict[RunConfig, bool] = {}
+    memo: dict[tuple[str, RunConfig], bool] = {}
+
+    def check(name: str, fn: Callable[[RunConfig, Arch], bool] | None, c: RunConfig) -> bool | None:
+        if fn is None:
+            return None
+        if (name, c) not in memo:
+            memo[name, c] = fn(c, arch)
+        return memo[name, c]
 
     def starts_(c: RunConfig) -> bool | None:
-        if starts is None:
-            return None
-        if c not in started:
-            started[c] = starts(c, arch)
-        return started[c]
+        return check("starts", starts, c)
 
-    fits: FitsFn | None = (
-        (lambda c: peak(c) <= budget_bytes and starts_(c) is not False) if budget_bytes is not None else None
-    )
+    def fits_(c: RunConfig) -> bool:
+        return (
+            peak(c) <= budget_bytes
+            and starts_(c) is not False
+            and check("others", others_fit, c) is not False
+        )
+
+    fits: FitsFn | None = fits_ if budget_bytes is not None else None
     base = peak(cfg)
     base_starts = starts_(cfg)
 
@@ -99,13 +119,17 @@ def advise(
         return Option(changes, peak.estimate(c).peak_device_bytes, base - p, fit, p, starts_(c))
 
     def helps(o: Option) -> bool:
-        """Saves memory, or makes a vLLM that fails at start-up start."""
-        return o.saved_bytes >= floor or (base_starts is False and o.starts is True)
+        """Saves memory, or (where vLLM fails at start-up) makes it start or is one of vLLM's own settings,
+        which may make it start beside another change."""
+        start_fix = o.starts is True or o.changes[0].key in VLLM_START_KEYS
+        return o.saved_bytes >= floor or (base_starts is False and start_fix)
 
     tried = (option((ch,)) for ch in single_changes(cfg, fits))
     floor = max(1, int(MIN_SAVED_FRACTION * base))
-    singles = sorted((o for o in tried if helps(o)), key=lambda o: -o.saved_bytes)
-    advice = Advice(base, budget_bytes, singles, baseline_starts=base_starts)
+    # where vLLM fails at start-up, the changes that let it start come first
+    singles = sorted((o for o in tried if helps(o)), key=lambda o: (o.starts is False, -o.saved_bytes))
+    others = check("others", others_fit, cfg)
+    advice = Advice(base, budget_bytes, singles, baseline_starts=base_starts, baseline_others_fit=others)
     if fits is None or fits(cfg):
         return advice
     keys = [o.changes[0].key for o in singles]

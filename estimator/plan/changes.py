@@ -297,7 +297,8 @@ def _fewer_generations(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     return [
         Change(
             "gens",
-            f"--num-generations {pick.num_generations} ({_geometry(pick)})",
+            f"--num-generations {pick.num_generations}{_geometry_flags(cfg, pick)} "
+            f"(generation batch {pick.generation_sequences}/device)",
             6,
             pick,
             "fewer completions per prompt: noisier group-relative advantages",
@@ -316,8 +317,24 @@ def _with_sequences(cfg: RunConfig, seq: int) -> RunConfig | None:
     return c if is_valid(c) else None
 
 
-def _geometry(c: RunConfig) -> str:
-    return f"bs {c.per_device_train_batch_size}, generation batch {c.generation_sequences}"
+GEOMETRY_FLAGS = (  # the batch settings a change of num_generations may move with it, and their flags
+    ("per_device_train_batch_size", "--per-device-train-batch-size"),
+    ("gradient_accumulation_steps", "--gradient-accumulation-steps"),
+    ("steps_per_generation", "--steps-per-generation"),
+)
+
+
+def _geometry_flags(before: RunConfig, after: RunConfig) -> str:
+    """' --per-device-train-batch-size 2 ...': the flags of the batch settings `after` changes, so that the label is
+    the whole change; a generation_batch_size it drops is said in words (no flag unsets it)."""
+    out = "".join(
+        f" {flag} {getattr(after, name)}"
+        for name, flag in GEOMETRY_FLAGS
+        if getattr(after, name) != getattr(before, name) and getattr(after, name) is not None
+    )
+    if before.generation_batch_size is not None and after.generation_batch_size is None:
+        out += " (without generation_batch_size)"
+    return out
 
 
 def _shorter_completions(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
@@ -539,16 +556,17 @@ CONFLICTS = (
 
 def single_changes(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     """Every single change that applies to `cfg` (sizing changes pick the largest value that fits)."""
-    return [ch for gen in GENERATORS for ch in gen(cfg, fits)]
+    return [ch for gen in GENERATORS for ch in gen(cfg, fits) if is_valid(ch.config)]
 
 
 def apply_keys(cfg: RunConfig, keys: tuple[str, ...], fits: FitsFn | None) -> tuple[Change, ...] | None:
-    """Apply changes by key in GENERATORS order, each re-derived on the config so far; None if one no longer applies."""
+    """Apply changes by key in GENERATORS order, each re-derived on the config so far; None if one no longer applies
+    (or makes a config TRL refuses)."""
     applied: list[Change] = []
     current = cfg
     for gen in GENERATORS:
         for ch in gen(current, fits):
-            if ch.key in keys:
+            if ch.key in keys and is_valid(ch.config):
                 applied.append(ch)
                 current = ch.config
     if len(applied) != len(keys):

@@ -30,7 +30,13 @@ def layout_fixes(
             f"({v.one_sequence / GIB:.2f} GiB of KV), the run never needs more than {need}"
         )
     if "no memory left for the KV cache" in v.failure:
-        lo = f" (at least {v.smallest_utilization})" if v.smallest_utilization else ""
+        lo = (
+            f" (at least {v.smallest_utilization} at max_model_len={v.max_model_len})"
+            if v.smallest_utilization
+            else ""
+        )
+        if lo and v.max_model_len > cfg.sequence_length:
+            lo = lo[:-1] + f"; less with --vllm-max-model-length {cfg.sequence_length})"
         knob = (
             "--vllm-server-utilization (trl vllm-serve --gpu_memory_utilization)"
             if v.mode == "server"
@@ -40,6 +46,12 @@ def layout_fixes(
             f"vLLM's share {v.utilization} does not hold its own weights ({v.weights / GIB:.2f} GiB) and buffers: "
             f"raise {knob}{lo}, or load fewer weights into vLLM (LoRA-only / quantized)"
         )
+    if v.mode == "server" and "exceeds the free memory of its card" in v.failure:
+        if v.largest_safe_utilization is not None:
+            lines.append(
+                f"lower --vllm-server-utilization (trl vllm-serve --gpu_memory_utilization) to "
+                f"{v.largest_safe_utilization}, what its card has free beside the CUDA context"
+            )
     if "it asks" in v.failure or "training step" in v.failure:
         if v.largest_safe_utilization is not None:
             lines.append(
@@ -63,17 +75,31 @@ def layout_fixes(
         if cfg.num_gpus > 1 and cfg.sharding != "zero3":
             candidates.append(("--zero 3 (weights sharded over the GPUs)", cfg.with_(sharding="zero3")))
 
-        def frees(c: RunConfig) -> bool:
+        def after(label: str, c: RunConfig) -> str | None:
+            """The way's label, with what still fails after it; None if vLLM's request is still not free."""
             failure = failure_of(c) if failure_of is not None else None
-            return failure is None or not failure.startswith("vLLM start-up: it asks")
+            if failure is None:
+                return label
+            if failure.startswith("vLLM start-up: it asks"):
+                return None
+            return f"{label} (vLLM then still fails: {_short_failure(failure)})"
 
-        ways = [label for label, c in candidates if isinstance(label, str) and frees(c)]
+        ways = [w for label, c in candidates if isinstance(label, str) and (w := after(label, c))]
         if ways:
             lines.append(
                 f"load less into the trainer before vLLM starts (its models take "
                 f"{(layout.groups[0].total_bytes - v.free_at_start) / GIB:.2f} GiB then): " + "; ".join(ways)
             )
     return lines
+
+
+def _short_failure(failure: str) -> str:
+    """vLLM's start-up failure in a few words (layout.start_failure's texts)."""
+    if "no memory left for the KV cache" in failure:
+        return "its share does not hold its own weights"
+    if "one max_model_len" in failure:
+        return "its KV cache does not hold one max_model_len request"
+    return failure.split(":", 1)[0]
 
 
 def role_moves(layout: Layout) -> list[str]:
@@ -87,4 +113,15 @@ def role_moves(layout: Layout) -> list[str]:
         f"move {r.role} to a GPU of its own (MODEL@own): frees at least {r.resident / GIB:.2f} GiB on each "
         "training GPU, costs one more GPU"
         for r in rows
+    ]
+
+
+def own_gpu_fixes(layout: Layout) -> list[str]:
+    """A GPU of roles placed on their own that does not hold them: what it misses, and what can make it hold them
+    (a larger card, or the role sharded over several under ZeRO-3 / FSDP: MODEL@own:N)."""
+    return [
+        f"the {g.name} GPU misses {(g.held_bytes - g.total_bytes) / GIB:.2f} GiB: give it a larger card, or "
+        "several with --zero 3 / --fsdp (MODEL@own:N shards it over N)"
+        for g in layout.groups[1:]
+        if not g.fits and g.name != "vLLM server"
     ]

@@ -77,10 +77,17 @@ class GpuGroup:
     roles: tuple[RoleBytes, ...]
     peak_device_bytes: int
     total_bytes: int
+    # training GPUs: what the card must hold as the fit verdict counts it (`training_need`); None: the peak
+    need_bytes: int | None = None
+
+    @property
+    def held_bytes(self) -> int:
+        """What the fit is decided on: `need_bytes` where known, else the nvidia-smi peak."""
+        return self.need_bytes if self.need_bytes is not None else self.peak_device_bytes
 
     @property
     def fits(self) -> bool:
-        return self.peak_device_bytes <= self.total_bytes
+        return self.held_bytes <= self.total_bytes
 
 
 @dataclass(frozen=True)
@@ -323,6 +330,12 @@ def starts_on(roles: list[Role], arch_of: ArchFn, total_bytes: int) -> Callable[
     return lambda cfg, arch: failure(cfg, arch) is None
 
 
+def others_fit_on(roles: list[Role], arch_of: ArchFn, total_bytes: int) -> Callable[[RunConfig, Arch], bool]:
+    """Whether the GPUs of roles placed on their own (`MODEL@own`) hold them, for any config of this run on cards
+    of `total_bytes` (a vLLM server's GPU is `start_failure`'s); True when there are none."""
+    return lambda cfg, arch: all(g.fits for g in _own_groups(cfg, roles, arch_of, total_bytes))
+
+
 def _own_groups(cfg: RunConfig, roles: list[Role], arch_of: ArchFn, total_bytes: int) -> list[GpuGroup]:
     """The GPUs of roles placed on their own: one group per `=GROUP` (roles sharing it share its GPUs)."""
     groups = []
@@ -435,6 +448,7 @@ def plan(
             (policy_row, *on_policy),
             banded_training_peak(est, on_policy),
             total_bytes,
+            training_need(est, roles, arch_of),
         )
     ]
     groups += _own_groups(cfg, roles, arch_of, total_bytes)
@@ -461,6 +475,15 @@ def banded_training_peak(est: Estimate, on_policy: list[RoleBytes]) -> int:
     return training_peak(est, on_policy) + est.band_bytes
 
 
+def training_need(est: Estimate, roles: list[Role], arch_of: ArchFn) -> int:
+    """What a training GPU must hold, counted as the fit verdict counts it (`Estimate.fit_bytes`: the allocator
+    frees its cache and retries before an OOM, raised by the validated band), with the roles placed on the policy's
+    GPUs beside it (`with_roles`): the number the advice, --solve and each card's fit compare with the card."""
+    if not any(r.placement == "policy" for r in roles):
+        return est.fit_bytes
+    return with_roles(lambda c, a: est, roles, arch_of)(est.config, est.arch).fit_bytes
+
+
 def _largest_safe(
     est: Estimate,
     roles: list[Role],
@@ -482,10 +505,7 @@ def _largest_safe(
     while lo <= hi:
         mid = (lo + hi) // 2
         e = estimate_fn(cfg.with_(vllm_gpu_memory_utilization=mid / 100), arch)
-        on_policy = [
-            _role_bytes(cfg, r, arch_of(r.model), cfg.num_gpus) for r in roles if r.placement == "policy"
-        ]
-        if banded_training_peak(e, on_policy) <= total:
+        if training_need(e, roles, arch_of) <= total:
             best, lo = mid / 100, mid + 1
         else:
             hi = mid - 1

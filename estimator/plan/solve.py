@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from estimator.model.architecture import Arch
 from estimator.settings.config import RunConfig
-from estimator.settings.validate import InvalidConfig, check_geometry
+from estimator.settings.validate import InvalidConfig, check_combination, check_geometry
 from estimator.step.estimate import Estimate
 
 EstimateFn = Callable[[RunConfig, Arch], Estimate]
@@ -59,9 +59,11 @@ class PeakCache:
 
 
 def is_valid(cfg: RunConfig) -> bool:
-    """True if TRL's GRPOConfig would accept the batch geometry of `cfg`."""
+    """True if TRL's GRPOConfig would accept the batch geometry of `cfg` and its options go together (vLLM's
+    tensor parallel size dividing the GPUs, offload with sharding, ...: `check_combination` without the model)."""
     try:
         check_geometry(cfg)
+        check_combination(cfg, None)
     except InvalidConfig:
         return False
     return True

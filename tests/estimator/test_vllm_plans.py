@@ -1,0 +1,112 @@
+"""Every plan the answer gives for a run with vLLM reproduces: its changes, given back to the command as flags, make
+the run fit the card and vLLM start (exit 0), by the same command's own layout and checks.
+
+The runs are ones where the plan and the layout once disagreed: a share picked on the edge of what the card must
+hold, a role on a GPU of its own that stayed over, a tensor-parallel size the plan's GPU count did not divide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import cli_json
+import pytest
+
+cli = cli_json.cli
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = cli.main(argv)
+    return code, out.getvalue()
+
+
+def flags_of(label: str) -> list[str]:
+    """The command-line flags a plan's change label stands for (labels name the flag, or the setting in words)."""
+    if label.startswith("load in bf16"):
+        return ["--dtype", "bfloat16"]
+    if label.startswith("--qlora"):
+        return ["--qlora"]
+    if label.startswith("--use-peft"):
+        return ["--lora"]
+    if label.startswith("PYTORCH_CUDA_ALLOC_CONF="):
+        return ["--alloc-conf", label.split("=", 1)[1]]
+    if label.startswith("GRPOConfig(torch_empty_cache_steps=1)"):
+        return ["--torch-empty-cache-steps", "1"]
+    return label.split(" (")[0].split()
+
+
+RUNS = [
+    # the share on the edge of what a 24 GiB card must hold beside a LoRA-only vLLM
+    "--model 7B --use-vllm --gpu 4090 --dtype bfloat16 --lora --vllm-gpu-memory-utilization 0.6 --vllm-share-base",
+    # vLLM's share below its own weights: raised, with max_model_len cut to prompt + completion
+    "--model 7B --lora --dtype bfloat16 --use-vllm --vllm-gpu-memory-utilization 0.3 --gpu A100-40",
+    # the trainer's fp32 load leaves vLLM no room: a 4-bit base
+    "--model 7B --dtype float32 --use-vllm --gpu A100-40",
+    # a server asking more than its card has, and one asking too little
+    "--model 0.5B --use-vllm --vllm-mode server --vllm-server-utilization 0.99 --gpu T4",
+    "--model 0.5B --use-vllm --vllm-mode server --vllm-server-utilization 0.05 --gpu T4",
+    # vLLM reserving first (OpenRLHF order): the models must load beside its share
+    "--model 7B --use-vllm --vllm-starts-first --vllm-gpu-memory-utilization 0.9 --gpu A100-40",
+    # a reward model beside the policy, vLLM over two GPUs
+    "--model 1.5B --use-vllm --gpu T4 --vllm-gpu-memory-utilization 0.2 --gpus 2 --zero 3 "
+    "--vllm-tensor-parallel-size 2 --reward-model 0.5B --max-completion-length 2048",
+    # fewer completions per prompt moves the batch size with it: the label names both flags
+    "--model 0.5B --use-vllm --gpu T4 --max-completion-length 8192 --vllm-gpu-memory-utilization 0.2",
+    # three GPUs with vLLM's tensor parallel size 3: no plan may name a GPU count 3 does not divide
+    "--model 7B --use-vllm --gpu A100-40 --gpus 3 --vllm-tensor-parallel-size 3 --dtype bfloat16",
+]
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r[:70] for r in RUNS])
+def test_the_plan_reproduces(run):
+    argv = run.split()
+    code, out = _run([*argv, "--json"])
+    assert code == 1, "each run here fails as given"
+    plan = json.loads(out)["advice"]["plan"]
+    assert plan is not None and plan["fits"], plan
+    flags = [f for c in plan["changes"] for f in flags_of(c["label"])]
+    again, text = _run([*argv, *flags])
+    assert again == 0, (flags, text[:800])
+
+
+def test_a_role_on_its_own_gpu_that_stays_over_is_no_plan_that_fits():
+    # a 7B reward model in fp32 on a T4 of its own (28 GiB of weights): nothing tried for the policy makes that GPU
+    # hold it; the plan must not say it fits, and the layout says what that GPU misses
+    argv = ["--model", "1.5B", "--use-vllm", "--gpu", "T4", "--reward-model", "7B@own"]
+    code, out = _run([*argv, "--json"])
+    d = json.loads(out)
+    assert code == 1 and (d["advice"]["plan"] is None or not d["advice"]["plan"]["fits"])
+    assert any(f.startswith("the reward (7B) GPU misses") for f in d["layout"]["fixes"])
+
+
+def test_where_vllm_fails_at_start_up_the_changes_that_let_it_start_come_first():
+    # a 0.01 share holds none of a 0.5B model's 0.92 GiB of weights: the changes that let vLLM start lead the list
+    code, out = _run(
+        ["--model", "0.5B", "--use-vllm", "--vllm-gpu-memory-utilization", "0.01", "--advice", "--json"]
+    )
+    singles = json.loads(out)["advice"]["singles"]
+    starts = [o["starts"] for o in singles]
+    assert starts[0] and starts == sorted(starts, reverse=True)
+
+
+def test_the_layout_fixes_say_what_still_fails_after_them():
+    flat = lambda s: " ".join(s.split())  # noqa: E731 (the short answer wraps at 80 columns)
+    # fp32 7B on an A100 40GB: in bf16 the trainer's load leaves vLLM's 11.88 GiB request free, but 0.3 of the card
+    # still holds less than vLLM's own 14.19 GiB of bf16 weights; a 4-bit base fixes both
+    _, out = _run(["--model", "7B", "--dtype", "float32", "--use-vllm", "--gpu", "A100-40"])
+    assert (
+        "load in bf16 (model_init_kwargs dtype: bfloat16) (vLLM then still fails: its share does not hold its own "
+        "weights); --qlora (LoRA on a 4-bit base)" in flat(out)
+    )
+    # the share that holds one request, at the run's max_model_len and with it cut to prompt + completion
+    _, out = _run(["--model", "7B", "--lora", "--dtype", "bfloat16", "--use-vllm", "--gpu", "A100-40"])
+    assert "(at least 0.44 at max_model_len=32768; less with --vllm-max-model-length 768)" in flat(out)
+    # a server asking more than its card has free is told the share it can have: on a T4 (14.58 GiB torch can use)
+    # its CUDA context and workspaces leave 0.90 of the card
+    server = ["--model", "0.5B", "--use-vllm", "--vllm-mode", "server", "--gpu", "T4"]
+    _, out = _run([*server, "--vllm-server-utilization", "0.99"])
+    assert "lower --vllm-server-utilization (trl vllm-serve --gpu_memory_utilization) to 0.9, " in flat(out)
