@@ -110,3 +110,31 @@ def test_the_layout_fixes_say_what_still_fails_after_them():
     server = ["--model", "0.5B", "--use-vllm", "--vllm-mode", "server", "--gpu", "T4"]
     _, out = _run([*server, "--vllm-server-utilization", "0.99"])
     assert "lower --vllm-server-utilization (trl vllm-serve --gpu_memory_utilization) to 0.9, " in flat(out)
+
+
+@pytest.mark.parametrize(
+    ("knob", "flag", "step"),
+    [
+        ("vllm_gpu_memory_utilization", "--vllm-gpu-memory-utilization", 0.01),
+        ("max_completion_length", "--max-completion-length", 1),
+    ],
+)
+def test_the_solved_value_reproduces_and_one_step_more_does_not(knob, flag, step):
+    # a LoRA-only vLLM beside a 3B LoRA step on an A10G: the answer is on the edge of what the card must hold
+    argv = [
+        "--model",
+        "3B",
+        "--use-vllm",
+        "--gpu",
+        "A10G",
+        "--lora",
+        "--vllm-share-base",
+        "--dtype",
+        "bfloat16",
+    ]
+    code, out = _run([*argv, "--solve", knob, "--json"])
+    value = json.loads(out)["solve"]["value"]
+    assert code == 0 and value is not None
+    assert _run([*argv, flag, str(value)])[0] == 0
+    beyond = round(value + step, 2) if isinstance(step, float) else value + step
+    assert _run([*argv, flag, str(beyond)])[0] == 1
