@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from estimator.model.architecture import Arch
 from estimator.settings.config import RunConfig
 from estimator.settings.role_spec import PLACEMENTS, ROLE_KINDS, Role, config_roles  # noqa: F401 (re-exported)
+from estimator.step import offload
 from estimator.step.estimate import Estimate, allocator_layers
 from estimator.step.single import resident
 from estimator.terms import allocator_reserve as allocator_term
@@ -175,8 +176,10 @@ def _device(
 
 
 def policy_resident(cfg: RunConfig, arch: Arch) -> int:
-    """What the policy holds through its step (weights, adapters, optimizer state, vLLM's share) on one GPU."""
-    return sum(resident(deepspeed_dtype_config(cfg), arch).values())
+    """What the policy holds through its step (weights, adapters, optimizer state, vLLM's share) on one GPU; what
+    CPU offload moves to the host is not on it (step/offload.py, as the step's own phases)."""
+    held, _ = offload.apply(cfg, arch, {"held": resident(deepspeed_dtype_config(cfg), arch)})
+    return sum(held["held"].values())
 
 
 def training_peak(est: Estimate, roles: list[RoleBytes]) -> int:

@@ -138,3 +138,24 @@ def test_the_solved_value_reproduces_and_one_step_more_does_not(knob, flag, step
     assert _run([*argv, flag, str(value)])[0] == 0
     beyond = round(value + step, 2) if isinstance(step, float) else value + step
     assert _run([*argv, flag, str(beyond)])[0] == 1
+
+
+def test_the_layout_leaves_offloaded_optimizer_state_off_the_gpu():
+    # ZeRO-3 with the optimizer offloaded: AdamW state and fp32 master weights live on the host (step/offload.py),
+    # so the policy's resident bytes on the GPU are its weight shard, adapters and vLLM's share: no negative
+    # "working" bytes, and the nvidia-smi peak at or above what the card must hold less the band
+    from estimator.model.catalog import resolve_model
+    from estimator.plan.layout import VllmSettings, plan
+    from estimator.settings.config import RunConfig
+    from estimator.step.estimate import estimate
+
+    cfg = RunConfig(model="1.5B", use_vllm=True, num_gpus=2, sharding="zero3", offload_optimizer=True)
+    lay = plan(estimate(cfg), [], VllmSettings.of(cfg), resolve_model, 80 * 2**30)
+    policy = lay.groups[0].roles[0]
+    assert policy.working >= 0
+    on = plan(
+        estimate(cfg.with_(offload_optimizer=False)), [], VllmSettings.of(cfg), resolve_model, 80 * 2**30
+    )
+    # 1.54e9 params: at least AdamW's two fp32 moments, 8 B per parameter halved over 2 GPUs, leave the GPU (the
+    # fp32 master copy leaves too; the gradient staging buffer that carries them comes)
+    assert on.groups[0].roles[0].resident - policy.resident >= 1_543_714_304 * 8 // 2
