@@ -9,6 +9,7 @@ With vLLM, a configuration fits only if vLLM's own start-up checks pass too.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +20,11 @@ from estimator.settings.config import RunConfig
 
 # vLLM's own settings: where vLLM fails at start-up they are tried even when they save nothing alone
 VLLM_START_KEYS = frozenset({"vllm_len", "vllm_share", "vllm_server_share"})
+# settings more than one change sets (batch geometry, vLLM's length and share): the last one's value stands
+SHARED_FLAG = (
+    r"--(?:per-device-train-batch-size|gradient-accumulation-steps|steps-per-generation|vllm-max-model-length"
+    r"|vllm-gpu-memory-utilization)(?= )"
+)
 MIN_SAVED_FRACTION = (
     0.001  # a change saving less than 0.1 % of the peak is not worth listing (or rounds to 0.00 GiB)
 )
@@ -39,7 +45,16 @@ class Option:
 
     @property
     def label(self) -> str:
-        return " + ".join(c.label for c in self.changes)
+        """The changes' labels joined by ' + ', a setting that a later change sets again said only there (micro-
+        batches then fewer generations: one --gradient-accumulation-steps, the last)."""
+        labels, later = [], set()
+        for change in reversed(self.changes):
+            label, here = change.label, set(re.findall(SHARED_FLAG, change.label))
+            for flag in here & later:
+                label = re.sub(rf" ?{re.escape(flag)} \S+", "", label).strip()
+            later |= here
+            labels.append(label)
+        return " + ".join(label for label in reversed(labels) if label)
 
     @property
     def config(self) -> RunConfig:

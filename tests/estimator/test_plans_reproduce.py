@@ -1,5 +1,5 @@
-"""Every plan the answer gives for a run with vLLM reproduces: its changes, given back to the command as flags, make
-the run fit the card and vLLM start (exit 0), by the same command's own layout and checks.
+"""Every plan the answer gives reproduces: its changes, given back to the command as flags, make the run fit the
+card and, with vLLM, vLLM start (exit 0), by the same command's own layout and checks.
 
 The runs are ones where the plan and the layout once disagreed: a share picked on the edge of what the card must
 hold, a role on a GPU of its own that stayed over, a tensor-parallel size the plan's GPU count did not divide.
@@ -159,3 +159,14 @@ def test_the_layout_leaves_offloaded_optimizer_state_off_the_gpu():
     # 1.54e9 params: at least AdamW's two fp32 moments, 8 B per parameter halved over 2 GPUs, leave the GPU (the
     # fp32 master copy leaves too; the gradient staging buffer that carries them comes)
     assert on.groups[0].roles[0].resident - policy.resident >= 1_543_714_304 * 8 // 2
+
+
+def test_a_plan_says_each_setting_once_with_the_value_that_stands():
+    # micro-batches (bs 1, GA 8) then fewer generations (GA 7): the plan names --gradient-accumulation-steps once, 7
+    argv = ["--model", "14B", "--lora", "--gpu", "L4", "--reward-model", "1.5B"]
+    code, text = _run(argv)
+    plan_text = " ".join(text.split()).split("To fit the L4: ")[1].split(" -> ")[0]
+    assert code == 1 and plan_text.count("--gradient-accumulation-steps") == 1
+    assert "--gradient-accumulation-steps 7" in plan_text
+    flags = [f for part in plan_text.split(" + ") for f in flags_of(part)]
+    assert _run([*argv, *flags])[0] == 0  # the plan's flags, as printed, reproduce it
