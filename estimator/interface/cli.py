@@ -411,7 +411,7 @@ def compute(req: Request) -> Answer:
     advice = None
     if req.advice or fails:  # a change fits only if the whole layout then does: vLLM starts, every GPU holds
         advice = adv.advise(cfg, req.arch, est_fn, budget, starts=starts_fn, others_fit=others_fn)
-    solution = solve(cfg, req.arch, req.solve, budget, est_fn, starts_fn) if req.solve else None
+    solution = solve(cfg, req.arch, req.solve, budget, est_fn, starts_fn, others_fn) if req.solve else None
     code = 1 if req.gpu is not None and fails else 0
     if solution is not None:
         code = 0 if solution.value is not None else 1

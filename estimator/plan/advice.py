@@ -135,15 +135,16 @@ def advise(
 
     def helps(o: Option) -> bool:
         """Saves memory, or (where vLLM fails at start-up) makes it start or is one of vLLM's own settings,
-        which may make it start beside another change."""
+        which may make it start beside another change, or (where a role's own GPU is over) makes it hold."""
         start_fix = o.starts is True or o.changes[0].key in VLLM_START_KEYS
-        return o.saved_bytes >= floor or (base_starts is False and start_fix)
+        others_fix = others is False and check("others", others_fit, o.config) is True
+        return o.saved_bytes >= floor or (base_starts is False and start_fix) or others_fix
 
+    others = check("others", others_fit, cfg)
     tried = (option((ch,)) for ch in single_changes(cfg, fits))
     floor = max(1, int(MIN_SAVED_FRACTION * base))
     # where vLLM fails at start-up, the changes that let it start come first
     singles = sorted((o for o in tried if helps(o)), key=lambda o: (o.starts is False, -o.saved_bytes))
-    others = check("others", others_fit, cfg)
     advice = Advice(base, budget_bytes, singles, baseline_starts=base_starts, baseline_others_fit=others)
     if fits is None or fits(cfg):
         return advice
@@ -156,7 +157,7 @@ def advise(
             changes = apply_keys(cfg, combo, fits)
             if changes is not None and fits(changes[-1].config):
                 o = option(changes)
-                if o.saved_bytes > 0 or base_starts is False:
+                if o.saved_bytes > 0 or base_starts is False or others is False:
                     found.append(o)
         if found:
             advice.plan = min(found, key=lambda o: (sum(c.cost for c in o.changes), o.peak_device_bytes))

@@ -15,6 +15,7 @@ from estimator.model.catalog import UnknownModel, resolve_model
 from estimator.plan.layout import VllmSettings, max_model_len, server_share_range, smallest_utilization
 from estimator.plan.solve import is_valid, largest_fitting
 from estimator.settings.config import RunConfig
+from estimator.settings.role_spec import config_roles
 from estimator.step.estimate import estimate
 from estimator.terms import allocator_reserve as allocator_term
 from estimator.terms.quantized import arch_quant_spec
@@ -401,6 +402,27 @@ def _shard_same_gpus(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     return [Change("shard", flag, cost, c, why.format(n=cfg.num_gpus))]
 
 
+def _shard_roles(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
+    """A one-GPU run whose roles placed on their own take several GPUs (MODEL@own:N): FSDP or ZeRO-3 shards each
+    such role over its N GPUs (layout._role_bytes), the policy's GPU unchanged in kind; the first that fits (FSDP
+    without a budget). Not with a 4-bit or pre-quantized base (packed weights are neither traced nor measured)."""
+    if cfg.device != "cuda" or cfg.num_gpus != 1 or cfg.sharding != "none":
+        return []
+    if cfg.load_in_4bit or _prequantized(cfg) or not any(r.gpus > 1 for r in config_roles(cfg)):
+        return []
+    options = [(c, flag) for sharding, flag in SHARD_ROLES if is_valid(c := cfg.with_(sharding=sharding))]
+    if not options:
+        return []
+    c, flag = next((o for o in options if fits(o[0])), options[0]) if fits else options[0]
+    why = (
+        "each role placed on N GPUs of its own (MODEL@own:N) is sharded over them and gathered layer by layer"
+    )
+    return [Change("shard", flag, 2, c, why)]
+
+
+SHARD_ROLES = (("fsdp", "--fsdp"), ("zero3", "--zero 3"))  # tried in this order by _shard_roles
+
+
 def _more_gpus(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     if cfg.device != "cuda":
         return []
@@ -537,6 +559,7 @@ GENERATORS = (
     _lora,
     qlora,
     _shard_same_gpus,
+    _shard_roles,
     _more_gpus,
     _micro_batch,
     _shorter_completions,

@@ -120,17 +120,21 @@ def solve(
     budget_bytes: int,
     estimate_fn: EstimateFn,
     starts: Callable[[RunConfig, Arch], bool] | None = None,
+    others_fit: Callable[[RunConfig, Arch], bool] | None = None,
 ) -> Solution:
     """Largest value of `knob` whose estimate of what the card must hold (`PeakCache`) is within `budget_bytes`
     (the memory torch can use on the card: `GPU.usable_bytes`) and, with `starts` (layout.starts_on), at which
-    vLLM's own start-up checks pass."""
+    vLLM's own start-up checks pass, and with `others_fit` (layout.others_fit_on) the roles' own GPUs hold them."""
     peak = PeakCache(arch, estimate_fn)
 
     def starts_(c: RunConfig) -> bool:
         return starts is None or starts(c, arch)
 
+    def others_(c: RunConfig) -> bool:
+        return others_fit is None or others_fit(c, arch)
+
     def fits(c: RunConfig) -> bool:
-        return peak(c) <= budget_bytes and starts_(c)
+        return peak(c) <= budget_bytes and starts_(c) and others_(c)
 
     note = ""
     best_cfg: RunConfig | None = None
@@ -183,6 +187,8 @@ def solve(
         raise ValueError(f"cannot solve for {knob!r}; accepted: {', '.join(SOLVABLE)}")
     if best_cfg is None and knob != "vllm_gpu_memory_utilization" and not starts_(cfg):
         note = "vLLM does not start at this configuration, whatever the value: the layout says why"
+    elif best_cfg is None and not others_(cfg):
+        note = "a GPU of a role placed on its own does not hold it, whatever the value: the layout says which"
     device = peak.estimate(best_cfg).peak_device_bytes if best_cfg else None
     return Solution(knob, best, best_cfg, device, budget_bytes, note, peak(best_cfg) if best_cfg else None)
 

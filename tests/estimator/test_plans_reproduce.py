@@ -56,6 +56,9 @@ RUNS = [
     "--vllm-tensor-parallel-size 2 --reward-model 0.5B --max-completion-length 2048",
     # fewer completions per prompt moves the batch size with it: the label names both flags
     "--model 0.5B --use-vllm --gpu T4 --max-completion-length 8192 --vllm-gpu-memory-utilization 0.2",
+    # a 7B reward model on two (four) T4s of its own, no vLLM: sharding it over them is what makes it hold
+    "--model 0.5B --gpu T4 --dtype bfloat16 --reward-model 7B@own:2",
+    "--model 3B --gpu T4 --dtype bfloat16 --lora --reward-model 7B@own:4",
     # three GPUs with vLLM's tensor parallel size 3: no plan may name a GPU count 3 does not divide
     "--model 7B --use-vllm --gpu A100-40 --gpus 3 --vllm-tensor-parallel-size 3 --dtype bfloat16",
 ]
@@ -170,3 +173,12 @@ def test_a_plan_says_each_setting_once_with_the_value_that_stands():
     assert "--gradient-accumulation-steps 7" in plan_text
     flags = [f for part in plan_text.split(" + ") for f in flags_of(part)]
     assert _run([*argv, *flags])[0] == 0  # the plan's flags, as printed, reproduce it
+
+
+def test_solve_finds_nothing_while_a_role_gpu_stays_over_whatever_the_value():
+    # a 14B value model in bf16 on a 4090 of its own (28 GiB of weights alone): no num_generations makes that GPU
+    # hold it, so --solve answers none and says why (it answered 336 before, with exit 0)
+    argv = ["--model", "1.5B", "--gpu", "4090", "--dtype", "bfloat16", "--value-model", "14B@own"]
+    code, out = _run([*argv, "--solve", "num_generations", "--json"])
+    sol = json.loads(out)["solve"]
+    assert code == 1 and sol["value"] is None and "a GPU of a role placed on its own" in sol["note"]
