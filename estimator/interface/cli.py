@@ -334,7 +334,6 @@ class Answer:
     solution: object | None
     layout: object | None
     fixes: list[str]
-    starts: bool
     code: int
     reference: object | None = None
     traced: dict | None = None
@@ -392,7 +391,7 @@ def compute(req: Request) -> Answer:
     target = fit_on(req.gpu) if req.gpu is not None else None
     # what torch can use (report.FIT_BASIS); candidates are compared by Estimate.fit_bytes (band included)
     budget = req.gpu.usable_bytes if req.gpu is not None else None
-    layout, fixes, starts, starts_fn, others_fn = None, [], True, None, None
+    layout, fixes, starts_fn, others_fn = None, [], None, None
     if roles or cfg.use_vllm:
         total = req.gpu.usable_bytes if req.gpu is not None else int((cfg.gpu_memory_gib or 80.0) * GIB)
         layout = layout_on(cfg, total)
@@ -402,7 +401,6 @@ def compute(req: Request) -> Answer:
             + role_moves(layout)
             + own_gpu_fixes(layout)
         )
-        starts = layout.vllm is None or layout.vllm.failure is None or "start-up" not in layout.vllm.failure
         starts_fn = starts_on(roles, catalog.resolve_model, total) if cfg.use_vllm else None
         others_fn = others_fit_on(roles, catalog.resolve_model, total)
         if not layout.fits:
@@ -427,7 +425,6 @@ def compute(req: Request) -> Answer:
         solution,
         layout,
         fixes,
-        starts,
         code,
         reference,
         advise_for=lambda budget: adv.advise(cfg, req.arch, est_fn, budget),
@@ -483,7 +480,6 @@ def short_text(ans: Answer, markdown: bool = False) -> str:
         advice=ans.advice,
         reference_advice=ans.reference_advice,
         show_all_advice=ans.req.advice,
-        starts=ans.starts,
         solution=ans.solution,
         layout=ans.layout,
         fixes=ans.fixes,

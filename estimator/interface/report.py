@@ -314,13 +314,12 @@ def _plan_tail(o: Option) -> str:
 
 def render_solution(sol: Solution) -> str:
     """One line: the largest value that fits, or that none does."""
+    note = f"; {sol.note}" if sol.note else ""
     if sol.value is None:
-        note = f"; {sol.note}" if sol.note else ""
         return (
             f"solve {sol.knob}: nothing fits in {_g(sol.budget_bytes)} GiB, even the smallest value (estimated)"
             f"{note}"
         )
-    note = f"; {sol.note}" if sol.note else ""
     return (
         f"solve: largest {sol.knob} that fits = {sol.value} "
         f"(must hold {_g(sol.need_bytes or 0)} of the {_g(sol.budget_bytes)} GiB torch can use, estimated{note})"
@@ -527,7 +526,8 @@ def vllm_words(c: RunConfig) -> str:
     """'vLLM colocate 0.3' (its share of the training GPU), or 'vLLM server 0.9 on 1 GPU of its own' (trl
     vllm-serve's utilization of its own GPUs)."""
     if c.vllm_mode == "server":
-        return f"vLLM server {c.vllm_server_utilization} on {c.vllm_server_gpus} GPU{'s' if c.vllm_server_gpus > 1 else ''} of its own"
+        gpus = f"{c.vllm_server_gpus} GPU{'s' if c.vllm_server_gpus > 1 else ''}"
+        return f"vLLM server {c.vllm_server_utilization} on {gpus} of its own"
     return f"vLLM {c.vllm_mode} {c.vllm_gpu_memory_utilization}"
 
 
@@ -637,12 +637,6 @@ def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
     return out
 
 
-def _plan_covers(failing: Fit, advice: Advice) -> bool:
-    """The plan answers what fails on the card: the step's bytes, and what the layout blocks where the plan
-    checked the whole layout (vLLM's start-up, every GPU)."""
-    return not failing.blocked or advice.checks_layout
-
-
 def short(
     est: Estimate,
     fits: list[Fit],
@@ -652,7 +646,6 @@ def short(
     advice: Advice | None = None,
     reference_advice: Advice | None = None,
     show_all_advice: bool = False,
-    starts: bool = True,
     solution: Solution | None = None,
     layout: Layout | None = None,
     fixes: list[str] | None = None,
@@ -670,26 +663,17 @@ def short(
         out += _wrap(f"settings from {', '.join(files)} and flags (--detail: which set what)", "  ", "  ")
     out.append("")
     failing = target if target is not None and not target.fits else None
-    if (
-        failing is not None
-        and advice is not None
-        and advice.budget_bytes is not None
-        and _plan_covers(failing, advice)
-    ):
+    # the advice's fits cover the whole layout (vLLM's start-up, every GPU: cli.compute), so its plan answers a
+    # card blocked by the layout too
+    if failing is not None and advice is not None and advice.budget_bytes is not None:
         out += _plan_lines(advice, failing.gpu)
-    elif failing is not None and not starts:
-        out += _wrap(
-            "vLLM fails at start-up, before any training step: the step's own savings do not fix that; the "
-            "layout below says what can."
-        )
     elif reference is not None and reference_advice is not None:
         out += _plan_lines(reference_advice, reference.gpu)
     if solution is not None:
+        note = f"; {plain(solution.note)}" if solution.note else ""
         if solution.value is None:
-            note = f"; {plain(solution.note)}" if solution.note else ""
             out += _wrap(f"Solve {solution.knob}: nothing fits, even the smallest value (estimated{note}).")
         else:
-            note = f"; {plain(solution.note)}" if solution.note else ""
             out += _wrap(
                 f"Largest {solution.knob} that fits: {solution.value} (needs {_g1(solution.need_bytes or 0)} of "
                 f"{_g1(solution.budget_bytes)} GiB, estimated{note})."

@@ -83,11 +83,6 @@ class Advice:
         over = self.budget_bytes is not None and self.baseline_bytes > self.budget_bytes
         return over or self.baseline_starts is False or self.baseline_others_fit is False
 
-    @property
-    def checks_layout(self) -> bool:
-        """The fits of this advice include the whole layout: vLLM's start (where there is vLLM) and the other GPUs."""
-        return self.baseline_others_fit is not None
-
 
 def advise(
     cfg: RunConfig,

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from estimator.hardware import gpus
+from estimator.model.architecture import Arch
 from estimator.model.catalog import UnknownModel, resolve_model
 from estimator.plan.layout import VllmSettings, max_model_len, server_share_range, smallest_utilization
 from estimator.plan.solve import is_valid, largest_fitting
@@ -56,12 +57,18 @@ class Toggle:
         return [Change(self.key, label, self.cost, cfg.with_(**self.edits), self.tradeoff)]
 
 
+def _arch(cfg: RunConfig) -> Arch | None:
+    """The run's model as the catalog (or its config.json) describes it; None where it cannot be read."""
+    try:
+        return resolve_model(cfg.model)
+    except (UnknownModel, ValueError):
+        return None
+
+
 def _prequantized(cfg: RunConfig) -> bool:
     """The model is a GPTQ / AWQ checkpoint (already packed: bitsandbytes 4-bit does not apply to it)."""
-    try:
-        return arch_quant_spec(resolve_model(cfg.model)) is not None
-    except (UnknownModel, ValueError):
-        return False
+    arch = _arch(cfg)
+    return arch is not None and arch_quant_spec(arch) is not None
 
 
 def _colocated_vllm(cfg: RunConfig) -> bool:
@@ -194,9 +201,8 @@ def _vllm_server_share(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     its own, so the share costs the training GPUs nothing."""
     if not (cfg.use_vllm and cfg.vllm_mode == "server"):
         return []
-    try:
-        arch = resolve_model(cfg.model)
-    except (UnknownModel, ValueError):
+    arch = _arch(cfg)
+    if arch is None:
         return []
     total, settings, u = _card_bytes(cfg), VllmSettings.of(cfg), cfg.vllm_server_utilization
     lo, hi = server_share_range(cfg, arch, settings, total)
@@ -225,9 +231,8 @@ def _vllm_server_share(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
 
 def _max_model_len(cfg: RunConfig) -> int:
     """The max_model_len vLLM runs with (layout.max_model_len); the run's own length if the model is unknown."""
-    try:
-        arch = resolve_model(cfg.model)
-    except (UnknownModel, ValueError):
+    arch = _arch(cfg)
+    if arch is None:
         return cfg.vllm_max_model_length or cfg.sequence_length
     return max_model_len(arch, VllmSettings.of(cfg))
 
@@ -238,9 +243,8 @@ def _with_share(cfg: RunConfig, u: float) -> RunConfig:
     changed = cfg.with_(vllm_gpu_memory_utilization=u)
     if _max_model_len(cfg) <= cfg.sequence_length:
         return changed
-    try:
-        arch = resolve_model(cfg.model)
-    except (UnknownModel, ValueError):
+    arch = _arch(cfg)
+    if arch is None:
         return changed
     need = smallest_utilization(cfg, arch, VllmSettings.of(cfg), _card_bytes(cfg), False)
     if need is not None and u >= need:
@@ -525,9 +529,8 @@ def min_generations(g: int) -> int:
 
 def vllm_floor(cfg: RunConfig) -> float:
     """Smallest vLLM share (2 decimals) whose KV cache holds one prompt + completion request (layout.py)."""
-    try:
-        arch = resolve_model(cfg.model)
-    except (UnknownModel, ValueError):
+    arch = _arch(cfg)
+    if arch is None:
         return 0.01
     settings = replace(VllmSettings.of(cfg), max_model_length=cfg.sequence_length)
     u = smallest_utilization(cfg, arch, settings, _card_bytes(cfg), False)

@@ -30,17 +30,18 @@ def layout_fixes(
             f"({v.one_sequence / GIB:.2f} GiB of KV), the run never needs more than {need}"
         )
     if "no memory left for the KV cache" in v.failure:
-        lo = (
-            f" (at least {v.smallest_utilization} at max_model_len={v.max_model_len})"
-            if v.smallest_utilization
-            else ""
-        )
-        if lo and v.max_model_len > cfg.sequence_length:
-            lo = lo[:-1] + f"; less with --vllm-max-model-length {cfg.sequence_length})"
+        lo = ""
+        if v.smallest_utilization:
+            shorter = (
+                f"; less with --vllm-max-model-length {cfg.sequence_length}"
+                if v.max_model_len > cfg.sequence_length
+                else ""
+            )
+            lo = f" (at least {v.smallest_utilization} at max_model_len={v.max_model_len}{shorter})"
         knob = (
             "--vllm-server-utilization (trl vllm-serve --gpu_memory_utilization)"
             if v.mode == "server"
-            else ("vllm_gpu_memory_utilization")
+            else "vllm_gpu_memory_utilization"
         )
         lines.append(
             f"vLLM's share {v.utilization} does not hold its own weights ({v.weights / GIB:.2f} GiB) and buffers: "
