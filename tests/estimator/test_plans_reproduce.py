@@ -1,8 +1,8 @@
 """Every plan the answer gives reproduces: its changes, given back to the command as flags, make the run fit the
 card and, with vLLM, vLLM start (exit 0), by the same command's own layout and checks.
 
-The runs are ones where the plan and the layout once disagreed: a share picked on the edge of what the card must
-hold, a role on a GPU of its own that stayed over, a tensor-parallel size the plan's GPU count did not divide.
+The runs sit where the plan and the layout can disagree: a share on the edge of what the card must hold, a role
+on a GPU of its own that stays over, a tensor-parallel size a plan's GPU count must divide.
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def test_a_plan_says_each_setting_once_with_the_value_that_stands():
 
 def test_solve_finds_nothing_while_a_role_gpu_stays_over_whatever_the_value():
     # a 14B value model in bf16 on a 4090 of its own (28 GiB of weights alone): no num_generations makes that GPU
-    # hold it, so --solve answers none and says why (it answered 336 before, with exit 0)
+    # hold it, so --solve answers none and says why, whatever num_generations the training GPU could take
     argv = ["--model", "1.5B", "--gpu", "4090", "--dtype", "bfloat16", "--value-model", "14B@own"]
     code, out = _run([*argv, "--solve", "num_generations", "--json"])
     sol = json.loads(out)["solve"]
