@@ -29,7 +29,7 @@ CONTEXT_LAZY_BYTES = 426 * MIB  # bare context, torch 2.10+cu130, RTX 6000 Ada: 
 LAZY_MODULES_BYTES = 666_632_192 - 287_047_680  # 379,584,512 B ≈ 362 MiB
 
 # ---- cuBLAS / cuBLASLt workspaces (torch aten/src/ATen/cuda/CublasHandlePool.cpp, pytorch PR #120925) ------------------
-CUBLAS_WORKSPACE_SM90 = 4096 * 8 * 1024  # parseChosenWorkspaceSize: "32MiB for Hopper" (sm 9.0 only)
+CUBLAS_WORKSPACE_SM90 = 4096 * 8 * 1024  # parseChosenWorkspaceSize: "32MiB for Hopper and Blackwell"
 CUBLAS_WORKSPACE_DEFAULT = 4096 * 1024 * 2 + 16 * 1024 * 8  # ":4096:2:16:8 default" = 8,519,680 B
 
 # ---- NCCL (NVIDIA/nccl#964, #986) ------------------------------------------------------------------------------------------
@@ -53,9 +53,12 @@ H100_SM = (9, 0)  # the card the non-tensor items are counted for unless one is 
 
 def cublas_workspace_bytes(sm: tuple[int, int] = (9, 0)) -> int:
     """cuBLAS workspace per (handle, stream), allocated through the caching allocator (counts in reserved):
-    32 MiB on sm 9.0, else :4096:2:16:8 = 8,519,680 B (torch CublasHandlePool.cpp `parseChosenWorkspaceSize`,
-    default without CUBLAS_WORKSPACE_CONFIG). Default sm: H100, the project's reference GPU."""
-    return CUBLAS_WORKSPACE_SM90 if sm == (9, 0) else CUBLAS_WORKSPACE_DEFAULT
+    32 MiB on Hopper and Blackwell (sm major 9, 10, 12: pytorch PR #175344; a release before it gives Blackwell
+    8,519,680 B, which this errs above), else :4096:2:16:8 = 8,519,680 B (torch CublasHandlePool.cpp
+    `parseChosenWorkspaceSize`, default without CUBLAS_WORKSPACE_CONFIG). Where cuBLASLt shares this workspace
+    (pytorch PRs #168175, #173002) the two are still counted apart: at most one workspace too high. Default sm:
+    H100, the project's reference GPU."""
+    return CUBLAS_WORKSPACE_SM90 if sm[0] in (9, 10, 12) else CUBLAS_WORKSPACE_DEFAULT
 
 
 def cublaslt_workspace_bytes(sm: tuple[int, int] = (9, 0), total_bytes: int | None = None) -> int:

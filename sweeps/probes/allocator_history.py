@@ -3,7 +3,7 @@ history and written in the project's stream format beside the traced ones.
 
 At `start` (or earlier, `begin`, before the model is loaded) it calls `torch.cuda.memory._record_memory_history(
 enabled="all", context=None, stacks="python", max_entries=...)`: every alloc / free / segment event, no stack
-traces (the cheapest setting that still records each event; torch 2.11 to 2.13 take these keywords). It also
+traces (the cheapest setting that still records each event; torch 2.11 to 2.15 take these keywords). It also
 takes a snapshot then (the live blocks and reserved segments the history starts from). At each phase change it
 reads the allocator's counters (`allocation.all.allocated`, `allocation.all.freed` of `torch.cuda.memory_stats`:
 no snapshot mid-run). At `stop` it takes `torch.cuda.memory._snapshot()`, stops recording, converts the history on

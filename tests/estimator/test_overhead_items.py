@@ -24,6 +24,8 @@ def test_cublas_workspaces_by_architecture():
     # parseChosenWorkspaceSize: sm 9.0 -> 4096*8 KiB = 33,554,432 B; else :4096:2:16:8 = 8,519,680 B.
     assert overhead.cublas_workspace_bytes((9, 0)) == 33_554_432
     assert overhead.cublas_workspace_bytes((8, 0)) == 8_519_680
+    # Blackwell: B200 (sm 10.0), RTX 5090 / RTX PRO 6000 (sm 12.0) take Hopper's 32 MiB (pytorch PR #175344)
+    assert overhead.cublas_workspace_bytes((10, 0)) == overhead.cublas_workspace_bytes((12, 0)) == 32 * 2**20
     # cuBLASLt (PR #120925): Hopper+ 32 MiB; Ampere >= 24 GB 4 MiB; otherwise 1 MiB.
     assert overhead.cublaslt_workspace_bytes((10, 0)) == 32 * MIB
     assert overhead.cublaslt_workspace_bytes((8, 0), 40 * 10**9) == 4 * MIB
