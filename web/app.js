@@ -510,8 +510,11 @@ function drawLayout(d) {
   const v = L.vllm;
   if (v) {
     out.push(`vLLM ${v.mode}: request ${v.utilization} × total = ${gib(v.requested)} GiB: weights ${gib(v.weights)}, KV cache ${gib(v.kv_cache)} (${v.kv_tokens} tokens), CUDA graphs ${gib(v.cuda_graphs)}; one max_model_len=${v.max_model_len} request needs ${gib(v.one_sequence)} GiB of KV cache`);
-    if (v.smallest_utilization !== null || v.largest_safe_utilization !== null) out.push(`${v.mode === "server" ? "trl vllm-serve --gpu_memory_utilization" : "vllm_gpu_memory_utilization"} that works: from ${v.smallest_utilization ?? "none"} (one request fits) to ${v.largest_safe_utilization ?? "none"} (${v.mode === "server" ? "free at start-up" : "step fits"})`);
-    out.push(`vLLM verdict: ${v.failure === null ? "runs" : "fails at " + v.failure}`);
+    if (v.smallest_utilization !== null || v.largest_safe_utilization !== null) out.push(`${v.mode === "server" ? "trl vllm-serve --gpu_memory_utilization" : "vllm_gpu_memory_utilization"} that works: from ${v.smallest_utilization ?? "none"} (one request fits) to ${v.largest_safe_utilization ?? "none"} (${v.mode === "server" ? "free at start-up and for the weight push" : "step fits"})`);
+    // report.py's _vllm_outcome: a server that starts can still run out when the trainer pushes weights
+    const pushOver = L.groups.some((g) => g.name === "vLLM server" && (g.need_bytes ?? g.peak_device_bytes) > g.total_bytes);
+    const outcome = v.failure !== null ? "fails at " + v.failure : pushOver ? "starts, then its GPU runs out when the trainer pushes weights" : "starts and runs";
+    out.push(`vLLM verdict: ${outcome}`);
   }
   for (const n of L.notes || []) out.push(`note: ${n}`);
   for (const f of L.fixes || []) out.push(`fix: ${f}`);

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from estimator.hardware.gpus import GPU
@@ -278,12 +279,12 @@ def render_layout(layout: Layout, fixes: list[str]) -> str:
             lo = v.smallest_utilization if v.smallest_utilization is not None else "none"
             hi = v.largest_safe_utilization if v.largest_safe_utilization is not None else "none"
             knob, top = (
-                ("trl vllm-serve --gpu_memory_utilization", "free at start-up")
+                ("trl vllm-serve --gpu_memory_utilization", "free at start-up and for the weight push")
                 if v.mode == "server"
                 else ("vllm_gpu_memory_utilization", "step fits")
             )
             out.append(f"  {knob} that works: from {lo} (one request fits) to {hi} ({top})")
-        out.append(f"  verdict: {'runs' if v.failure is None else 'fails at ' + v.failure}")
+        out.append(f"  verdict: {_vllm_outcome(layout, str)}")
     for n in layout.notes:
         out.append(f"  note: {n}")
     if fixes:
@@ -402,6 +403,7 @@ COMPONENT_LABELS = {
     "vllm": "vLLM's share (colocated)",
     "roles": "other models (roles)",
     "ddp_gradient_buckets": "DDP gradient buckets",
+    "vllm_weight_push": "weights packed for the vLLM server",
 }
 _REFERENCE = re.compile(r"\s*\([^()]*(?:#\d|\bPR\b|\.py\b|\.jsonl?\b|\.txt\b)[^()]*\)")
 
@@ -615,6 +617,16 @@ def _nearest_cards(fits: list[Fit]) -> str | None:
     return "Cards (+GiB spare, -short): " + ", ".join(cell(f) for f in picked)
 
 
+def _vllm_outcome(layout: Layout, text: Callable[[str], str]) -> str:
+    """'starts and runs', 'fails at <failure>', or a server that starts and then runs out at the weight push."""
+    v = layout.vllm
+    if v is not None and v.failure is not None:
+        return "fails at " + text(v.failure)
+    if any(g.name == "vLLM server" and not g.fits for g in layout.groups):
+        return "starts, then its GPU runs out when the trainer pushes weights"
+    return "starts and runs"
+
+
 def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
     out = [f"Per GPU ({layout.total_gpus} in all, estimated):"]
     for g in layout.groups:
@@ -627,11 +639,7 @@ def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
         )
     v = layout.vllm
     if v is not None:
-        out += _wrap(
-            f"vLLM {v.mode} {'starts and runs' if v.failure is None else 'fails at ' + plain(v.failure)}",
-            "    ",
-            "  ",
-        )
+        out += _wrap(f"vLLM {v.mode} {_vllm_outcome(layout, plain)}", "    ", "  ")
     for f in fixes[:3]:
         out += _wrap(f"fix: {plain(f)}", "    ", "  ")
     return out

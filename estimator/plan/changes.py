@@ -224,7 +224,7 @@ def _vllm_server_share(cfg: RunConfig, fits: FitsFn | None) -> list[Change]:
     why = (
         f"the server's KV cache then holds one {changed.vllm_max_model_length or _max_model_len(cfg)}-token request"
         if u < lo
-        else "what its card has free when it starts"
+        else "what its card has free at start-up and for the weight push"
     )
     return [Change("vllm_server_share", flag, 0, changed, f"on vLLM's own GPU: {why}")]
 

@@ -18,8 +18,10 @@ def layout_fixes(
     With `failure_of` (vLLM's start-up failure for a changed config: layout.failure_on), a way to load less into
     the trainer is named only if vLLM's request is then free at start-up."""
     v = layout.vllm
-    if v is None or v.failure is None:
+    if v is None:
         return []
+    if v.failure is None:
+        return _server_push_fix(layout)
     lines: list[str] = []
     if "one max_model_len" in v.failure:
         need = cfg.sequence_length
@@ -51,7 +53,7 @@ def layout_fixes(
         if v.largest_safe_utilization is not None:
             lines.append(
                 f"lower --vllm-server-utilization (trl vllm-serve --gpu_memory_utilization) to "
-                f"{v.largest_safe_utilization}, what its card has free beside the CUDA context"
+                f"{v.largest_safe_utilization}, what its card has free beside the CUDA context and the weight push"
             )
     if "it asks" in v.failure or "training step" in v.failure:
         if v.largest_safe_utilization is not None:
@@ -92,6 +94,25 @@ def layout_fixes(
                 f"{(layout.groups[0].total_bytes - v.free_at_start) / GIB:.2f} GiB then): " + "; ".join(ways)
             )
     return lines
+
+
+def _server_push_fix(layout: Layout) -> list[str]:
+    """A vLLM server that starts but whose GPU runs out when the trainer pushes weights (layout.server_group)."""
+    v = layout.vllm
+    over = [g for g in layout.groups if g.name == "vLLM server" and not g.fits]
+    if v is None or v.mode != "server" or not over:
+        return []
+    g = over[0]
+    lower = (
+        f"lower --vllm-server-utilization (trl vllm-serve --gpu_memory_utilization) to "
+        f"{v.largest_safe_utilization}"
+        if v.largest_safe_utilization is not None and v.largest_safe_utilization < v.utilization
+        else "give the server a larger card"
+    )
+    return [
+        f"the vLLM server GPU misses {(g.held_bytes - g.total_bytes) / GIB:.2f} GiB once the trainer pushes weights "
+        f"(the weight-sync NCCL group and two packed chunks beside vLLM's share): {lower}"
+    ]
 
 
 def _short_failure(failure: str) -> str:

@@ -25,6 +25,7 @@ from estimator.terms import roles as rt
 from estimator.terms import vllm as vt
 from estimator.terms import weights as wt
 from estimator.terms.sharding import deepspeed_dtype_config, shard
+from estimator.units import nbytes
 
 
 @dataclass(frozen=True)
@@ -223,13 +224,24 @@ def vllm_budget(
     requested = vt.requested_memory(total, utilization)
     weights = vllm_weights(cfg, arch, settings)
     if server:
-        tokens, seqs = vt.SERVER_MAX_NUM_BATCHED_TOKENS, vt.SERVER_MAX_NUM_SEQS
+        tokens, seqs = vt.server_batch_defaults(total)
     else:
         tokens, seqs = vt.TRL_MAX_NUM_BATCHED_TOKENS, cfg.generation_sequences * tp
     activation = vt.profile_activation_peak(arch, tokens, seqs, tp)
     non_torch = vt.non_torch_bytes(tp)
     kv = vt.kv_pool(requested, weights, activation, non_torch, vt.CUDA_GRAPH_BYTES)
     return requested, weights, activation, non_torch, vt.CUDA_GRAPH_BYTES, kv
+
+
+def server_weight_sync(cfg: RunConfig, arch: Arch, settings: VllmSettings, activation_peak: int) -> int:
+    """What each vLLM server GPU holds beyond its start-up footprint once the trainer pushes weights: the
+    weight-sync NCCL communicator, and the packed chunks it receives (`packed_nccl_broadcast_consumer`: every
+    rank receives every tensor whole) less the profile-activation room inside its request, which no forward uses
+    during the push."""
+    chunks = vt.packed_broadcast_bytes(
+        vt.sent_tensor_bytes(arch, wt.policy_weights(cfg, arch), nbytes(cfg.dtype))
+    )
+    return overhead.server_weight_sync_nccl(settings.server_gpus) + max(0, chunks - activation_peak)
 
 
 def _kv_failure(kv: int, one: int, length: int) -> str | None:
@@ -257,11 +269,18 @@ def smallest_utilization(
 def server_share_range(
     cfg: RunConfig, arch: Arch, settings: VllmSettings, total: int
 ) -> tuple[float | None, float]:
-    """trl vllm-serve's --gpu_memory_utilization values with which a vLLM server starts on its own card: from the
-    smallest whose KV pool holds one max_model_len request (None if none does) to the largest its card has free
-    after the CUDA context (2 decimals)."""
+    """trl vllm-serve's --gpu_memory_utilization values with which a vLLM server starts on its own card and then
+    takes the trainer's weights: from the smallest whose KV pool holds one max_model_len request (None if none
+    does) to the largest that leaves the CUDA context, the TP communicators and the weight push room (2 decimals)."""
     lo = smallest_utilization(cfg, arch, settings, total, True)
-    return lo, vt.largest_startable_utilization(total - overhead.cuda_context(cfg), total)
+    activation = vllm_budget(cfg, arch, settings, total, 0.5, True)[2]
+    free = (
+        total
+        - server_context(cfg)
+        - vt.non_torch_bytes(settings.tensor_parallel_size)
+        - server_weight_sync(cfg, arch, settings, activation)
+    )
+    return lo, vt.largest_startable_utilization(free, total)
 
 
 def init_resident(cfg: RunConfig, arch: Arch, roles: list[RoleBytes]) -> int:
@@ -284,18 +303,20 @@ def start_failure(
     length = max_model_len(arch, settings)
     one = vt.one_sequence_kv(arch, length, settings.tensor_parallel_size)
     context = overhead.cuda_context(cfg)
+    comms = vt.non_torch_bytes(settings.tensor_parallel_size)  # set up before vLLM's snapshot
     if server:
-        if not vt.starts(total_bytes - context, total_bytes, util):
+        if not vt.starts(total_bytes - server_context(cfg) - comms, total_bytes, util):
             return "vLLM start-up: its request exceeds the free memory of its card"
         return _kv_failure(kv, one, length)
     loaded = init_resident(cfg, arch, on_policy)
-    if settings.starts_first and requested + loaded > total_bytes:
+    held = vt.footprint(requested, settings.tensor_parallel_size)
+    if settings.starts_first and held + loaded > total_bytes:
         return (
             f"loading the models after vLLM took {util} × {total_bytes / 2**30:.2f} GiB = "
-            f"{requested / 2**30:.2f} GiB: they need {(loaded - context) / 2**30:.2f} GiB, "
-            f"{(total_bytes - requested - context) / 2**30:.2f} GiB is left"
+            f"{held / 2**30:.2f} GiB: they need {(loaded - context) / 2**30:.2f} GiB, "
+            f"{(total_bytes - held - context) / 2**30:.2f} GiB is left"
         )
-    free = total_bytes - (context if settings.starts_first else loaded)
+    free = total_bytes - (context if settings.starts_first else loaded) - comms
     if not vt.starts(free, total_bytes, util):
         have = (
             f"only {free / 2**30:.2f} GiB is free after the trainer loaded"
@@ -334,9 +355,37 @@ def starts_on(roles: list[Role], arch_of: ArchFn, total_bytes: int) -> Callable[
 
 
 def others_fit_on(roles: list[Role], arch_of: ArchFn, total_bytes: int) -> Callable[[RunConfig, Arch], bool]:
-    """Whether the GPUs of roles placed on their own (`MODEL@own`) hold them, for any config of this run on cards
-    of `total_bytes` (a vLLM server's GPU is `start_failure`'s); True when there are none."""
-    return lambda cfg, arch: all(g.fits for g in _own_groups(cfg, roles, arch_of, total_bytes))
+    """Whether the GPUs of roles placed on their own (`MODEL@own`) hold them, and a vLLM server's GPU holds the
+    weight push once it has started (`server_group`), for any config of this run on cards of `total_bytes`; True
+    when there are none."""
+
+    def fit(cfg: RunConfig, arch: Arch) -> bool:
+        if cfg.use_vllm and cfg.vllm_mode == "server":
+            if not server_group(cfg, arch, VllmSettings.of(cfg), total_bytes).fits:
+                return False
+        return all(g.fits for g in _own_groups(cfg, roles, arch_of, total_bytes))
+
+    return fit
+
+
+def server_context(cfg: RunConfig) -> int:
+    """The CUDA context and workspaces of a `trl vllm-serve` process on each of its GPUs: the trainer's
+    communicators are not there (its weight-sync group is `server_weight_sync`'s)."""
+    return overhead.cuda_context(cfg.with_(num_gpus=1, use_vllm=False))
+
+
+def server_group(cfg: RunConfig, arch: Arch, settings: VllmSettings, total_bytes: int) -> GpuGroup:
+    """Each `trl vllm-serve` GPU: vLLM's footprint at its share (`vt.footprint`), the weight push it takes
+    afterwards (`server_weight_sync`), and the CUDA context."""
+    requested, _, activation, *_ = vllm_budget(
+        cfg, arch, settings, total_bytes, settings.server_utilization, True
+    )
+    held = vt.footprint(requested, settings.tensor_parallel_size)
+    sync = server_weight_sync(cfg, arch, settings, activation)
+    row = RoleBytes(f"vLLM server (TP {settings.tensor_parallel_size})", held, sync)
+    return GpuGroup(
+        "vLLM server", settings.server_gpus, (row,), held + sync + server_context(cfg), total_bytes
+    )
 
 
 def _own_groups(cfg: RunConfig, roles: list[Role], arch_of: ArchFn, total_bytes: int) -> list[GpuGroup]:
@@ -381,25 +430,17 @@ def _vllm(
     free = None
     largest = None
     if server:  # its own card: the step does not bound its share, what is free at start-up does
-        free = total_bytes - overhead.cuda_context(cfg)
+        free = total_bytes - server_context(cfg) - vt.non_torch_bytes(settings.tensor_parallel_size)
         floor, cap = server_share_range(cfg, arch, settings, total_bytes)
         largest = cap if floor is not None and floor <= cap else None
-        row = RoleBytes(f"vLLM server (TP {settings.tensor_parallel_size})", requested, 0)
-        extra.append(
-            GpuGroup(
-                "vLLM server",
-                settings.server_gpus,
-                (row,),
-                requested + overhead.cuda_context(cfg),
-                total_bytes,
-            )
-        )
+        extra.append(server_group(cfg, arch, settings, total_bytes))
     else:
         loaded = init_resident(cfg, arch, on_policy)
-        free = total_bytes - (overhead.cuda_context(cfg) if settings.starts_first else loaded)
+        comms = vt.non_torch_bytes(settings.tensor_parallel_size)
+        free = total_bytes - (overhead.cuda_context(cfg) if settings.starts_first else loaded) - comms
         if failure is None and not training.fits:
             failure = f"training step (step 1, {est.peak_phase} phase): the trainer and vLLM's share exceed the card"
-        start_cap = total_bytes - loaded if settings.starts_first else free
+        start_cap = total_bytes - loaded - comms if settings.starts_first else free
         floor = smallest_utilization(cfg, arch, settings, total_bytes, server)
         largest = _largest_safe(est, roles, settings, arch_of, total_bytes, start_cap, floor, estimate_fn)
     check = VllmCheck(

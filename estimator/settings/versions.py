@@ -110,7 +110,7 @@ CHECKED: tuple[Checked, ...] = (
     Checked("peft", "PEFT", (0, 21), (0, 21), "LoRA layers' forward and backward"),
     Checked("torch", "torch", (2, 11), (2, 15), "autocast, autograd's saved tensors, the caching allocator"),
     Checked("bitsandbytes", "bitsandbytes", (0, 50), (0, 50), "4-bit layers and 8-bit optimizers"),
-    Checked("vllm", "vLLM", (0, 22), (0, 22), "vLLM's start-up accounting and KV pool (terms/vllm.py)"),
+    Checked("vllm", "vLLM", (0, 22), (0, 31), "vLLM's start-up accounting and KV pool (terms/vllm.py)"),
 )
 
 
@@ -138,7 +138,7 @@ def default_transformers() -> str:
 
 
 def modelled_beside_trl(transformers: str, vllm: bool = False) -> str:
-    """`transformers 5.24, PEFT 0.21, torch 2.11-2.15, bitsandbytes 0.50[, vLLM 0.22]`: what an estimate models
+    """`transformers 5.24, PEFT 0.21, torch 2.11-2.15, bitsandbytes 0.50[, vLLM 0.22-0.31]`: what an estimate models
     beside its TRL release."""
     parts = [f"transformers {transformers}"]
     parts += [

@@ -45,7 +45,11 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         woken = vllm.colocate_footprint(cfg) - vllm.colocate_sleeping(cfg) if cfg.vllm_sleeps else 0
         largest = max(arch.embedding_params, arch.lm_head_params) * nbytes(cfg.dtype)
         sync = vllm.weight_sync_gather(cfg, weights.policy_weights(cfg, arch), largest)
-        return {"vllm": woken, "gathered_weights": sync}
+        out = {"vllm": woken, "gathered_weights": sync}
+        push = vllm.server_weight_push(cfg, arch, weights.policy_weights(cfg, arch), nbytes(cfg.dtype))
+        if push:
+            out["vllm_weight_push"] = push
+        return out
     if not cfg.generation_use_cache:
         return _generate_without_cache(cfg, arch)
     # The prefill's layers run before the head is first cast: autocast's cache then holds the layers' casts

@@ -87,6 +87,13 @@ def nccl_bytes(cfg: RunConfig) -> int:
     return nccl_communicators(cfg) * per if cfg.device == "cuda" else 0
 
 
+def server_weight_sync_nccl(server_gpus: int) -> int:
+    """NCCL buffers on each vLLM server GPU for the weight-sync communicator: the server's ranks plus the trainer's
+    client (TRL 1.16 `VLLMClient.init_communicator`: world_size = the server's + 1), sized as `nccl_bytes` sizes a
+    group of that many ranks."""
+    return NCCL_2_RANKS if server_gpus + 1 <= 2 else NCCL_LARGER
+
+
 @dataclass(frozen=True)
 class NonTensorItem:
     """One item of memory that is not a tensor the run allocates, with where it is counted and its source."""

@@ -1,25 +1,39 @@
 """vLLM as vLLM accounts for itself: its budget, its own weights, the KV pool, start-up checks and sleep.
 
-Modelled: vLLM 0.22 (V1 engine), the oldest version TRL 1.16 accepts (`trl/import_utils.py`: 0.22.0-0.31.0);
-the rules below are unchanged through 0.31. Sources, all in github.com/vllm-project/vllm:
+Modelled: vLLM 0.22-0.31 (V1 engine), the range TRL 1.16 accepts (`trl/import_utils.py`: 0.22.0-0.31.0), each
+source read at v0.22.0 and v0.31.0; where a release in that range changed a rule, the rule below is the stricter
+one, named as such. Sources, all in github.com/vllm-project/vllm:
 
 - `vllm/v1/worker/utils.py` `request_memory`: requested = ceil(total × gpu_memory_utilization), total being
   `cudaMemGetInfo`'s total; start-up raises "Free memory on device ... is less than desired GPU memory
-  utilization" when free < requested. The snapshot is taken after NCCL init, before the weights load.
+  utilization" when free < requested. `gpu_worker.py` `init_device` takes that snapshot after
+  `init_worker_distributed_environment`, so at tensor-parallel size > 1 the NCCL communicators and custom
+  all-reduce buffers it sets up are already taken from `free` and sit outside `requested`.
 - `vllm/v1/worker/gpu_worker.py` `determine_available_memory`: KV = requested − weights − torch peak increase
   of `profile_run` − non-torch increase − CUDA-graph estimate (charged to the budget since v0.21,
-  `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`). So vLLM's footprint is `requested`, whatever the parts.
+  `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`; from v0.27 the same sum is taken from the free memory consumed,
+  `utils/mem_utils.py`). So vLLM's footprint is `requested`, whatever the parts, plus the communicators above.
 - `vllm/v1/core/kv_cache_utils.py` `_check_enough_kv_cache_memory`: start-up fails when KV <= 0 ("No available
-  memory for the cache blocks") or KV < one `max_model_len` request ("To serve at least one request...").
+  memory for the cache blocks") or KV < one `max_model_len` request ("To serve at least one request..."). From
+  v0.29 the KV it checks is less the null block `BlockPool` holds back (one block); that rule is used here
+  for every release (one block too strict before v0.29).
 - `vllm/v1/kv_cache_interface.py` `AttentionSpec.page_size_bytes`: 2 × block_size × kv_heads × head_dim ×
-  dtype bytes per layer; block_size 16; KV heads are split over tensor-parallel ranks.
+  dtype bytes per layer; block_size 16 (`config/cache.py`); KV heads are split over tensor-parallel ranks.
+- `vllm/engine/arg_utils.py` `get_batch_defaults`: `trl vllm-serve` runs `vllm serve` (TRL
+  `scripts/vllm_serve.py` `build_command`), whose profile run uses the server's defaults, by card size.
 - `vllm/v1/worker/gpu_worker.py` `sleep`: level 1 copies the "weights" pool to pinned host RAM and discards
-  the KV cache; level 2 discards both. CUDA graphs and NCCL buffers live outside the pool and stay.
+  the KV cache; level 2 discards both. CUDA graphs and NCCL buffers live outside the pool and stay. (v0.32
+  adds a "runtime" pool copied to the host at both levels: outside TRL 1.16's range, not modelled.)
 
 TRL 1.16 colocate (`trl/generation/vllm_generation.py:347-366`): `LLM(model=name_or_path, ...,
 max_model_len=vllm_max_model_length, max_num_seqs=bs × tp × steps_per_generation, max_num_batched_tokens=4096)`,
 its own copy of the weights in the checkpoint's dtype, and `sleep(level=2)` when `vllm_enable_sleep_mode`.
 Prefix caching (on by default) reuses KV blocks; it never reserves memory of its own, so it is not a term.
+
+Not verified on v0.29+: the V2 model runner (default from v0.29) profiles with its own dummy sampler, and the
+CUDA-graph figure below was logged with a 512-batch graph cap (1024 on SM100 from v0.28); both feed only the
+KV pool and the start-up check, never the footprint. The NCCL group `trl vllm-serve` opens for weight transfer
+is set up after start-up and is not counted.
 """
 
 from __future__ import annotations
@@ -30,13 +44,9 @@ from estimator.model.architecture import Arch
 from estimator.terms.quantized import arch_quant_spec, packed_base_weights
 from estimator.units import GIB
 
-VERSION = "vLLM 0.22 (V1 engine)"
+VERSION = "vLLM 0.22-0.31 (V1 engine)"
 BLOCK_SIZE = 16  # CacheConfig default block size (vllm/config/cache.py)
 TRL_MAX_NUM_BATCHED_TOKENS = 4096  # TRL 1.16 passes this to LLM(...) in colocate mode
-SERVER_MAX_NUM_BATCHED_TOKENS = (
-    8192  # vLLM's LLM-class default on A100-class cards (arg_utils get_batch_defaults)
-)
-SERVER_MAX_NUM_SEQS = 256
 TRL_SERVE_UTILIZATION = 0.9  # `trl vllm-serve --gpu_memory_utilization` default
 # Published, not derived (each figure's upstream issue or log is named beside it):
 CUDA_GRAPH_BYTES = int(
@@ -46,6 +56,9 @@ TP_NON_TORCH_BYTES = int(
     1.79 * GIB
 )  # NCCL + custom all-reduce per rank at TP > 1: 3.58 − 1.79 GiB (PR #10511)
 SLEEP_RESIDUE_BYTES = int(1.14e9)  # measured after level-1 sleep (RTX 3090, vLLM 0.13); graphs + NCCL stay
+# vllm/distributed/weight_transfer/packed_tensor.py (0.22-0.31): DEFAULT_PACKED_BUFFER_SIZE_BYTES, _NUM_BUFFERS
+PACKED_BUFFER_BYTES = 1024 * 1024 * 1024
+PACKED_NUM_BUFFERS = 2
 
 
 def requested_memory(total_bytes: int, utilization: float) -> int:
@@ -86,9 +99,21 @@ def kv_bytes_per_token(arch: Arch, tp: int = 1, dtype_bytes: int = 2) -> int:
 
 
 def one_sequence_kv(arch: Arch, max_model_len: int, tp: int = 1, dtype_bytes: int = 2) -> int:
-    """KV of one max_model_len request, in whole 16-token blocks (the start-up check's `needed_memory`)."""
-    blocks = -(-max_model_len // BLOCK_SIZE)
+    """KV the start-up check needs for one max_model_len request: its whole 16-token blocks (`needed_memory`)
+    plus the null block the pool holds back (checked from v0.29; one block too strict before)."""
+    blocks = -(-max_model_len // BLOCK_SIZE) + 1
     return blocks * BLOCK_SIZE * kv_bytes_per_token(arch, tp, dtype_bytes)
+
+
+def server_batch_defaults(total_bytes: int) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of `vllm serve` on a card of `total_bytes` (arg_utils
+    `get_batch_defaults`, OPENAI_API_SERVER): 16384 / 1024 from 160 GiB (v0.28+; 8192 before), 8192 / 1024
+    from 70 GiB (2048 / 256 on an A100 80GB, which this errs above), 2048 / 256 below."""
+    if total_bytes >= 160 * GIB:
+        return 16384, 1024
+    if total_bytes >= 70 * GIB:
+        return 8192, 1024
+    return 2048, 256
 
 
 def profile_activation_peak(
@@ -103,8 +128,15 @@ def profile_activation_peak(
 
 
 def non_torch_bytes(tp: int) -> int:
-    """NCCL + custom all-reduce buffers per rank: none at TP 1 (the trainer's context is counted once)."""
+    """NCCL + custom all-reduce buffers per rank: none at TP 1 (the trainer's context is counted once). Set up
+    before vLLM's snapshot, so outside `requested` (`footprint`); also charged inside the KV pool, where a
+    lazily grown part would land (stricter start-up check, footprint at most this much too high)."""
     return TP_NON_TORCH_BYTES if tp > 1 else 0
+
+
+def footprint(requested: int, tp: int = 1) -> int:
+    """What one vLLM rank holds on its GPU while awake: its request plus the TP communicators set up before it."""
+    return requested + non_torch_bytes(tp)
 
 
 def kv_pool(requested: int, weights: int, activation_peak: int, non_torch: int, cuda_graphs: int) -> int:
@@ -138,11 +170,11 @@ DEFAULT_GPU_GIB = 80.0
 
 def colocate_footprint(cfg) -> int:
     """vLLM colocate's bytes on each training GPU: `requested` of the card (cfg.gpu_memory_gib, 80 GiB if not
-    given); 0 in server mode or without vLLM."""
+    given) plus its TP communicators (`footprint`); 0 in server mode or without vLLM."""
     if not cfg.use_vllm or cfg.vllm_mode != "colocate":
         return 0
     total = int((cfg.gpu_memory_gib or DEFAULT_GPU_GIB) * GIB)
-    return requested_memory(total, cfg.vllm_gpu_memory_utilization)
+    return footprint(requested_memory(total, cfg.vllm_gpu_memory_utilization), cfg.vllm_tensor_parallel_size)
 
 
 def colocate_sleeping(cfg) -> int:
@@ -150,6 +182,56 @@ def colocate_sleeping(cfg) -> int:
     if not cfg.use_vllm or cfg.vllm_mode != "colocate" or not cfg.vllm_sleeps:
         return 0
     return sleep_residue(cfg.resolved_vllm_sleep_level, cfg.vllm_tensor_parallel_size)
+
+
+def sent_tensor_bytes(arch: Arch, sent_bytes: int, dtype_bytes: int) -> list[int]:
+    """The tensors a weight push streams, in `named_parameters` order: the embedding, each layer's linears and
+    norms, the final norm, an untied head. Embedding, norms and head at `dtype_bytes`; the linears share what is
+    left of `sent_bytes` (the policy's weights: a 4-bit or packed base sends its packed linears)."""
+    norms = arch.num_layers * arch.layer_norm_params + arch.final_norm_params
+    other = (arch.embedding_params + arch.lm_head_params + norms) * dtype_bytes
+    linear_params = arch.num_layers * sum(lin.params for lin in arch.layer_linears)
+    per_param = max(0, sent_bytes - other) / linear_params if linear_params else 0.0
+    layer = [int(lin.params * per_param) for lin in arch.layer_linears] + [
+        arch.layer_norm_params * dtype_bytes
+    ]
+    out = [
+        arch.embedding_params * dtype_bytes,
+        *layer * arch.num_layers,
+        arch.final_norm_params * dtype_bytes,
+    ]
+    if arch.lm_head_params:
+        out.append(arch.lm_head_params * dtype_bytes)
+    return out
+
+
+def packed_chunks(tensor_bytes: list[int]) -> list[int]:
+    """`pack_tensors`: each chunk takes tensors in order until its bytes pass PACKED_BUFFER_BYTES."""
+    chunks, size = [], 0
+    for b in tensor_bytes:
+        size += b
+        if size > PACKED_BUFFER_BYTES:
+            chunks.append(size)
+            size = 0
+    if size:
+        chunks.append(size)
+    return chunks
+
+
+def packed_broadcast_bytes(tensor_bytes: list[int]) -> int:
+    """Packed chunks alive at once while weights stream to a vLLM server (`packed_nccl_broadcast_producer` on the
+    trainer, `_consumer` on the server, PACKED_NUM_BUFFERS = 2 in flight): the largest two consecutive chunks."""
+    chunks = packed_chunks(tensor_bytes)
+    return max((sum(chunks[i : i + PACKED_NUM_BUFFERS]) for i in range(len(chunks))), default=0)
+
+
+def server_weight_push(cfg, arch: Arch, sent_bytes: int, dtype_bytes: int) -> int:
+    """Bytes the trainer's main process holds while it pushes weights to a `trl vllm-serve` server (TRL 1.16
+    `VLLMClient.update_named_params` -> `packed_nccl_broadcast_producer`; the tensors it packs are views of the
+    parameters, the packed chunks are new): `packed_broadcast_bytes`; 0 without a vLLM server."""
+    if not cfg.use_vllm or cfg.vllm_mode != "server":
+        return 0
+    return packed_broadcast_bytes(sent_tensor_bytes(arch, sent_bytes, dtype_bytes))
 
 
 def weight_sync_gather(cfg, full_weights: int, largest_param: int) -> int:

@@ -109,10 +109,11 @@ def test_the_layout_fixes_say_what_still_fails_after_them():
     _, out = _run(["--model", "7B", "--lora", "--dtype", "bfloat16", "--use-vllm", "--gpu", "A100-40"])
     assert "(at least 0.44 at max_model_len=32768; less with --vllm-max-model-length 768)" in flat(out)
     # a server asking more than its card has free is told the share it can have: on a T4 (14.58 GiB torch can use)
-    # its CUDA context and workspaces leave 0.90 of the card
+    # its CUDA context and workspaces (0.78 GiB), the weight-sync NCCL group (0.53) and the fp32 weight push (1.84
+    # GiB less 0.36 of profile room inside its share) leave 0.80 of the card
     server = ["--model", "0.5B", "--use-vllm", "--vllm-mode", "server", "--gpu", "T4"]
     _, out = _run([*server, "--vllm-server-utilization", "0.99"])
-    assert "lower --vllm-server-utilization (trl vllm-serve --gpu_memory_utilization) to 0.9, " in flat(out)
+    assert "lower --vllm-server-utilization (trl vllm-serve --gpu_memory_utilization) to 0.8, " in flat(out)
 
 
 @pytest.mark.parametrize(

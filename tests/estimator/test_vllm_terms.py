@@ -24,9 +24,18 @@ def test_kv_bytes_per_token_split_over_tensor_parallel_ranks():
     assert vllm.kv_bytes_per_token(Q7, tp=8) == 2 * 28 * 1 * 128 * 2  # 4 heads over 8 ranks: one each
 
 
-def test_one_sequence_rounds_up_to_16_token_blocks():
-    assert vllm.one_sequence_kv(Q7, 2500) == 2512 * 57_344 == 144_048_128
-    assert vllm.one_sequence_kv(Q7, 32768) == 32768 * 57_344  # Qwen2.5-7B's default max_model_len: 1.75 GiB
+def test_one_sequence_rounds_up_to_16_token_blocks_plus_the_null_block():
+    # 2500 tokens: 157 blocks of 16, and the null block BlockPool holds back (vLLM 0.29+ checks without it)
+    assert vllm.one_sequence_kv(Q7, 2500) == (157 + 1) * 16 * 57_344 == 144_965_632
+    # Qwen2.5-7B's default max_model_len: 2048 blocks + 1 = 1.75 GiB + 0.875 MiB
+    assert vllm.one_sequence_kv(Q7, 32768) == (32768 + 16) * 57_344
+
+
+def test_server_batch_defaults_follow_vllm_serve_by_card_size():
+    # vllm/engine/arg_utils.py get_batch_defaults, OPENAI_API_SERVER: < 70 GiB, 70-160 GiB, >= 160 GiB (0.28+)
+    assert vllm.server_batch_defaults(int(14.58 * GIB)) == (2048, 256)  # T4
+    assert vllm.server_batch_defaults(int(79.2 * GIB)) == (8192, 1024)  # H100 80GB
+    assert vllm.server_batch_defaults(int(178.4 * GIB)) == (16384, 1024)  # B200
 
 
 def test_kv_pool_and_tokens():
@@ -59,6 +68,8 @@ def test_colocate_footprint_and_sleeping():
     assert vllm.colocate_sleeping(cfg) == 0
     assert vllm.colocate_sleeping(cfg.with_(vllm_enable_sleep_mode=True)) == 1_140_000_000
     assert vllm.colocate_footprint(cfg.with_(vllm_mode="server")) == 0
+    # at TP 2 the NCCL communicators and custom all-reduce buffers are set up before vLLM's snapshot: beyond it
+    assert vllm.colocate_footprint(cfg.with_(vllm_tensor_parallel_size=2)) == 10 * GIB + int(1.79 * GIB)
 
 
 def test_lora_buffers():
@@ -72,3 +83,30 @@ def test_weight_sync_gather_under_zero3():
     assert vllm.weight_sync_gather(cfg.with_(use_peft=False), 1000, 10) == 7  # one parameter at a time
     assert vllm.weight_sync_gather(cfg.with_(sharding="zero2"), 1000, 10) == 0
     assert vllm.weight_sync_gather(cfg.with_(use_vllm=False), 1000, 10) == 0
+
+
+def test_packed_chunks_pass_one_gib_and_two_are_in_flight():
+    # pack_tensors closes a chunk once its bytes pass 1 GiB: [0.6 + 0.6], [0.3 + 2.0], [0.1]
+    tensors = [int(0.6 * GIB), int(0.6 * GIB), int(0.3 * GIB), 2 * GIB, int(0.1 * GIB)]
+    assert vllm.packed_chunks(tensors) == [2 * int(0.6 * GIB), int(0.3 * GIB) + 2 * GIB, int(0.1 * GIB)]
+    # two chunks in flight: the largest neighbouring pair, [1.2] + [2.3]
+    assert vllm.packed_broadcast_bytes(tensors) == 2 * int(0.6 * GIB) + int(0.3 * GIB) + 2 * GIB
+    assert vllm.packed_broadcast_bytes([100]) == 100 and vllm.packed_broadcast_bytes([]) == 0
+
+
+def test_sent_tensors_are_the_policy_weights_in_parameter_order():
+    # Qwen2.5-7B in bf16: the embedding first (152,064 × 3,584 × 2 B), the untied head last, all of it sent
+    sent = 2 * Q7.total_params
+    tensors = vllm.sent_tensor_bytes(Q7, sent, 2)
+    assert tensors[0] == tensors[-1] == 152_064 * 3_584 * 2
+    assert sent - len(tensors) <= sum(tensors) <= sent  # the linears' share is cut to whole bytes
+
+
+def test_the_trainer_holds_the_packed_push_only_with_a_vllm_server():
+    cfg = RunConfig(model="0.5B", use_vllm=True, vllm_mode="server", dtype="float32")
+    arch = resolve_model("0.5B")
+    # Qwen2.5-0.5B ties its head: 1.84 GiB of fp32 weights make two chunks (the first passes 1 GiB), both in
+    # flight at once, so the whole model is packed while it streams
+    weights = 4 * arch.total_params
+    assert vllm.server_weight_push(cfg, arch, weights, 4) == weights
+    assert vllm.server_weight_push(cfg.with_(vllm_mode="colocate"), arch, weights, 4) == 0
