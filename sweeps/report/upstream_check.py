@@ -70,6 +70,8 @@ GROUND_TRUTH: dict[str, str] = {
     "fused kernel or dequantized weight, per card",
     "tests/ground_truth/test_ddp_buckets.py": "torch DistributedDataParallel with accelerate's default DDP kwargs: the "
     "gradient buckets it allocates and keeps",
+    "tests/ground_truth/test_traces_reproduce.py": "torch + transformers + peft + bitsandbytes: nine committed traced rows "
+    "(full, LoRA, QLoRA, MoE) retraced under FakeTensorMode, peak for peak",
 }
 # Read and left out: it runs no upstream code, so a release cannot fail it.
 NOT_GROUND_TRUTH = {
