@@ -227,11 +227,19 @@ def packed_broadcast_bytes(tensor_bytes: list[int]) -> int:
 
 def server_weight_push(cfg, arch: Arch, sent_bytes: int, dtype_bytes: int) -> int:
     """Bytes the trainer's main process holds while it pushes weights to a `trl vllm-serve` server (TRL 1.16
-    `VLLMClient.update_named_params` -> `packed_nccl_broadcast_producer`; the tensors it packs are views of the
-    parameters, the packed chunks are new): `packed_broadcast_bytes`; 0 without a vLLM server."""
+    `VLLMClient.update_named_params` -> `packed_nccl_broadcast_producer`): the packed chunks, which are new
+    (`packed_broadcast_bytes`). Unsharded, the tensors it packs are views of the parameters. Sharded over several
+    GPUs they are gathered one at a time (`_iter_named_params`: FSDP's full tensors, ZeRO-3's gathered data) and
+    the pack's list keeps a chunk's worth alive until it is packed: one more chunk (ZeRO-3 with PEFT gathers the
+    whole model first, `weight_sync_gather`). 0 without a vLLM server."""
     if not cfg.use_vllm or cfg.vllm_mode != "server":
         return 0
-    return packed_broadcast_bytes(sent_tensor_bytes(arch, sent_bytes, dtype_bytes))
+    chunks = packed_chunks(sent_tensor_bytes(arch, sent_bytes, dtype_bytes))
+    in_flight = max((sum(chunks[i : i + PACKED_NUM_BUFFERS]) for i in range(len(chunks))), default=0)
+    gathered_one_by_one = cfg.sharding in ("zero3", "fsdp") and cfg.num_gpus > 1
+    if gathered_one_by_one and not (cfg.sharding == "zero3" and cfg.use_peft):
+        return in_flight + max(chunks, default=0)
+    return in_flight
 
 
 def weight_sync_gather(cfg, full_weights: int, largest_param: int) -> int:

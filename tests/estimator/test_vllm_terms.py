@@ -110,3 +110,16 @@ def test_the_trainer_holds_the_packed_push_only_with_a_vllm_server():
     weights = 4 * arch.total_params
     assert vllm.server_weight_push(cfg, arch, weights, 4) == weights
     assert vllm.server_weight_push(cfg.with_(vllm_mode="colocate"), arch, weights, 4) == 0
+
+
+def test_a_sharded_trainer_keeps_a_chunk_of_gathered_tensors_while_it_packs():
+    # under FSDP (or ZeRO-3 without PEFT) each parameter is gathered whole, and pack_tensors' list keeps the gathered
+    # tensors of the chunk it is filling: one chunk more than the two in flight
+    arch = resolve_model("7B")
+    sent = 2 * arch.total_params
+    cfg = RunConfig(model="7B", use_vllm=True, vllm_mode="server", num_gpus=4, sharding="fsdp")
+    chunks = vllm.packed_chunks(vllm.sent_tensor_bytes(arch, sent, 2))
+    plain = vllm.server_weight_push(cfg.with_(num_gpus=1, sharding="none"), arch, sent, 2)
+    assert vllm.server_weight_push(cfg, arch, sent, 2) == plain + max(chunks)
+    # ZeRO-3 with PEFT gathers the whole model before packing (weight_sync_gather): views again
+    assert vllm.server_weight_push(cfg.with_(sharding="zero3", use_peft=True), arch, sent, 2) == plain
