@@ -223,14 +223,27 @@ def vllm_budget(
     tp = settings.tensor_parallel_size
     requested = vt.requested_memory(total, utilization)
     weights = vllm_weights(cfg, arch, settings)
+    activation = profile_activation(cfg, arch, settings, total, server)
+    non_torch = vt.non_torch_bytes(tp)
+    kv = vt.kv_pool(requested, weights, activation, non_torch, vt.CUDA_GRAPH_BYTES)
+    return requested, weights, activation, non_torch, vt.CUDA_GRAPH_BYTES, kv
+
+
+def profile_activation(cfg: RunConfig, arch: Arch, settings: VllmSettings, total: int, server: bool) -> int:
+    """vLLM's profile-run peak on a card of `total`: `vllm serve`'s batch defaults for that card in server mode,
+    TRL's colocate arguments otherwise (terms/vllm.py)."""
+    tp = settings.tensor_parallel_size
     if server:
         tokens, seqs = vt.server_batch_defaults(total)
     else:
         tokens, seqs = vt.TRL_MAX_NUM_BATCHED_TOKENS, cfg.generation_sequences * tp
-    activation = vt.profile_activation_peak(arch, tokens, seqs, tp)
-    non_torch = vt.non_torch_bytes(tp)
-    kv = vt.kv_pool(requested, weights, activation, non_torch, vt.CUDA_GRAPH_BYTES)
-    return requested, weights, activation, non_torch, vt.CUDA_GRAPH_BYTES, kv
+    return vt.profile_activation_peak(arch, tokens, seqs, tp)
+
+
+def server_free_at_start(cfg: RunConfig, settings: VllmSettings, total: int) -> int:
+    """What a `trl vllm-serve` GPU has free when vLLM takes its snapshot: the card less the server's CUDA context
+    and its TP communicators (set up before the snapshot)."""
+    return total - server_context(cfg) - vt.non_torch_bytes(settings.tensor_parallel_size)
 
 
 def server_weight_sync(cfg: RunConfig, arch: Arch, settings: VllmSettings, activation_peak: int) -> int:
@@ -273,14 +286,8 @@ def server_share_range(
     takes the trainer's weights: from the smallest whose KV pool holds one max_model_len request (None if none
     does) to the largest that leaves the CUDA context, the TP communicators and the weight push room (2 decimals)."""
     lo = smallest_utilization(cfg, arch, settings, total, True)
-    activation = vllm_budget(cfg, arch, settings, total, 0.5, True)[2]
-    free = (
-        total
-        - server_context(cfg)
-        - vt.non_torch_bytes(settings.tensor_parallel_size)
-        - server_weight_sync(cfg, arch, settings, activation)
-    )
-    return lo, vt.largest_startable_utilization(free, total)
+    push = server_weight_sync(cfg, arch, settings, profile_activation(cfg, arch, settings, total, True))
+    return lo, vt.largest_startable_utilization(server_free_at_start(cfg, settings, total) - push, total)
 
 
 def init_resident(cfg: RunConfig, arch: Arch, roles: list[RoleBytes]) -> int:
@@ -305,7 +312,7 @@ def start_failure(
     context = overhead.cuda_context(cfg)
     comms = vt.non_torch_bytes(settings.tensor_parallel_size)  # set up before vLLM's snapshot
     if server:
-        if not vt.starts(total_bytes - server_context(cfg) - comms, total_bytes, util):
+        if not vt.starts(server_free_at_start(cfg, settings, total_bytes), total_bytes, util):
             return "vLLM start-up: its request exceeds the free memory of its card"
         return _kv_failure(kv, one, length)
     loaded = init_resident(cfg, arch, on_policy)
@@ -430,7 +437,7 @@ def _vllm(
     free = None
     largest = None
     if server:  # its own card: the step does not bound its share, what is free at start-up does
-        free = total_bytes - server_context(cfg) - vt.non_torch_bytes(settings.tensor_parallel_size)
+        free = server_free_at_start(cfg, settings, total_bytes)
         floor, cap = server_share_range(cfg, arch, settings, total_bytes)
         largest = cap if floor is not None and floor <= cap else None
         extra.append(server_group(cfg, arch, settings, total_bytes))

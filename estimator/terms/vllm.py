@@ -234,11 +234,11 @@ def server_weight_push(cfg, arch: Arch, sent_bytes: int, dtype_bytes: int) -> in
     whole model first, `weight_sync_gather`). 0 without a vLLM server."""
     if not cfg.use_vllm or cfg.vllm_mode != "server":
         return 0
-    chunks = packed_chunks(sent_tensor_bytes(arch, sent_bytes, dtype_bytes))
-    in_flight = max((sum(chunks[i : i + PACKED_NUM_BUFFERS]) for i in range(len(chunks))), default=0)
+    tensors = sent_tensor_bytes(arch, sent_bytes, dtype_bytes)
+    in_flight = packed_broadcast_bytes(tensors)
     gathered_one_by_one = cfg.sharding in ("zero3", "fsdp") and cfg.num_gpus > 1
     if gathered_one_by_one and not (cfg.sharding == "zero3" and cfg.use_peft):
-        return in_flight + max(chunks, default=0)
+        return in_flight + max(packed_chunks(tensors), default=0)
     return in_flight
 
 
