@@ -10,6 +10,8 @@ from estimator.units import GIB
 Q15 = resolve_model("1.5B")  # tied embeddings, H = 1536, V = 151936, 28 layers
 P15 = 1_543_714_304
 A100_80 = 81920 * 2**20
+LORA_7B_VLLM = dict(model="7B", dtype="bfloat16", use_peft=True, use_vllm=True)  # Qwen2.5-7B LoRA, bf16 load
+SMALL_BATCH = dict(per_device_train_batch_size=2, num_generations=2)
 
 
 def test_reward_model_is_backbone_plus_scalar_head():
@@ -74,13 +76,9 @@ def test_layout_counts_gpus_and_shards_roles_under_zero3():
 
 def test_colocate_fails_at_start_up_when_one_request_does_not_fit():
     cfg = RunConfig(
-        model="7B",
-        dtype="bfloat16",
-        use_peft=True,
-        use_vllm=True,
+        **LORA_7B_VLLM,
+        **SMALL_BATCH,
         vllm_gpu_memory_utilization=0.2,
-        per_device_train_batch_size=2,
-        num_generations=2,
         max_prompt_length=512,
         max_completion_length=1024,
         gpu_memory_gib=40.0,
@@ -101,8 +99,7 @@ def test_colocate_start_up_needs_its_request_free():
         dtype="float32",
         use_vllm=True,
         vllm_gpu_memory_utilization=0.9,
-        per_device_train_batch_size=2,
-        num_generations=2,
+        **SMALL_BATCH,
         gpu_memory_gib=80.0,
     )
     lay = plan(estimate(cfg), [], VllmSettings(max_model_length=1024), resolve_model, 80 * GIB)
@@ -150,16 +147,7 @@ def test_start_up_failure_from_the_trainer_load_names_loading_less_and_that_work
 
 
 def test_server_mode_reports_the_vllm_cards_with_tensor_parallelism():
-    cfg = RunConfig(
-        model="7B",
-        dtype="bfloat16",
-        use_peft=True,
-        use_vllm=True,
-        vllm_mode="server",
-        per_device_train_batch_size=2,
-        num_generations=2,
-        gpu_memory_gib=80.0,
-    )
+    cfg = RunConfig(**LORA_7B_VLLM, **SMALL_BATCH, vllm_mode="server", gpu_memory_gib=80.0)
     settings = VllmSettings(
         tensor_parallel_size=2, server_gpus=2, server_utilization=0.9, max_model_length=4096
     )
@@ -177,8 +165,7 @@ def test_sleep_level_1_parks_weights_in_host_ram():
         dtype="bfloat16",
         use_vllm=True,
         vllm_enable_sleep_mode=True,
-        per_device_train_batch_size=2,
-        num_generations=2,
+        **SMALL_BATCH,
         gpu_memory_gib=80.0,
     )
     lay1 = plan(estimate(cfg), [], VllmSettings(sleep_level=1, max_model_length=1024), resolve_model, A100_80)
@@ -191,9 +178,7 @@ def test_sleep_level_1_parks_weights_in_host_ram():
 def test_role_moves_when_training_gpus_do_not_fit():
     from estimator.plan.fixes import role_moves
 
-    cfg = RunConfig(
-        model="7B", dtype="bfloat16", per_device_train_batch_size=2, num_generations=2, gpu_memory_gib=40.0
-    )
+    cfg = RunConfig(model="7B", dtype="bfloat16", **SMALL_BATCH, gpu_memory_gib=40.0)
     roles = [Role("reference", "7B"), Role("reward", "1.5B")]
     lay = plan(estimate(cfg), roles, VllmSettings(), resolve_model, 40 * GIB)
     assert not lay.fits
@@ -209,13 +194,7 @@ def test_the_share_the_layout_offers_holds_vllms_own_weights():
     # for about 0.31 of the card, but vLLM's own bf16 copy is 7.62e9 × 2 B = 14.19 GiB, more than 0.35 of the
     # 39.59 GiB it takes its share of: no share both starts and leaves the step room, and none is offered
     cfg = RunConfig(
-        model="7B",
-        dtype="bfloat16",
-        use_peft=True,
-        use_vllm=True,
-        vllm_gpu_memory_utilization=0.5,
-        max_completion_length=2048,
-        gpu_memory_gib=40.0,
+        **LORA_7B_VLLM, vllm_gpu_memory_utilization=0.5, max_completion_length=2048, gpu_memory_gib=40.0
     )
     total = 40536 * 2**20
     lay = plan(estimate(cfg), [], VllmSettings.of(cfg), resolve_model, total, lambda c, a: estimate(c, a))
