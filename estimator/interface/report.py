@@ -548,7 +548,7 @@ def _plan_lines(advice: Advice, gpu: GPU) -> list[str]:
     else:
         out = _wrap(f"No change tried makes it fit {_the(gpu)}; closest: {plain(plan.label)}", "  ", "")
     cost = f"; cost: {plain(plan.tradeoff)}" if plan.tradeoff else ""
-    out += _wrap(f"-> needs {_g1(plan.need_bytes)} GiB{cost}", "     ", "  ")
+    out += _wrap(f"-> needs {_g1(plan.need_bytes)} GiB (estimated){cost}", "     ", "  ")
     return out
 
 
