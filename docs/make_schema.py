@@ -107,6 +107,10 @@ def option() -> dict:
 
 
 def layout() -> dict:
+    from typing import get_args
+
+    from estimator.plan.layout import FailureKind
+
     role = obj(
         {"role": {"type": "string"}, "resident": BYTES, "working": BYTES, "loaded": BYTES},
         ["role"],
@@ -139,10 +143,11 @@ def layout() -> dict:
             "kv_tokens": {"type": "integer"},
             "max_model_len": {"type": "integer"},
             "failure": {"type": ["string", "null"]},
+            "failure_kind": {"enum": [*get_args(FailureKind), None]},
         },
         ["mode", "utilization", "failure"],
         extra=True,
-        desc="vLLM's own accounting (estimator/plan/layout.py VllmBudget); further byte fields as named there",
+        desc="vLLM's own accounting (estimator/plan/layout.py VllmCheck); further byte fields as named there",
     )
     return obj(
         {

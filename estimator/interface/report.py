@@ -396,7 +396,7 @@ def to_json(
 
 # ---- the short answer (the default output): the verdict first, within WIDTH columns ----
 
-SCHEMA_VERSION = "1.1"  # of the JSON answer: docs/estimate.schema.json, documented in docs/json-output.md
+SCHEMA_VERSION = "1.2"  # of the JSON answer: docs/estimate.schema.json, documented in docs/json-output.md
 WIDTH = 80
 TOP_COMPONENTS = 4  # tensor components shown by name at the peak; the rest are summed as "other tensors"
 COMPONENT_LABELS = {

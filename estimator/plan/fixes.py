@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from estimator.plan.changes import load_bf16, qlora
-from estimator.plan.layout import Layout
+from estimator.plan.layout import Layout, VllmFailure
 from estimator.settings.config import RunConfig
 from estimator.units import GIB
 
 
 def layout_fixes(
-    layout: Layout, cfg: RunConfig, failure_of: Callable[[RunConfig], str | None] | None = None
+    layout: Layout, cfg: RunConfig, failure_of: Callable[[RunConfig], VllmFailure | None] | None = None
 ) -> list[str]:
     """The change that fixes the real cause when vLLM fails by its own accounting (layout.py), with what it frees.
     With `failure_of` (vLLM's start-up failure for a changed config: layout.failure_on), a way to load less into
@@ -20,10 +20,11 @@ def layout_fixes(
     v = layout.vllm
     if v is None:
         return []
-    if v.failure is None:
+    kind = v.failure_kind
+    if kind is None:
         return _server_push_fix(layout)
     lines: list[str] = []
-    if "one max_model_len" in v.failure:
+    if kind == "kv_short":
         need = cfg.sequence_length
         lines.append(
             f"--vllm-max-model-length {need} (TRL vllm_max_model_length, ms-swift vllm_max_model_len) = prompt + "
@@ -31,7 +32,7 @@ def layout_fixes(
             f"its start-up check for one request of max_model_len={v.max_model_len} tokens "
             f"({v.one_sequence / GIB:.2f} GiB of KV), the run never needs more than {need}"
         )
-    if "no memory left for the KV cache" in v.failure:
+    if kind == "no_kv_room":
         lo = ""
         if v.smallest_utilization:
             shorter = (
@@ -49,13 +50,13 @@ def layout_fixes(
             f"vLLM's share {v.utilization} does not hold its own weights ({v.weights / GIB:.2f} GiB) and buffers: "
             f"raise {knob}{lo}, or load fewer weights into vLLM (LoRA-only / quantized)"
         )
-    if v.mode == "server" and "exceeds the free memory of its card" in v.failure:
+    if kind == "server_request":
         if v.largest_safe_utilization is not None:
             lines.append(
                 f"lower --vllm-server-utilization (trl vllm-serve --gpu_memory_utilization) to "
                 f"{v.largest_safe_utilization}, what its card has free beside the CUDA context and the weight push"
             )
-    if "it asks" in v.failure or "training step" in v.failure:
+    if kind in ("request_not_free", "training_step"):
         if v.largest_safe_utilization is not None:
             lines.append(
                 f"lower vllm_gpu_memory_utilization to {v.largest_safe_utilization} (the largest that starts and "
@@ -73,7 +74,7 @@ def layout_fixes(
                 f"{v.max_model_len} request needs) starts and leaves the step room: make the step smaller (--advice "
                 "lists how) or move vLLM to its own GPU (server mode)"
             )
-    if v.failure.startswith("vLLM start-up: it asks") and v.free_at_start is not None:
+    if kind == "request_not_free" and v.free_at_start is not None:
         candidates = [(t.label, t(cfg)[0].config) for t in (load_bf16, qlora) if t.when(cfg)]
         if cfg.num_gpus > 1 and cfg.sharding != "zero3":
             candidates.append(("--zero 3 (weights sharded over the GPUs)", cfg.with_(sharding="zero3")))
@@ -83,7 +84,7 @@ def layout_fixes(
             failure = failure_of(c) if failure_of is not None else None
             if failure is None:
                 return label
-            if failure.startswith("vLLM start-up: it asks"):
+            if failure.kind == "request_not_free":
                 return None
             return f"{label} (vLLM then still fails: {_short_failure(failure)})"
 
@@ -115,13 +116,13 @@ def _server_push_fix(layout: Layout) -> list[str]:
     ]
 
 
-def _short_failure(failure: str) -> str:
-    """vLLM's start-up failure in a few words (layout.start_failure's texts)."""
-    if "no memory left for the KV cache" in failure:
+def _short_failure(failure: VllmFailure) -> str:
+    """vLLM's start-up failure in a few words."""
+    if failure.kind == "no_kv_room":
         return "its share does not hold its own weights"
-    if "one max_model_len" in failure:
+    if failure.kind == "kv_short":
         return "its KV cache does not hold one max_model_len request"
-    return failure.split(":", 1)[0]
+    return failure.text.split(":", 1)[0]
 
 
 def role_moves(layout: Layout) -> list[str]:

@@ -12,6 +12,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from estimator.model.architecture import Arch
 from estimator.settings.config import RunConfig
@@ -92,6 +93,29 @@ class GpuGroup:
         return self.held_bytes <= self.total_bytes
 
 
+FailureKind = Literal[
+    "server_request", "request_not_free", "no_kv_room", "kv_short", "load_after", "training_step"
+]
+START_UP_KINDS: frozenset[str] = frozenset({"server_request", "request_not_free", "no_kv_room", "kv_short"})
+
+
+@dataclass(frozen=True)
+class VllmFailure:
+    """Why vLLM fails, by its own checks: a kind to branch on and the line a reader sees.
+
+    server_request: a server's request exceeds its card's free memory at start-up; request_not_free: colocated,
+    its request is not free after the trainer loaded; no_kv_room: its share leaves nothing for the KV cache;
+    kv_short: its KV pool does not hold one max_model_len request; load_after: vLLM started first and the
+    trainer's models do not load beside its share; training_step: vLLM starts, the step beside it does not fit."""
+
+    kind: FailureKind
+    text: str
+
+    @property
+    def at_start_up(self) -> bool:
+        return self.kind in START_UP_KINDS
+
+
 @dataclass(frozen=True)
 class VllmCheck:
     """vLLM's own accounting on one of its GPUs, and the verdict: where it fails, if it does."""
@@ -108,11 +132,12 @@ class VllmCheck:
     max_model_len: int
     one_sequence: int
     free_at_start: int | None  # colocate only: free memory when vLLM starts
-    failure: str | None
+    failure: str | None  # the reader's line (VllmFailure.text)
     largest_safe_utilization: float | None = None
     smallest_utilization: float | None = None
     sleep_residue: int = 0  # colocate with sleep mode: what stays on the GPU while vLLM sleeps
     host_bytes: int = 0  # sleep level 1: vLLM's weights parked in pinned host RAM
+    failure_kind: FailureKind | None = None  # VllmFailure.kind
 
 
 @dataclass(frozen=True)
@@ -133,10 +158,10 @@ class Layout:
     def blockers(self) -> tuple[str, ...]:
         """What fails, in a few words each: vLLM's start-up or the models loading after it, or a GPU group."""
         out = []
-        failure = self.vllm.failure if self.vllm is not None else None
-        if failure and "start-up" in failure:
+        kind = self.vllm.failure_kind if self.vllm is not None else None
+        if kind in START_UP_KINDS:
             out.append("vLLM start-up")
-        elif failure and failure.startswith("loading"):
+        elif kind == "load_after":
             out.append("loading the models after vLLM's share")
         out += [f"{g.name} GPU" for g in self.groups if not g.fits]
         return tuple(out)
@@ -257,13 +282,17 @@ def server_weight_sync(cfg: RunConfig, arch: Arch, settings: VllmSettings, activ
     return overhead.server_weight_sync_nccl(settings.server_gpus) + max(0, chunks - activation_peak)
 
 
-def _kv_failure(kv: int, one: int, length: int) -> str | None:
+def _kv_failure(kv: int, one: int, length: int) -> VllmFailure | None:
     if kv <= 0:
-        return "vLLM start-up: no memory left for the KV cache (weights, activations and graphs exceed its share)"
+        return VllmFailure(
+            "no_kv_room",
+            "vLLM start-up: no memory left for the KV cache (weights, activations and graphs exceed its share)",
+        )
     if kv < one:
-        return (
+        return VllmFailure(
+            "kv_short",
             f"vLLM start-up: one max_model_len={length} request needs {one / 2**30:.2f} GiB of KV cache, "
-            f"only {kv / 2**30:.2f} GiB is left"
+            f"only {kv / 2**30:.2f} GiB is left",
         )
     return None
 
@@ -300,7 +329,7 @@ def init_resident(cfg: RunConfig, arch: Arch, roles: list[RoleBytes]) -> int:
 
 def start_failure(
     cfg: RunConfig, arch: Arch, settings: VllmSettings, total_bytes: int, on_policy: list[RoleBytes]
-) -> str | None:
+) -> VllmFailure | None:
     """Why vLLM does not start, by its own checks (terms/vllm.py), or None: colocated, its request must be free
     after the trainer has loaded (or, when it starts first, the trainer's models must load beside its share);
     in either mode its KV pool must hold one max_model_len request. Arithmetic only: no estimate."""
@@ -313,15 +342,18 @@ def start_failure(
     comms = vt.non_torch_bytes(settings.tensor_parallel_size)  # set up before vLLM's snapshot
     if server:
         if not vt.starts(server_free_at_start(cfg, settings, total_bytes), total_bytes, util):
-            return "vLLM start-up: its request exceeds the free memory of its card"
+            return VllmFailure(
+                "server_request", "vLLM start-up: its request exceeds the free memory of its card"
+            )
         return _kv_failure(kv, one, length)
     loaded = init_resident(cfg, arch, on_policy)
     held = vt.footprint(requested, settings.tensor_parallel_size)
     if settings.starts_first and held + loaded > total_bytes:
-        return (
+        return VllmFailure(
+            "load_after",
             f"loading the models after vLLM took {util} × {total_bytes / 2**30:.2f} GiB = "
             f"{held / 2**30:.2f} GiB: they need {(loaded - context) / 2**30:.2f} GiB, "
-            f"{(total_bytes - held - context) / 2**30:.2f} GiB is left"
+            f"{(total_bytes - held - context) / 2**30:.2f} GiB is left",
         )
     free = total_bytes - (context if settings.starts_first else loaded) - comms
     if not vt.starts(free, total_bytes, util):
@@ -331,20 +363,21 @@ def start_failure(
             else f"the trainer's loaded models already take {(total_bytes - free) / 2**30:.2f} GiB of the "
             f"card's {total_bytes / 2**30:.2f} GiB"
         )
-        return (
+        return VllmFailure(
+            "request_not_free",
             f"vLLM start-up: it asks {util} × {total_bytes / 2**30:.2f} GiB = {requested / 2**30:.2f} GiB, "
-            + have
+            + have,
         )
     return _kv_failure(kv, one, length)
 
 
 def failure_on(
     roles: list[Role], arch_of: ArchFn, total_bytes: int
-) -> Callable[[RunConfig, Arch], str | None]:
+) -> Callable[[RunConfig, Arch], VllmFailure | None]:
     """`start_failure` for any config of this run on a card of `total_bytes`, with the roles placed on the policy's
     GPUs loaded beside it; None when the run uses no vLLM."""
 
-    def failure(cfg: RunConfig, arch: Arch) -> str | None:
+    def failure(cfg: RunConfig, arch: Arch) -> VllmFailure | None:
         if not cfg.use_vllm:
             return None
         on_policy = [
@@ -446,7 +479,10 @@ def _vllm(
         comms = vt.non_torch_bytes(settings.tensor_parallel_size)
         free = total_bytes - (overhead.cuda_context(cfg) if settings.starts_first else loaded) - comms
         if failure is None and not training.fits:
-            failure = f"training step (step 1, {est.peak_phase} phase): the trainer and vLLM's share exceed the card"
+            failure = VllmFailure(
+                "training_step",
+                f"training step (step 1, {est.peak_phase} phase): the trainer and vLLM's share exceed the card",
+            )
         start_cap = total_bytes - loaded - comms if settings.starts_first else free
         floor = smallest_utilization(cfg, arch, settings, total_bytes, server)
         largest = _largest_safe(est, roles, settings, arch_of, total_bytes, start_cap, floor, estimate_fn)
@@ -463,10 +499,11 @@ def _vllm(
         length,
         one,
         free,
-        failure,
+        failure.text if failure is not None else None,
         largest,
         smallest_utilization(cfg, arch, settings, total_bytes, server),
         *_sleep(cfg, settings, weights, server),
+        failure_kind=failure.kind if failure is not None else None,
     )
     if check.kv_tokens and check.kv_tokens < cfg.generation_sequences * cfg.sequence_length:
         notes.append(

@@ -89,7 +89,8 @@ def test_colocate_fails_at_start_up_when_one_request_does_not_fit():
     default = plan(est, [], VllmSettings(), resolve_model, total)
     # request 8 GiB − bf16 weights 14.2 GiB < 0: no KV at all
     # vLLM's arithmetic leaves less than nothing: the pool is reported as 0 and the failure says why
-    assert default.vllm.kv_cache == 0 and "no memory left for the KV cache" in default.vllm.failure
+    assert default.vllm.kv_cache == 0 and default.vllm.failure_kind == "no_kv_room"
+    assert "no memory left for the KV cache" in default.vllm.failure
     assert default.vllm.requested == 8 * GIB
 
 
@@ -104,7 +105,7 @@ def test_colocate_start_up_needs_its_request_free():
     )
     lay = plan(estimate(cfg), [], VllmSettings(max_model_length=1024), resolve_model, 80 * GIB)
     # fp32 policy 5.75 GiB + context ~1 GiB leave ~73 GiB free, the request is 72 GiB: starts; at 0.95 it does not
-    assert lay.vllm.failure is None or "training step" in lay.vllm.failure
+    assert lay.vllm.failure_kind in (None, "training_step")
     lay2 = plan(
         estimate(cfg.with_(vllm_gpu_memory_utilization=0.95)),
         [],
@@ -112,6 +113,7 @@ def test_colocate_start_up_needs_its_request_free():
         resolve_model,
         80 * GIB,
     )
+    assert lay2.vllm.failure_kind == "request_not_free"
     assert lay2.vllm.failure.startswith("vLLM start-up: it asks 0.95")
 
 
@@ -123,7 +125,9 @@ def test_start_up_failure_from_the_trainer_load_names_loading_less_and_that_work
     cfg = RunConfig(model="7B", dtype="float32", use_vllm=True, gpu_memory_gib=40.0)
     settings = VllmSettings(max_model_length=cfg.sequence_length)
     lay = plan(estimate(cfg), [], settings, resolve_model, 40 * GIB)
-    assert lay.vllm.failure.startswith("vLLM start-up: it asks 0.3")
+    assert lay.vllm.failure_kind == "request_not_free" and lay.vllm.failure.startswith(
+        "vLLM start-up: it asks 0.3"
+    )
     loaded = 40 * GIB - lay.vllm.free_at_start
     assert 7.6e9 * 4 < loaded < 7.7e9 * 4 + 2 * GIB
     hint = [f for f in layout_fixes(lay, cfg) if f.startswith("load less into the trainer")]
@@ -131,7 +135,7 @@ def test_start_up_failure_from_the_trainer_load_names_loading_less_and_that_work
     assert "dtype: bfloat16" in hint[0] and "--qlora" in hint[0] and "--zero 3" not in hint[0]  # one GPU
     bf16 = cfg.with_(dtype="bfloat16")
     after = plan(estimate(bf16), [], settings, resolve_model, 40 * GIB).vllm
-    assert after.failure is None or not after.failure.startswith("vLLM start-up: it asks")
+    assert after.failure_kind != "request_not_free"
     # loaded beyond the card (32B in fp32, 4 GPUs without sharding): no negative free memory, the load named
     big = RunConfig(model="32B", dtype="float32", use_vllm=True, num_gpus=4, gpu_memory_gib=40.0)
     lay = plan(estimate(big), [], VllmSettings(max_model_length=big.sequence_length), resolve_model, 40 * GIB)
@@ -143,7 +147,7 @@ def test_start_up_failure_from_the_trainer_load_names_loading_less_and_that_work
         v = plan(
             estimate(c), [], VllmSettings(max_model_length=c.sequence_length), resolve_model, 40 * GIB
         ).vllm
-        assert v.failure is None or not v.failure.startswith("vLLM start-up: it asks"), way
+        assert v.failure_kind != "request_not_free", way
 
 
 def test_server_mode_reports_the_vllm_cards_with_tensor_parallelism():
