@@ -33,7 +33,8 @@ Prefix caching (on by default) reuses KV blocks; it never reserves memory of its
 Not verified on v0.29+: the V2 model runner (default from v0.29) profiles with its own dummy sampler, and the
 CUDA-graph figure below was logged with a 512-batch graph cap (1024 on SM100 from v0.28); both feed only the
 KV pool and the start-up check, never the footprint. The NCCL group `trl vllm-serve` opens for weight transfer
-is set up after start-up and is not counted.
+is set up after start-up, outside vLLM's accounting: the layout adds it and the packed chunks on each server GPU
+(`plan/layout.py` `server_weight_sync`, `overhead.server_weight_sync_nccl`).
 """
 
 from __future__ import annotations
