@@ -20,6 +20,7 @@ Files are read with a size cap (`MAX_FILE_BYTES`), regular files only; every pro
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +71,10 @@ class FileSettings:
     deepspeed_file: str | None = None
     train_batch_size: tuple[int, str] | None = None
     flavour: str = ""
+    fsdp_checkpointing: str | None = None  # launchfile.LaunchSettings'
+    completion_lengths: dict = field(
+        default_factory=dict
+    )  # generation_kwargs max_new_tokens / max_tokens -> N
 
 
 def normalize_dtype(value: str) -> str:
@@ -122,7 +127,33 @@ def file_keys() -> tuple[dict[str, Field], dict[str, dict[str, Field]]]:
     return top, nested
 
 
-SPECIAL_KEYS = ("use_cpu", "fsdp", "fp16", "deepspeed")  # TrainingArguments keys translated by hand below
+SPECIAL_KEYS = (  # TrainingArguments / TrlParser / ModelConfig keys translated by hand below
+    "use_cpu",
+    "fsdp",
+    "fp16",
+    "deepspeed",
+    "env",
+    "activation_checkpointing",
+    "activation_checkpointing_kwargs",
+    "gradient_checkpointing_kwargs",
+    "load_in_8bit",
+    "lora_modules_to_save",
+    "use_dora",
+    "cache_implementation",
+)
+# TrainingArguments fields a YAML may give as a JSON string: TrainingArguments.__post_init__ parses a string that
+# starts with "{" (_VALID_DICT_FIELDS, transformers v5.24.0 training_args.py#L1525-L1531; GRPOConfig adds
+# model_init_kwargs and generation_kwargs, trl v1.16.0 grpo_config.py _VALID_DICT_FIELDS)
+JSON_DICT_KEYS = (
+    "model_init_kwargs",
+    "generation_kwargs",
+    "activation_checkpointing_kwargs",
+    "gradient_checkpointing_kwargs",
+)
+COMPLETION_KEYS = {  # generation_kwargs key -> the generation path it overrides max_completion_length on
+    "max_new_tokens": "transformers' generate (grpo_trainer.py#L1155-L1172: generation_kwargs update the dict)",
+    "max_tokens": "vLLM (vllm_generation.py: generation_kwargs update SamplingParams' max_tokens)",
+}
 
 
 def kind_of(data: dict) -> str:
@@ -157,6 +188,98 @@ def _fsdp_option(value, where: str, out: FileSettings) -> None:
         out.values["offload_param"], out.sources["offload_param"] = True, "fsdp"
 
 
+def _json_dict(value, key: str, where: str):
+    """A TrainingArguments dict field given as a JSON string (JSON_DICT_KEYS) -> the dict; other values as given."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise ConfigFileError(f"{where}: {key} {clip(value)} is not a JSON object") from None
+    return value
+
+
+def _environment(value, where: str, out: FileSettings) -> None:
+    """TrlParser sets a YAML's `env:` mapping in os.environ before the run (trl v1.16.0 scripts/utils.py#L331-L337):
+    PYTORCH_CUDA_ALLOC_CONF there configures the allocator; other variables do not change the estimate."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ConfigFileError(f"{where}: env must be a mapping of environment variables, got {clip(value)}")
+    for name, setting in value.items():
+        if str(name) == "PYTORCH_CUDA_ALLOC_CONF":
+            out.values["pytorch_cuda_alloc_conf"] = "" if setting is None else str(setting)
+            out.sources["pytorch_cuda_alloc_conf"] = "env.PYTORCH_CUDA_ALLOC_CONF"
+        else:
+            out.known.append(f"env.{name}")
+
+
+def _quantization_config(value, where: str, out: FileSettings) -> None:
+    """model_init_kwargs.quantization_config, passed to from_pretrained: a bitsandbytes 4-bit config is
+    load_in_4bit with its quant type and nested quantization; an 8-bit one is noted as load_in_8bit is."""
+    key = "model_init_kwargs.quantization_config"
+    if not isinstance(value, dict):
+        raise ConfigFileError(
+            f"{where}: {key} must be a mapping (a BitsAndBytesConfig's keys), got {clip(value)}"
+        )
+    if value.get("load_in_4bit") is True:
+        out.values["load_in_4bit"], out.sources["load_in_4bit"] = True, f"{key}.load_in_4bit"
+        if "bnb_4bit_quant_type" in value:
+            out.values["bnb_4bit_quant_type"] = value["bnb_4bit_quant_type"]
+            out.sources["bnb_4bit_quant_type"] = f"{key}.bnb_4bit_quant_type"
+        if "bnb_4bit_use_double_quant" in value:
+            nested = value["bnb_4bit_use_double_quant"]
+            if not isinstance(nested, bool):
+                raise ConfigFileError(
+                    f"{where}: {key}.bnb_4bit_use_double_quant must be true or false, got {clip(nested)}"
+                )
+            out.values["use_bnb_nested_quant"] = nested
+            out.sources["use_bnb_nested_quant"] = f"{key}.bnb_4bit_use_double_quant"
+    elif value.get("load_in_8bit") is True:
+        out.notes.append(
+            f"{where}: {key}.load_in_8bit (an 8-bit bitsandbytes base) is not modelled: estimated with the base in "
+            "its dtype, which errs high"
+        )
+    else:
+        raise ConfigFileError(
+            f"{where}: {key} {clip(value)} is not modelled; accepted: a bitsandbytes config with load_in_4bit: true "
+            "(or load_in_8bit: true)"
+        )
+
+
+def _checkpointing(given: dict, where: str, out: FileSettings) -> None:
+    """transformers 5.23 / 5.24: `activation_checkpointing` and its `_kwargs` win over their deprecated
+    `gradient_checkpointing` aliases when set (training_args.py#L1533-L1545). Of the kwargs, `every_n_layers` > 1
+    (only some layers checkpointed) is estimated without checkpointing, an upper bound, and `offload` (saved
+    inputs in host memory) as checkpointing on the GPU, which errs high (trainer.py#L1503-L1515)."""
+    name = "activation_checkpointing" if "activation_checkpointing" in given else "gradient_checkpointing"
+    if name in given:
+        value = given[name]
+        if not isinstance(value, bool):
+            raise ConfigFileError(f"{where}: {name} must be true or false, got {clip(value)}")
+        out.values["gradient_checkpointing"], out.sources["gradient_checkpointing"] = value, name
+    kw_name = next(
+        (k for k in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs") if k in given), None
+    )
+    if kw_name is None or out.values.get("gradient_checkpointing") is False:
+        return
+    kwargs = given[kw_name]
+    every = kwargs.get("every_n_layers", 1)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ConfigFileError(f"{where}: {kw_name}.every_n_layers must be an integer >= 1, got {clip(every)}")
+    if every > 1:
+        out.values["gradient_checkpointing"] = False
+        out.sources["gradient_checkpointing"] = f"{kw_name}.every_n_layers"
+        out.notes.append(
+            f"{where}: {kw_name}.every_n_layers {every} (every {every}th layer checkpointed) is not modelled: "
+            "estimated without checkpointing, an upper bound"
+        )
+    elif kwargs.get("offload") is True:
+        out.notes.append(
+            f"{where}: {kw_name}.offload (checkpointed inputs in host memory) is estimated as kept on the GPU, "
+            "which errs high"
+        )
+
+
 def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
     """Map TRL GRPOConfig / ModelConfig / ScriptArguments keys to RunConfig fields (module docstring's key rules)."""
     top, nested = file_keys()
@@ -167,8 +290,11 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
         out.values[f.name] = check_type(f, value, where)
         out.sources[f.name] = key
 
+    checkpointing: dict[str, object] = {}  # activation_checkpointing / gradient_checkpointing (+ _kwargs)
     for key, value in data.items():
         key = str(key)
+        if key in JSON_DICT_KEYS:
+            value = _json_dict(value, key, where)
         if key in nested:
             if value is None:
                 continue
@@ -177,8 +303,54 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
             for sub, subval in value.items():
                 if sub in nested[key]:
                     put(nested[key][sub], subval, f"{key}.{sub}")
+                elif key == "generation_kwargs" and sub in COMPLETION_KEYS:
+                    if isinstance(subval, bool) or not isinstance(subval, int) or subval < 1:
+                        raise ConfigFileError(
+                            f"{where}: generation_kwargs.{sub} must be an integer >= 1, got {clip(subval)}"
+                        )
+                    out.completion_lengths[sub] = subval
+                elif key == "model_init_kwargs" and sub == "quantization_config":
+                    _quantization_config(subval, where, out)
                 else:
                     out.known.append(f"{key}.{sub}")
+        elif key in ("activation_checkpointing", "gradient_checkpointing"):
+            if value is not None:
+                checkpointing[key] = value
+                out.values.setdefault(
+                    "gradient_checkpointing", value
+                )  # the file's order; `_checkpointing` decides
+                out.sources.setdefault("gradient_checkpointing", key)
+        elif key in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"):
+            if value is not None:
+                if not isinstance(value, dict):
+                    raise ConfigFileError(f"{where}: {key} must be a mapping, got {clip(value)}")
+                checkpointing[key] = value
+        elif key == "env":
+            _environment(value, where, out)
+        elif key == "load_in_8bit":
+            if value is True:
+                out.notes.append(
+                    f"{where}: load_in_8bit (an 8-bit bitsandbytes base) is not modelled: estimated with the base "
+                    "in its dtype, which errs high (the 8-bit base is about half a 16-bit one)"
+                )
+        elif key in ("lora_modules_to_save", "use_dora"):
+            if value not in (None, False, [], ""):
+                what = (
+                    "each listed module becomes a trainable full copy, with its gradients and optimizer state"
+                    if key == "lora_modules_to_save"
+                    else "DoRA adds a magnitude vector per adapted layer and recomputes each weight's norm in "
+                    "every forward, on top of LoRA's memory"
+                )
+                raise ConfigFileError(
+                    f"{where}: {key} {clip(value)} is not modelled ({what}), so the estimate would be low; "
+                    f"remove it to estimate the rest of the run"
+                )
+        elif key == "cache_implementation":
+            if value not in (None, "", "dynamic"):
+                out.notes.append(
+                    f"{where}: cache_implementation {clip(value)} is not modelled: generation is estimated with "
+                    "transformers' dynamic KV cache"
+                )
         elif key == "use_cpu":
             if not isinstance(value, bool):
                 raise ConfigFileError(f"{where}: use_cpu must be true or false, got {clip(value)}")
@@ -217,6 +389,8 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
             if near:
                 raise ConfigFileError(f"{where}: unknown key {clip(key)}; did you mean {near}?")
             out.unknown.append(key)
+    if checkpointing:
+        _checkpointing(checkpointing, where, out)
     if "dtype" in out.values:
         out.values["dtype"] = normalize_dtype(out.values["dtype"])
     if open_r1:
@@ -246,6 +420,7 @@ def _from_launch(launch, kind: str, where: str, path: str) -> FileSettings:
         needs_processes=launch.needs_processes,
         deepspeed_file=launch.deepspeed_file,
         train_batch_size=launch.train_batch_size,
+        fsdp_checkpointing=launch.fsdp_checkpointing,
     )
     if launch.ignored:
         out.notes.append(f"{where}: keys this tool does not read: {', '.join(map(str, launch.ignored))}")
@@ -331,6 +506,51 @@ class Merged:
     train_batch_sizes: list[tuple[int, str]] = field(
         default_factory=list
     )  # DeepSpeed's, to check when all is known
+    fsdp_checkpointing: str | None = None  # where FSDP's own activation checkpointing is on (`finish`)
+    completion_lengths: dict = field(
+        default_factory=dict
+    )  # a TRL file's generation_kwargs lengths (`finish`)
+    completion_where: str = ""
+
+
+def finish(merged: Merged, values: dict, sources: dict, default_checkpointing: bool) -> list[str]:
+    """What only the whole run decides, once the release's defaults are in `values` (changed in place): FSDP's own
+    activation checkpointing against the GRPOConfig's, and generation_kwargs' lengths on the generation path the
+    run takes. Returns notes; ConfigFileError when transformers would stop."""
+    notes = []
+    if merged.fsdp_checkpointing:
+        given = sources.get("gradient_checkpointing")
+        if values.get("gradient_checkpointing", default_checkpointing):
+            said = (
+                f"{given} sets gradient_checkpointing true"
+                if given
+                else "gradient_checkpointing is true (TRL's default)"
+            )
+            raise ConfigFileError(
+                f"{merged.fsdp_checkpointing} is true and {said}: transformers stops when both are on "
+                "(trainer.py: use FSDP's activation checkpointing with FSDP); set gradient_checkpointing: false"
+            )
+        values["gradient_checkpointing"] = True
+        sources["gradient_checkpointing"] = merged.fsdp_checkpointing
+        notes.append(
+            f"{merged.fsdp_checkpointing}: FSDP's activation checkpointing, estimated as gradient_checkpointing"
+        )
+    key = "max_tokens" if values.get("use_vllm") else "max_new_tokens"
+    if key in merged.completion_lengths and sources.get("max_completion_length") != "flags":
+        n = merged.completion_lengths[key]
+        values["max_completion_length"] = n
+        sources["max_completion_length"] = f"{merged.completion_where} generation_kwargs.{key}"
+        notes.append(
+            f"{merged.completion_where}: generation_kwargs.{key} {n} overrides max_completion_length in "
+            f"{COMPLETION_KEYS[key]}: completions are up to {n} tokens"
+        )
+    other = "max_new_tokens" if key == "max_tokens" else "max_tokens"
+    if other in merged.completion_lengths:
+        notes.append(
+            f"{merged.completion_where}: generation_kwargs.{other} applies to "
+            f"{'vLLM' if other == 'max_tokens' else 'generation without vLLM'}, not this run: not read"
+        )
+    return notes
 
 
 def check_train_batch_size(total: int, where: str, gpus: int, micro: int, accumulation: int) -> None:
@@ -367,6 +587,11 @@ def merge(files: list[FileSettings], flag_values: dict) -> Merged:
     out.train_batch_sizes = [f.train_batch_size for f in files if f.train_batch_size is not None]
     launch = [f for f in files if f.kind in ("accelerate", "deepspeed", "launcher")]
     trl = [f for f in files if f.kind in ("trl", "trl-args")]
+    out.fsdp_checkpointing = next((f.fsdp_checkpointing for f in launch if f.fsdp_checkpointing), None)
+    for f in trl:
+        if f.completion_lengths:
+            out.completion_lengths, out.completion_where = dict(f.completion_lengths), f.where
+    from_environment = set()  # set by the launch command's environment, which a TRL YAML's env: overrides
     mixed = None
     must: dict[str, tuple] = {}
     for f in launch:
@@ -383,6 +608,8 @@ def merge(files: list[FileSettings], flag_values: dict) -> Merged:
                     "give one (or settle it with a flag)"
                 )
             out.values[name], out.sources[name] = value, label
+            if f.kind == "launcher" and f.where == "environment":
+                from_environment.add(name)
         if f.mixed_precision is not None:
             mixed = (f.mixed_precision, f.where)
         if f.needs_processes:
@@ -396,7 +623,7 @@ def merge(files: list[FileSettings], flag_values: dict) -> Merged:
             trl_sources[name] = _label(f, name)
         out.notes += f.notes
     for name, value in trl_values.items():
-        if name in out.values and out.values[name] != value:
+        if name in out.values and out.values[name] != value and name not in from_environment:
             raise ConfigFileError(
                 f"{out.sources[name]} sets {name} {clip(out.values[name])} but {trl_sources[name]} sets {clip(value)}; "
                 "give one (or settle it with a flag)"

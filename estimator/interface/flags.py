@@ -19,8 +19,10 @@ import math
 from estimator.interface.command import CommandError, command_files
 from estimator.interface.configfile import (
     ConfigFileError,
+    Merged,
     check_kinds,
     check_train_batch_size,
+    finish,
     merge,
     normalize_dtype,
     read_files,
@@ -260,9 +262,9 @@ def resolve_dtype(values: dict, arch) -> None:
     values["dtype"] = normalize_dtype(cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
 
 
-def read_sources(ns: argparse.Namespace) -> tuple[dict, list[str], dict, list[tuple[int, str]]]:
-    """The run's values from --config files, --from-command and flags -> (values, notes, {field: who set it},
-    DeepSpeed train_batch_size values to check once the run's batch is known).
+def read_sources(ns: argparse.Namespace) -> Merged:
+    """The run's values from --config files, --from-command and flags, with who set each, notes, and what is
+    checked once the run is known (DeepSpeed's train_batch_size, `configfile.finish`).
 
     Files and the command are merged by kind (`estimator.interface.configfile.merge`); flags override them. With neither,
     the flags alone (sources empty, so outputs stay as they were)."""
@@ -273,7 +275,7 @@ def read_sources(ns: argparse.Namespace) -> tuple[dict, list[str], dict, list[tu
     command = getattr(ns, "from_command", None)
     flag_values = run_values(ns)
     if not configs and command is None:
-        return flag_values, [], {}, []
+        return Merged(values=flag_values)
     try:
         files = read_files(configs)
         notes: list[str] = []
@@ -291,7 +293,8 @@ def read_sources(ns: argparse.Namespace) -> tuple[dict, list[str], dict, list[tu
             f"{merged.needs_processes}: no num_processes, and accelerate launch refuses that config without "
             "--num_processes; give --gpus N (or num_processes in the file)"
         )
-    return merged.values, notes + merged.notes, merged.sources, merged.train_batch_sizes
+    merged.notes = notes + merged.notes
+    return merged
 
 
 def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_out: dict | None = None):
@@ -302,9 +305,8 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_ou
     `defaults` fill settings neither the file nor the flags give (e.g. the GPU's memory for --gpu).
     The same path serves `vram-estimate` and `grpo-vram-trace`, so both accept and refuse the same configs.
     """
-    values, notes, sources, train_batch_sizes = read_sources(ns)
-    if sources_out is not None:
-        sources_out.update(sources)
+    merged = read_sources(ns)
+    values, notes, sources = merged.values, merged.notes, merged.sources
     given = set(values)  # what the file and flags set (the release's defaults below are not "given")
     values.setdefault("transformers_version", default_transformers())
     try:  # the modelled TRL release's defaults and batch meaning (given settings are in its terms)
@@ -313,6 +315,14 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_ou
         values = release_values(version, values)
     except ValueError as e:
         raise FlagError(str(e)) from None
+    try:
+        finished = finish(merged, values, sources, RunConfig().gradient_checkpointing)
+    except ConfigFileError as e:
+        raise FlagError(str(e)) from None
+    notes = notes + finished
+    given |= {name for name in ("gradient_checkpointing", "max_completion_length") if name in sources}
+    if sources_out is not None:
+        sources_out.update(sources)
     model = values.setdefault("model", RunConfig().model)
     try:
         arch, model_note = catalog.resolve_model_with_note(model)  # a size alias says which model it chose
@@ -327,7 +337,7 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_ou
     try:
         cfg = RunConfig.from_dict(values)
         validate(cfg, arch)
-        for total, where in train_batch_sizes:
+        for total, where in merged.train_batch_sizes:
             check_train_batch_size(
                 total, where, cfg.num_gpus, cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps
             )

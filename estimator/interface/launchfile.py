@@ -33,9 +33,15 @@ Each rule follows the code that reads these files in the releases modelled (acce
   "auto" is filled from TrainingArguments. Those explicit values come back in `must_match`; a missing section is
   filled from the trainer's mixed precision (accelerate DeepSpeedPlugin.set_mixed_precision, dataclasses.py#L1415-L1446),
   so missing = "auto" here.
-- FSDP: `fsdp_reshard_after_forward` (FSDP2 bool, or an FSDP1 strategy name) and `fsdp_sharding_strategy`
-  (name or FSDP1 enum number) as accelerate's FullyShardedDataParallelPlugin reads them (dataclasses.py#L1591-L1620);
-  `fsdp_offload_params` -> offload_param.
+- FSDP: `accelerate launch` always exports both FSDP_SHARDING_STRATEGY (default FULL_SHARD) and
+  FSDP_RESHARD_AFTER_FORWARD (default true) (utils/launch.py#L313-L315, commands/launch.py#L533-L544). Under
+  `fsdp_version: 1` the plugin reads `fsdp_sharding_strategy` (name or FSDP1 enum number) and FSDP1 is wrapped
+  with it, so `fsdp_reshard_after_forward` is not what runs (dataclasses.py#L1843-L1856,
+  accelerator.py#L1944-L1947); under `fsdp_version: 2` only `fsdp_reshard_after_forward` is read, a bool
+  (true: FULL_SHARD, false: SHARD_GRAD_OP; a strategy name there is refused, #L1865-L1880).
+  `fsdp_offload_params` -> offload_param. `fsdp_activation_checkpointing: true` is FSDP's own activation
+  checkpointing, estimated as gradient_checkpointing; transformers stops when the training argument is on too
+  (trainer.py#L878-L884, TRL's default is on), which `configfile.merge` checks (`fsdp_checkpointing`).
 
 Offload and the FSDP strategy land in RunConfig's `offload_optimizer`, `offload_param`, `fsdp_sharding_strategy`;
 what the estimate does not use (`fsdp_version`) comes back in `extra`. HYBRID_SHARD, ZeRO-1, NVMe offload and
@@ -171,6 +177,7 @@ class LaunchSettings:
     train_batch_size: tuple[int, str] | None = (
         None  # a DeepSpeed train_batch_size that is not "auto", and where
     )
+    fsdp_checkpointing: str | None = None  # where fsdp_activation_checkpointing is true (FSDP's own)
 
 
 def is_accelerate_config(data: dict) -> bool:
@@ -444,25 +451,35 @@ def _deepspeed_file(out: LaunchSettings, where: str, name: str, base: Path | Non
     out.ignored += [f"{path.name}: {k}" for k in inner.ignored]
 
 
-def _fsdp_strategy(where: str, fs: dict) -> tuple[str, str]:
-    """(sharding strategy, the key it was read from): fsdp_sharding_strategy, or FSDP2's
-    fsdp_reshard_after_forward (a bool, or a strategy name accelerate also accepts there)."""
-    strategy, key = fs.get("fsdp_sharding_strategy"), "fsdp_config.fsdp_sharding_strategy"
-    if "fsdp_reshard_after_forward" in fs:
-        raf, key = fs["fsdp_reshard_after_forward"], "fsdp_config.fsdp_reshard_after_forward"
+def _fsdp_strategy(where: str, fs: dict, version: int) -> tuple[str, str, str | None]:
+    """(sharding strategy, the key it was read from, the other key's value when it names another strategy and is
+    not read): FSDP1 runs fsdp_sharding_strategy, FSDP2 fsdp_reshard_after_forward (module docstring)."""
+    if version == 2:
+        key = "fsdp_config.fsdp_reshard_after_forward"
+        raf = fs.get("fsdp_reshard_after_forward", True)
         if isinstance(raf, str) and raf.upper() in FSDP_STRATEGIES:
-            strategy = raf.upper()
-        else:
-            strategy = "FULL_SHARD" if _bool(where, key, raf) else "SHARD_GRAD_OP"
+            raise LaunchFileError(
+                f"{where}: {key} {clip(raf)} is a strategy name, which accelerate refuses under fsdp_version 2; "
+                "accepted: true (FULL_SHARD), false (SHARD_GRAD_OP)"
+            )
+        strategy = "FULL_SHARD" if _bool(where, key, raf) else "SHARD_GRAD_OP"
+        other = fs.get("fsdp_sharding_strategy")
+        unread = f"fsdp_sharding_strategy {clip(other)}" if other is not None else None
+        return strategy, key, unread
+    strategy, key = fs.get("fsdp_sharding_strategy", "FULL_SHARD"), "fsdp_config.fsdp_sharding_strategy"
     if isinstance(strategy, int) and not isinstance(strategy, bool):
         strategy = FSDP_STRATEGY_NUMBERS.get(strategy, strategy)
-    strategy = "FULL_SHARD" if strategy is None else str(strategy).upper()
+    strategy = str(strategy).upper()
     _choice(where, key, strategy, FSDP_STRATEGIES)
+    raf = fs.get("fsdp_reshard_after_forward")
+    unread = None
+    if raf is not None and not (isinstance(raf, str) and raf.upper() == strategy):
+        unread = f"fsdp_reshard_after_forward {clip(raf)}"
     if strategy == "HYBRID_SHARD":
         raise LaunchFileError(
             f"{where}: {key} HYBRID_SHARD is not modelled; accepted: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD"
         )
-    return strategy, key
+    return strategy, key, unread
 
 
 def _fsdp_section(out: LaunchSettings, where: str, fs: dict) -> None:
@@ -475,18 +492,26 @@ def _fsdp_section(out: LaunchSettings, where: str, fs: dict) -> None:
             f"{where}: fsdp_version 1 is estimated as FSDP2 (the traced path); FSDP1's flat parameters "
             "and its summon_full_params for generation differ"
         )
-    strategy, key = _fsdp_strategy(where, fs)
+    strategy, key, unread = _fsdp_strategy(where, fs, version)
+    if unread is not None:
+        out.notes.append(
+            f"{where}: {unread} is not read under fsdp_version {version} (accelerate's FSDP{version} takes "
+            f"{key.split('.')[-1]}): estimated as {strategy}"
+        )
     _set(out, "sharding", "none" if strategy == "NO_SHARD" else "fsdp", key)
     if strategy != "NO_SHARD":
         _set(out, "fsdp_sharding_strategy", strategy, key)
     if "fsdp_offload_params" in fs:
         key = "fsdp_config.fsdp_offload_params"
         _set(out, "offload_param", _bool(where, key, fs["fsdp_offload_params"]), key)
-    if fs.get("fsdp_activation_checkpointing") is True:
-        out.notes.append(
-            f"{where}: fsdp_activation_checkpointing is estimated as gradient_checkpointing (transformers "
-            "refuses both on at once: set gradient_checkpointing: false in the GRPOConfig)"
-        )
+    key = "fsdp_config.fsdp_activation_checkpointing"
+    if key.split(".")[-1] in fs and _bool(where, key, fs[key.split(".")[-1]]):
+        out.fsdp_checkpointing = f"{where} {key}"
+        if fs.get("fsdp_activation_checkpointing_offload") in (True, "true"):
+            out.notes.append(
+                f"{where}: fsdp_activation_checkpointing_offload (saved activations in host memory) is estimated "
+                "as activations kept on the GPU, which errs high"
+            )
 
 
 def read_launch_file(path: str) -> LaunchSettings:

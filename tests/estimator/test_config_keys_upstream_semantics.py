@@ -1,0 +1,156 @@
+"""Keys of a user's files whose meaning upstream decides against their name: each file gives the estimate of the
+run transformers / accelerate / TRL would start, checked against the same run given as flags."""
+
+from __future__ import annotations
+
+import pytest
+from cli_json import estimate, run
+
+FSDP = """compute_environment: LOCAL_MACHINE
+distributed_type: FSDP
+fsdp_config:
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_version: {version}
+{extra}mixed_precision: bf16
+num_machines: 1
+num_processes: 4
+"""
+
+
+def write(tmp_path, name, text) -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def fsdp_file(tmp_path, version: int, extra: str) -> str:
+    return write(tmp_path, "acc.yaml", FSDP.format(version=version, extra=extra))
+
+
+def strategy(got: dict) -> str:
+    return got["config"].get("fsdp_sharding_strategy", "FULL_SHARD")  # the JSON leaves a default out
+
+
+def notes(argv, capsys) -> str:
+    code, _, err = run([*argv, "--json"], capsys)
+    assert code == 0, err
+    return err
+
+
+def flags_run(capsys, *more: str) -> dict:
+    return estimate(["--model", "7B", "--gpus", "4", "--fsdp", *more], capsys)
+
+
+def test_fsdp1_runs_its_sharding_strategy_not_reshard_after_forward(tmp_path, capsys):
+    # accelerate launch exports FSDP_SHARDING_STRATEGY (default FULL_SHARD) and FSDP1 wraps with it
+    # (accelerate 1.15 dataclasses.py FSDP1 branch; accelerator.py `sharding_strategy or reshard_after_forward`)
+    path = fsdp_file(tmp_path, 1, "  fsdp_reshard_after_forward: SHARD_GRAD_OP\n")
+    got = estimate(["--model", "7B", "--config", path], capsys)
+    assert strategy(got) == "FULL_SHARD"
+    assert got["peak_allocated_bytes"] == flags_run(capsys)["peak_allocated_bytes"]
+    err = notes(["--model", "7B", "--config", path], capsys)
+    assert "fsdp_reshard_after_forward 'SHARD_GRAD_OP' is not read" in err
+    both = fsdp_file(
+        tmp_path, 1, "  fsdp_reshard_after_forward: FULL_SHARD\n  fsdp_sharding_strategy: SHARD_GRAD_OP\n"
+    )
+    got = estimate(["--model", "7B", "--config", both], capsys)
+    shard_grad_op = flags_run(capsys, "--fsdp-sharding-strategy", "SHARD_GRAD_OP")
+    assert strategy(got) == "SHARD_GRAD_OP"
+    assert got["peak_allocated_bytes"] == shard_grad_op["peak_allocated_bytes"]
+
+
+def test_fsdp2_runs_reshard_after_forward_and_refuses_a_strategy_name_there(tmp_path, capsys):
+    path = fsdp_file(tmp_path, 2, "  fsdp_sharding_strategy: NO_SHARD\n")
+    got = estimate(["--model", "7B", "--config", path], capsys)
+    assert got["config"]["sharding"] == "fsdp" and strategy(got) == "FULL_SHARD"
+    off = fsdp_file(tmp_path, 2, "  fsdp_reshard_after_forward: false\n")
+    assert strategy(estimate(["--model", "7B", "--config", off], capsys)) == "SHARD_GRAD_OP"
+    named = fsdp_file(tmp_path, 2, "  fsdp_reshard_after_forward: SHARD_GRAD_OP\n")
+    code, out, err = run(["--model", "7B", "--config", named], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "fsdp_version 2" in err
+
+
+def test_fsdp_activation_checkpointing_is_checkpointing_and_refused_beside_trls(tmp_path, capsys):
+    acc = fsdp_file(tmp_path, 2, "  fsdp_activation_checkpointing: true\n")
+    trl = write(tmp_path, "grpo.yaml", "gradient_checkpointing: false\n")
+    got = estimate(["--model", "7B", "--config", acc, "--config", trl], capsys)
+    assert got["config"]["gradient_checkpointing"] is True
+    assert "fsdp_activation_checkpointing" in got["settings_from"]["gradient_checkpointing"]
+    assert (
+        got["peak_allocated_bytes"] == flags_run(capsys, "--gradient-checkpointing")["peak_allocated_bytes"]
+    )
+    # transformers' Trainer stops when FSDP's and the training argument's checkpointing are both on; TRL's
+    # GRPOConfig turns the latter on by default
+    code, out, err = run(["--model", "7B", "--config", acc], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "TRL's default" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "checkpointing"),
+    [
+        ("activation_checkpointing: false\ngradient_checkpointing: true\n", False),  # the new name wins
+        ("gradient_checkpointing: true\nactivation_checkpointing: null\n", True),  # unset: the alias decides
+        ("activation_checkpointing: true\n", True),
+        ("gradient_checkpointing_kwargs: {every_n_layers: 2}\n", False),  # some layers keep activations
+        ("activation_checkpointing_kwargs: '{\"use_reentrant\": false}'\n", True),  # a JSON string is a dict
+    ],
+)
+def test_activation_checkpointing_names(tmp_path, capsys, text, checkpointing):
+    path = write(tmp_path, "grpo.yaml", text)
+    got = estimate(["--model", "1.5B", "--config", path], capsys)
+    flag = "--gradient-checkpointing" if checkpointing else "--no-gradient-checkpointing"
+    assert got["config"]["gradient_checkpointing"] is checkpointing
+    assert got["peak_allocated_bytes"] == estimate(["--model", "1.5B", flag], capsys)["peak_allocated_bytes"]
+
+
+def test_trl_yaml_env_sets_the_allocator_and_wins_over_the_shell(tmp_path, capsys):
+    # TrlParser writes `env:` into os.environ before the run starts
+    path = write(
+        tmp_path,
+        "grpo.yaml",
+        "env:\n  PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True\n  WANDB_MODE: off\n",
+    )
+    got = estimate(["--model", "1.5B", "--config", path], capsys)
+    flags = estimate(["--model", "1.5B", "--alloc-conf", "expandable_segments:True"], capsys)
+    assert got["config"]["pytorch_cuda_alloc_conf"] == "expandable_segments:True"
+    assert got["peak_reserved_bytes"] == flags["peak_reserved_bytes"]
+    cmd = f"PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128 trl grpo --config {path}"
+    got = estimate(["--model", "1.5B", "--gpus", "1", "--from-command", cmd], capsys)
+    assert got["config"]["pytorch_cuda_alloc_conf"] == "expandable_segments:True"
+
+
+@pytest.mark.parametrize(("vllm", "length"), [(False, 2048), (True, 768)])
+def test_generation_kwargs_lengths_override_max_completion_length(tmp_path, capsys, vllm, length):
+    # TRL 1.16 updates its generation dict with generation_kwargs: max_new_tokens on transformers' generate,
+    # max_tokens on vLLM's SamplingParams
+    text = "max_completion_length: 512\ngeneration_kwargs:\n  max_new_tokens: 2048\n  max_tokens: 768\n"
+    path = write(tmp_path, "grpo.yaml", text + f"use_vllm: {str(vllm).lower()}\n")
+    got = estimate(["--model", "0.5B", "--config", path], capsys)
+    assert got["config"]["max_completion_length"] == length
+    # a flag still decides
+    flagged = estimate(["--model", "0.5B", "--config", path, "--max-completion-length", "100"], capsys)
+    assert flagged["config"]["max_completion_length"] == 100
+
+
+def test_quantization_config_in_model_init_kwargs_is_4bit(tmp_path, capsys):
+    text = (
+        "use_peft: true\nmodel_init_kwargs:\n  dtype: bfloat16\n  quantization_config:\n"
+        "    load_in_4bit: true\n    bnb_4bit_quant_type: nf4\n    bnb_4bit_use_double_quant: true\n"
+    )
+    got = estimate(["--model", "7B", "--config", write(tmp_path, "grpo.yaml", text)], capsys)
+    flags = estimate(["--model", "7B", "--qlora", "--dtype", "bfloat16", "--use-bnb-nested-quant"], capsys)
+    assert got["peak_allocated_bytes"] == flags["peak_allocated_bytes"]
+
+
+@pytest.mark.parametrize("text", ["lora_modules_to_save: [lm_head, embed_tokens]\n", "use_dora: true\n"])
+def test_unmodelled_keys_that_add_memory_are_refused(tmp_path, capsys, text):
+    path = write(tmp_path, "grpo.yaml", "use_peft: true\n" + text)
+    code, out, err = run(["--model", "7B", "--config", path], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "not modelled" in err
+
+
+def test_load_in_8bit_is_said_to_err_high(tmp_path, capsys):
+    path = write(tmp_path, "grpo.yaml", "use_peft: true\nload_in_8bit: true\n")
+    err = notes(["--model", "7B", "--config", path], capsys)
+    assert "load_in_8bit (an 8-bit bitsandbytes base) is not modelled" in err and "errs high" in err
+    assert "do not change the estimate: load_in_8bit" not in err
