@@ -286,6 +286,7 @@ def translate_deepspeed(data: dict, where: str) -> LaunchSettings:
             _offload(where, f"zero_optimization.{part}.device", section.get("device", "none")),
             f"zero_optimization.{part}.device",
         )
+    _zero_knobs(where, zero, out)
     if out.values.get("offload_param") and out.values["sharding"] != "zero3":
         raise LaunchFileError(
             f"{where}: zero_optimization.offload_param needs stage 3, got stage {clip(zero.get('stage'))}"
@@ -322,6 +323,41 @@ def translate_deepspeed(data: dict, where: str) -> LaunchSettings:
     ):  # checked against GPUs x micro-batch x GA once all are known
         out.train_batch_size = (_int(where, "train_batch_size", data["train_batch_size"]), where)
     return out
+
+
+# zero_optimization keys that move GPU memory and that the estimate takes at DeepSpeed 0.19.8's defaults
+# (runtime/zero/config.py) or HF's "auto" fill (transformers integrations/deepspeed.py), as named here
+ZERO_KNOBS_ASSUMED = {  # key -> (DeepSpeed's default, None where HF fills it or none applies; what is assumed)
+    "stage3_max_reuse_distance": (1e9, "1e9"),
+    "stage3_max_live_parameters": (1e9, "1e9"),
+    "stage3_prefetch_bucket_size": (None, "5e7 or 0.9 x hidden^2, the larger"),
+    "stage3_param_persistence_threshold": (None, "norms and biases persist"),
+    "reduce_bucket_size": (None, "not counted"),
+    "allgather_bucket_size": (None, "not counted"),
+    "zero_hpz_partition_size": (1, "1"),
+    "zero_quantized_weights": (False, "false"),
+    "zero_quantized_gradients": (False, "false"),
+}
+
+
+def _zero_knobs(where: str, zero: dict, out: LaunchSettings) -> None:
+    """A note naming the memory knobs given that the estimate takes at their defaults (ZERO_KNOBS_ASSUMED); a
+    partial optimizer offload (`offload_optimizer.ratio` < 1: part of the optimizer kept on the GPU) is refused,
+    as the estimate would count all of it on the host, too low."""
+    given = [
+        f"{key} {clip(zero[key])} (estimated at {assumed})"
+        for key, (default, assumed) in ZERO_KNOBS_ASSUMED.items()
+        if key in zero and zero[key] not in ("auto", default)
+    ]
+    if given:
+        out.notes.append(f"{where}: zero_optimization keys not modelled: {'; '.join(given)}")
+    section = zero.get("offload_optimizer")
+    ratio = section.get("ratio") if isinstance(section, dict) else None
+    if ratio is not None and ratio != 1:
+        raise LaunchFileError(
+            f"{where}: zero_optimization.offload_optimizer.ratio {clip(ratio)} (part of the optimizer kept on the "
+            "GPU) is not modelled, so the estimate would be low; accepted: 1 (all of it on the host)"
+        )
 
 
 def _find_ds_file(given: str, base: Path | None, where: str) -> tuple[Path, str | None]:

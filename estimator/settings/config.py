@@ -195,6 +195,11 @@ class RunConfig:
     bf16: bool = setting(True, "bf16 autocast mixed precision (not a weight cast)")
     optim: str = setting("adamw_torch_fused", "optimizer", choices=OPTIMIZERS)
     cast_lm_head_to_fp32: bool = setting(False, "run the LM head in float32")
+    ds3_gather_for_generation: bool = setting(
+        True,
+        "ZeRO-3: gather the whole policy for generate (false: each module is fetched as it runs; not with vLLM)",
+        since="0.2.0",
+    )
     generation_use_cache: bool = setting(
         True,
         "generate keeps a KV cache (transformers' use_cache; false where the checkpoint's generation config says "

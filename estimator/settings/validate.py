@@ -167,6 +167,14 @@ def notes(cfg: RunConfig, arch: Arch | None, given: Iterable[str] = ()) -> list[
         switch, how = INERT_WITHOUT[name]
         if not getattr(cfg, switch):
             out.append(f"{flag(name)} has no effect without {how} (ignored)")
+    if "ds3_gather_for_generation" in given and not cfg.ds3_gather_for_generation:
+        if cfg.sharding != "zero3":
+            out.append(f"{flag('ds3_gather_for_generation')} false has no effect without ZeRO-3 (--zero 3)")
+        elif cfg.use_vllm:
+            out.append(
+                f"{flag('ds3_gather_for_generation')} false: TRL says it is not compatible with vLLM generation; "
+                "vLLM generates from its own copy, so the estimate is the same"
+            )
     if cfg.sharding != "none" and cfg.num_gpus == 1:
         out.append(
             f"--sharding {cfg.sharding} over one GPU shards nothing; give --gpus N for N processes "

@@ -18,7 +18,7 @@ from estimator.terms import logprob_head as head
 from estimator.terms import moe_lora, release, vllm, weights
 from estimator.terms import optimizer as opt
 from estimator.terms.phase_names import GENERATE, OPTIMIZER, SCORE, TRAIN
-from estimator.terms.sharding import ddp_gradient_buckets, gathered_weights, shard
+from estimator.terms.sharding import ddp_gradient_buckets, gathered_weights, shard, zero3_fetched_weights
 from estimator.units import nbytes
 
 
@@ -84,7 +84,7 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     }
     out = dict(max(prefill, prefill_rotary, decode_layers, decode_head, key=lambda d: sum(d.values())))
     out["gradients"] = shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch))
-    gathered = gathered_weights(cfg, weights.policy_weights(cfg, arch))
+    gathered = _generation_gather(cfg, arch)
     if gathered:
         out["gathered_weights"] = gathered
     return out
@@ -111,10 +111,19 @@ def _generate_without_cache(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         act.fp32_head_cast_in_generation(cfg, arch) if head else 0
     )
     out["gradients"] = shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch))
-    gathered = gathered_weights(cfg, weights.policy_weights(cfg, arch))
+    gathered = _generation_gather(cfg, arch)
     if gathered:
         out["gathered_weights"] = gathered
     return out
+
+
+def _generation_gather(cfg: RunConfig, arch: Arch) -> int:
+    """ZeRO-3 gathers the whole policy for generate (`gathered_weights`), or with ds3_gather_for_generation off
+    fetches module by module as each token's forward runs (`zero3_fetched_weights`)."""
+    full = weights.policy_weights(cfg, arch)
+    if cfg.ds3_gather_for_generation:
+        return gathered_weights(cfg, full)
+    return zero3_fetched_weights(cfg, arch, "decode", full)
 
 
 def score_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
@@ -127,6 +136,9 @@ def score_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         "rollout_buffers": gen.rollout_buffers(cfg),
         "gradients": shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch)),
     }
+    fetched = zero3_fetched_weights(cfg, arch, "forward", weights.policy_weights(cfg, arch))
+    if fetched:
+        common["gathered_weights"] = fetched
     # the backbone's largest layer and the head run one after the other: the phase peak is the larger instant
     layers = {"activations": act.nograd_forward_peak(cfg, arch, b, seq)}
     at_head = {
@@ -249,8 +261,13 @@ def train_instants(cfg: RunConfig, arch: Arch, tensors: str = opt.REAL) -> dict[
     # the tied head's gradient meets the embedding's: in place on real tensors with TRL's fused head
     tied = opt.tied_gradients_at_meeting(cfg, arch, tensors)
     instants["backward_end"] = {"activations": grad_flow, "gradients": grads + shard(cfg, "gradients", tied)}
+    fetched = zero3_fetched_weights(cfg, arch, "train", weights.policy_weights(cfg, arch))
     for name, comps in instants.items():
         comps["rollout_buffers"] = buffers
+        if (
+            fetched
+        ):  # the most ZeRO-3 holds gathered at once in forward + backward, at every instant (errs high)
+            comps["gathered_weights"] = fetched
         # GA > 1: every .grad resident from micro-step 2
         later = opt.micro_step_gradients(cfg, arch, name, tensors)
         if later is not None:

@@ -13,6 +13,9 @@ Line references (`GT:N-M`, `CK:N`, ...) are upstream files at pinned versions: e
 
 from __future__ import annotations
 
+import functools
+
+from estimator.model.architecture import Arch
 from estimator.settings.config import RunConfig
 
 SHARDED = {
@@ -84,6 +87,105 @@ def gathered_weights(cfg: RunConfig, full_weights: int) -> int:
     if cfg.sharding == "fsdp" and cfg.num_gpus > 1:
         return full_weights - shard(cfg, "weights", full_weights)
     return 0
+
+
+# ---- ZeRO-3's parameter fetches (DeepSpeed 0.19.8 runtime/zero/partitioned_param_coordinator.py) -------------
+# Under ZeRO-3 every submodule's parameters are all-gathered before it runs (`fetch_sub_module`) and released after
+# (`release_sub_module`), except those `__params_to_release` keeps: parameters that recur among the next modules of
+# the recorded trace before `stage3_max_reuse_distance` elements have been traversed (default 1e9,
+# runtime/zero/config.py). Parameters below `stage3_param_persistence_threshold` (HF "auto": 10 x hidden) persist,
+# gathered all run; the prefetcher gathers up to `stage3_prefetch_bucket_size` elements ahead (HF "auto":
+# 0.9 x hidden^2, DeepSpeed's default 5e7). The first step records the trace and releases everything after use;
+# from the second on the rules above hold, so the walk below models them (the larger case). Each gathered
+# parameter is a new full-size buffer beside the rank's partition (`gathered_weights`).
+ZERO3_MAX_REUSE_DISTANCE = 10**9  # DeepSpeed's default stage3_max_reuse_distance (elements)
+ZERO3_PREFETCH_BUCKET = 5 * 10**7  # DeepSpeed's default stage3_prefetch_bucket_size (elements)
+
+
+def fetches_parameters(cfg: RunConfig) -> bool:
+    """ZeRO-3 gathers each module's parameters onto the GPU: over several GPUs, or on one with parameter offload
+    (on one GPU without it the partition is the parameter: `NoGatherHandle`)."""
+    return cfg.sharding == "zero3" and (cfg.num_gpus > 1 or cfg.offload_param)
+
+
+def _modules(arch: Arch) -> tuple[list[tuple[str, int]], int]:
+    """One forward's module order as ZeRO-3's hooks see it, (module id, elements it gathers), and the elements
+    that persist (norms and biases, below the persistence threshold). A tied head is the embedding's parameter;
+    fused MoE experts are one module."""
+    weight = [lin for lin in arch.layer_linears if lin.is_nn_linear]
+    experts = sum(
+        lin.count * lin.in_features * lin.out_features for lin in arch.layer_linears if not lin.is_nn_linear
+    )
+    order: list[tuple[str, int]] = [("embed", arch.embedding_params)]
+    for layer in range(arch.num_layers):
+        order += [(f"{layer}.{lin.name}", lin.count * lin.in_features * lin.out_features) for lin in weight]
+        if experts:
+            order.append((f"{layer}.experts", experts))
+    order.append(
+        ("embed", arch.embedding_params) if arch.tie_word_embeddings else ("head", arch.lm_head_params)
+    )
+    biases = sum(lin.count * lin.out_features for lin in arch.layer_linears if lin.bias)
+    persistent = arch.num_layers * (arch.layer_norm_params + biases) + arch.final_norm_params
+    return order, persistent
+
+
+def _pass_order(arch: Arch, kind: str, checkpointing: bool) -> list[tuple[str, int]]:
+    """The module order of one phase: "forward" (a no-grad pass), "decode" (two generated tokens' forwards, the
+    second reusing the first's parameters), "train" (forward, then backward in reverse; with gradient
+    checkpointing each layer's forward is recomputed just before its backward)."""
+    forward, _ = _modules(arch)
+    if kind == "forward":
+        return forward
+    if kind == "decode":
+        return forward + forward
+    if not checkpointing:
+        return forward + forward[::-1]
+    per_layer = (len(forward) - 2) // max(arch.num_layers, 1)
+    backward = [forward[-1]]
+    for layer in reversed(range(arch.num_layers)):
+        mods = forward[1 + layer * per_layer : 1 + (layer + 1) * per_layer]
+        backward += mods + mods[::-1]
+    return forward + backward + [forward[0]]
+
+
+@functools.cache
+def zero3_live_elements(
+    arch: Arch, kind: str, checkpointing: bool, reuse: int = ZERO3_MAX_REUSE_DISTANCE
+) -> int:
+    """Most parameter elements gathered at once over a phase's module order: each module's are fetched when it
+    runs and kept after it only if the module recurs before `reuse` elements of the order have been traversed
+    (`__params_to_release`)."""
+    order = _pass_order(arch, kind, checkpointing)
+    live: dict[str, int] = {}
+    peak = 0
+    for i, (module, n) in enumerate(order):
+        live[module] = n
+        peak = max(peak, sum(live.values()))
+        traversed = 0
+        for later, m in order[i + 1 :]:
+            if traversed >= reuse:
+                break
+            if later == module:
+                break
+            traversed += m
+        else:
+            del live[module]
+            continue
+        if traversed >= reuse:
+            del live[module]
+    return peak
+
+
+def zero3_fetched_weights(cfg: RunConfig, arch: Arch, kind: str, full_weights: int) -> int:
+    """Bytes of parameters ZeRO-3 holds gathered beside the partitions during a phase (`zero3_live_elements` +
+    the persistent ones + one prefetch bucket), at the policy's bytes per parameter; 0 when it fetches nothing."""
+    if not fetches_parameters(cfg):
+        return 0
+    _, persistent = _modules(arch)
+    bucket = max(ZERO3_PREFETCH_BUCKET, int(0.9 * arch.hidden_size**2))
+    live = zero3_live_elements(arch, kind, cfg.gradient_checkpointing) + persistent + bucket
+    total = max(arch.total_params, 1)
+    return min(full_weights, -(-full_weights * live // total))
 
 
 # ---- FSDP2 as accelerate 1.15 applies it under TRL (traced: sweeps/trace/distributed.py) -----------------------

@@ -154,3 +154,22 @@ def test_load_in_8bit_is_said_to_err_high(tmp_path, capsys):
     err = notes(["--model", "7B", "--config", path], capsys)
     assert "load_in_8bit (an 8-bit bitsandbytes base) is not modelled" in err and "errs high" in err
     assert "do not change the estimate: load_in_8bit" not in err
+
+
+def test_zero_knobs_off_their_defaults_are_named_and_partial_offload_refused(tmp_path, capsys):
+    import json
+
+    zero = {
+        "stage": 3,
+        "overlap_comm": True,
+        "stage3_max_live_parameters": 1e9,
+        "stage3_max_reuse_distance": 1e8,
+    }
+    path = write(tmp_path, "ds.json", json.dumps({"zero_optimization": zero}))
+    err = notes(["--model", "7B", "--gpus", "8", "--config", path], capsys)
+    assert "stage3_max_reuse_distance 100000000.0 (estimated at 1e9)" in err
+    assert "stage3_max_live_parameters" not in err  # DeepSpeed's default: nothing to say
+    zero["offload_optimizer"] = {"device": "cpu", "ratio": 0.3}
+    path = write(tmp_path, "ds.json", json.dumps({"zero_optimization": zero}))
+    code, out, err = run(["--model", "7B", "--gpus", "8", "--config", path], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "ratio 0.3" in err
