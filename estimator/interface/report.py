@@ -199,7 +199,8 @@ def render(est: Estimate, fits: list[Fit], target: Fit | None = None) -> str:
         amount = f"{_g(abs(target.free_bytes))} GiB {'free' if target.free_bytes >= 0 else 'missing'}"
         if target.blocked:
             step = "leaves " + amount if target.free_bytes >= 0 else "is " + amount
-            amount = f"fails at {target.blocked} (see the layout); the step itself {step}"
+            see = "the host RAM line" if target.blocked.startswith("host RAM") else "the layout"
+            amount = f"fails at {target.blocked} (see {see}); the step itself {step}"
         out.append(
             f"{target.gpu.name} ({gib(target.gpu.usable_bytes):.2f} GiB torch can use of "
             f"{target.gpu.memory_gib:.2f} GiB): {verdict}, {amount} (estimated)"
@@ -533,10 +534,14 @@ def vllm_words(c: RunConfig) -> str:
     return f"vLLM {c.vllm_mode} {c.vllm_gpu_memory_utilization}"
 
 
-def _plan_lines(advice: Advice, gpu: GPU) -> list[str]:
+def _plan_lines(advice: Advice, gpu: GPU, host_short: bool = False) -> list[str]:
     plan = advice.plan
     start = advice.baseline_starts is False  # vLLM fails at start-up: the plan must fix that too
     none = f"No change tried {'lets vLLM start and fits' if start else 'makes it fit'} {_the(gpu)}"
+    if host_short and (
+        plan is None or not plan.fits
+    ):  # the host's verdict, not the card's: a card-bytes plan
+        return _wrap(f"{none} within --host-ram: the host RAM line below says what the host needs.")
     if plan is None:
         return _wrap(f"{none}.")
     if start and plan.starts is False:  # the closest set tried saves bytes, but vLLM still does not start
@@ -674,7 +679,7 @@ def short(
     # the advice's fits cover the whole layout (vLLM's start-up, every GPU: cli.compute), so its plan answers a
     # card blocked by the layout too
     if failing is not None and advice is not None and advice.budget_bytes is not None:
-        out += _plan_lines(advice, failing.gpu)
+        out += _plan_lines(advice, failing.gpu, "host RAM (" in failing.blocked)
     elif reference is not None and reference_advice is not None:
         out += _plan_lines(reference_advice, reference.gpu)
     if solution is not None:

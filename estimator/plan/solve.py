@@ -121,10 +121,12 @@ def solve(
     estimate_fn: EstimateFn,
     starts: Callable[[RunConfig, Arch], bool] | None = None,
     others_fit: Callable[[RunConfig, Arch], bool] | None = None,
+    host_fits: Callable[[RunConfig, Arch], bool] | None = None,
 ) -> Solution:
     """Largest value of `knob` whose estimate of what the card must hold (`PeakCache`) is within `budget_bytes`
     (the memory torch can use on the card: `GPU.usable_bytes`) and, with `starts` (layout.starts_on), at which
-    vLLM's own start-up checks pass, and with `others_fit` (layout.others_fit_on) the roles' own GPUs hold them."""
+    vLLM's own start-up checks pass, with `others_fit` (layout.others_fit_on) the roles' own GPUs hold them, and
+    with `host_fits` the host holds what the run offloads and loads there (--host-ram)."""
     peak = PeakCache(arch, estimate_fn)
 
     def starts_(c: RunConfig) -> bool:
@@ -133,8 +135,11 @@ def solve(
     def others_(c: RunConfig) -> bool:
         return others_fit is None or others_fit(c, arch)
 
+    def host_(c: RunConfig) -> bool:
+        return host_fits is None or host_fits(c, arch)
+
     def fits(c: RunConfig) -> bool:
-        return peak(c) <= budget_bytes and starts_(c) and others_(c)
+        return peak(c) <= budget_bytes and starts_(c) and others_(c) and host_(c)
 
     note = ""
     best_cfg: RunConfig | None = None
@@ -187,6 +192,8 @@ def solve(
         raise ValueError(f"cannot solve for {knob!r}; accepted: {', '.join(SOLVABLE)}")
     if best_cfg is None and knob != "vllm_gpu_memory_utilization" and not starts_(cfg):
         note = "vLLM does not start at this configuration, whatever the value: the layout says why"
+    elif best_cfg is None and not host_(cfg):
+        note = "the host RAM (--host-ram) is short whatever the value: the host RAM line says by how much"
     elif best_cfg is None and not others_(cfg):
         note = "a GPU of a role placed on its own does not hold it, whatever the value: the layout says which"
     device = peak.estimate(best_cfg).peak_device_bytes if best_cfg else None
