@@ -317,6 +317,8 @@ def _plan_tail(o: Option) -> str:
 def render_solution(sol: Solution) -> str:
     """One line: the largest value that fits, or that none does."""
     note = f"; {sol.note}" if sol.note else ""
+    if sol.value is None and not sol.tried:
+        return f"solve {sol.knob}: no value to try{note}"
     if sol.value is None:
         return (
             f"solve {sol.knob}: nothing fits in {_g(sol.budget_bytes)} GiB, even the smallest value (estimated)"
@@ -684,7 +686,9 @@ def short(
         out += _plan_lines(reference_advice, reference.gpu)
     if solution is not None:
         note = f"; {plain(solution.note)}" if solution.note else ""
-        if solution.value is None:
+        if solution.value is None and not solution.tried:
+            out += _wrap(f"Solve {solution.knob}: no value to try{note}.")
+        elif solution.value is None:
             out += _wrap(f"Solve {solution.knob}: nothing fits, even the smallest value (estimated{note}).")
         else:
             out += _wrap(

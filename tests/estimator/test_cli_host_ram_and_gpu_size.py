@@ -84,3 +84,25 @@ def test_gpu_with_its_own_size_is_the_card_alone(capsys):
     alone, both = json.loads(out_alone), json.loads(out_both)
     assert code_alone == code_both
     assert alone["target"] == both["target"] and alone["verdict"] == both["verdict"]
+
+
+def test_solve_completion_length_with_a_prompt_past_the_context_finds_none(capsys):
+    # Qwen2.5-0.5B's config.json: max_position_embeddings 32768; a 40000-token prompt leaves 32768 - 40000 < 0
+    argv = [
+        "--model",
+        "0.5B",
+        "--max-prompt-length",
+        "40000",
+        "--solve",
+        "max_completion_length",
+        "--gpu",
+        "B200",
+    ]
+    code, out, _ = _run([*argv, "--json"], capsys)
+    solve = json.loads(out)["solve"]
+    assert code == 1 and solve["value"] is None and "32768" in solve["note"] and "40000" in solve["note"]
+    code, out, _ = _run(argv, capsys)
+    assert code == 1 and "that fits: " not in out
+    # a prompt that leaves room: the cap is the context left, 32768 - 32000
+    code, out, _ = _run([*argv[:3], "32000", *argv[4:], "--json"], capsys)
+    assert code == 0 and json.loads(out)["solve"]["value"] == 32768 - 32000
