@@ -351,8 +351,13 @@ def translate_accelerate(data: dict, where: str, base: Path | None = None) -> La
         out.values["bf16"] = (
             out.mixed_precision != "no"
         )  # the fallback's value, merged below GRPOConfig's bf16
-    if data.get("use_cpu") is True:
+    use_cpu = data.get("use_cpu")
+    if use_cpu is not None and not isinstance(use_cpu, bool):  # accelerate would take any truthy value as True
+        raise LaunchFileError(f"{where}: use_cpu must be true or false, got {clip(use_cpu)}")
+    if use_cpu:
         _set(out, "device", "cpu", "use_cpu")
+    if data.get("num_machines") is not None:  # accelerate launch --num_machines: a count of nodes
+        _int(where, "num_machines", data["num_machines"])
     _check_parallelism(where, data.get("parallelism_config") or {})
     if dist in ("NO", "MULTI_GPU"):
         _set(out, "sharding", "none", "distributed_type")
