@@ -33,10 +33,12 @@ from estimator.step import band
 from estimator.step.band import MIN_MARGIN_LOW, regime_band
 from estimator.step.estimate import estimate
 from estimator.step.offload import host_ram_short_bytes
+from estimator.text import printable
 from estimator.units import GIB, gib
 
 PROG = "vram-estimate"
 FORMATS = ("text", "markdown", "json")
+MAX_LINE = 2000  # the longest note or error line written: each is escaped (one line) and cut past this
 
 
 class UsageError(ValueError):
@@ -185,7 +187,10 @@ def request_from(ns: argparse.Namespace, fmt: str = "text") -> Request:
     if solve == "vllm_gpu_memory_utilization" and not (cfg.use_vllm and cfg.vllm_mode == "colocate"):
         raise UsageError("--solve vllm_gpu_memory_utilization needs --use-vllm with --vllm-mode colocate")
     if gpu is not None and cfg.device == "cpu":
-        raise UsageError("--gpu checks a GPU; drop it with --device cpu")
+        if getattr(ns, "gpu", None) is not None:
+            raise UsageError("--gpu checks a GPU, and --device cpu runs without one; drop one of them")
+        given = sources.get("gpu_memory_gib", "--gpu-memory-gib")
+        raise UsageError(f"{given} sizes a GPU, and --device cpu runs without one; drop one of them")
     return Request(
         cfg,
         arch,
@@ -239,7 +244,9 @@ def render_sources(cfg: RunConfig, sources: dict) -> str | None:
         by.setdefault(origin, []).append(f"{name}={value}" + (f" ({key})" if key and key != name else ""))
     if len([o for o in by if o != "flags"]) < 2:
         return None
-    lines = ["settings read from:"] + [f"  {origin}: {', '.join(items)}" for origin, items in by.items()]
+    lines = ["settings read from:"] + [
+        f"  {printable(origin)}: {printable(', '.join(items), 400)}" for origin, items in by.items()
+    ]
     lines.append("  every other setting: TRL's default (--json lists the whole config)")
     return "\n".join(lines)
 
@@ -578,8 +585,8 @@ def main(argv: list[str] | None = None) -> int:
         req = parse(argv)
         if req.trace:  # bad input before any output
             check_tracer()
-        for note in req.notes:
-            say(f"{PROG}: note: {note}")
+        for note in req.notes:  # escaped here too: a note may quote a user's file or environment
+            say(f"{PROG}: note: {printable(note, MAX_LINE)}")
         ans = compute(req)
         if not req.trace:
             return write_answer(render(ans), ans.code)
@@ -590,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
 
         ans.traced = traced_with_progress(req.cfg, load_tracer, run_trace, sys.stderr)
     except UsageError as e:
-        say(f"{PROG}: error: {e}")
+        say(f"{PROG}: error: {printable(str(e), MAX_LINE)}")
         return 2
     failed = ans.traced.get("status") != "ok"
     text = render(ans) if req.fmt == "json" else render_trace(ans.traced, ans.est, ans.target)

@@ -16,8 +16,10 @@ from estimator.step.estimate import SOURCE, Estimate
 from estimator.terms.phase_names import PHASE_HELP, PHASES
 from estimator.terms.sharding import deepspeed_dtype_config
 from estimator.terms.vllm import VERSION as VLLM_VERSION
+from estimator.text import printable
 from estimator.units import gib
 
+LONG = 2000  # a note or fix escaped whole (`printable` cuts only past this)
 FIT_BASIS = (
     "what the card must hold (allocated + the smallest allocator reserve the step passes with, the allocator "
     "freeing its cache and retrying before an OOM, + CUDA context, workspaces, NCCL) against the memory torch "
@@ -254,9 +256,10 @@ def render_layout(layout: Layout, fixes: list[str]) -> str:
             if g.need_bytes is None
             else f"must hold {_g(g.need_bytes)} (nvidia-smi peak {_g(g.peak_device_bytes)})"
         )
-        out.append(f"  {g.name} × {g.count}: {held} of {_g(g.total_bytes)} GiB ({verdict})")
+        out.append(f"  {printable(g.name, 60)} × {g.count}: {held} of {_g(g.total_bytes)} GiB ({verdict})")
         for r in g.roles:
-            out.append(f"    {r.role:<36} resident {_g(r.resident):>7}  + working {_g(r.working):>7}")
+            role = printable(r.role, 60)
+            out.append(f"    {role:<36} resident {_g(r.resident):>7}  + working {_g(r.working):>7}")
     v = layout.vllm
     if v is not None:
         out.append(f"vLLM {v.mode} as {VLLM_VERSION} counts itself (per GPU, GiB, estimated):")
@@ -287,10 +290,10 @@ def render_layout(layout: Layout, fixes: list[str]) -> str:
             out.append(f"  {knob} that works: from {lo} (one request fits) to {hi} ({top})")
         out.append(f"  verdict: {_vllm_outcome(layout, str)}")
     for n in layout.notes:
-        out.append(f"  note: {n}")
+        out.append(f"  note: {printable(n, LONG)}")
     if fixes:
         out.append("what fixes the cause (estimated):")
-        out += [f"  - {f}" for f in fixes]
+        out += [f"  - {printable(f, LONG)}" for f in fixes]
     return "\n".join(out)
 
 
@@ -638,9 +641,9 @@ def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
     out = [f"Per GPU ({layout.total_gpus} in all, estimated):"]
     for g in layout.groups:
         verdict_ = "fits" if g.fits else f"{_g1(g.held_bytes - g.total_bytes)} GiB short"
-        roles = ", ".join(r.role for r in g.roles)
+        roles = ", ".join(printable(r.role, 60) for r in g.roles)
         out += _wrap(
-            f"{g.name} x {g.count}: {_g1(g.held_bytes)} of {_g1(g.total_bytes)} GiB, {verdict_}; holds {roles}",
+            f"{printable(g.name, 60)} x {g.count}: {_g1(g.held_bytes)} of {_g1(g.total_bytes)} GiB, {verdict_}; holds {roles}",
             "    ",
             "  ",
         )
@@ -648,7 +651,7 @@ def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
     if v is not None:
         out += _wrap(f"vLLM {v.mode} {_vllm_outcome(layout, plain)}", "    ", "  ")
     for f in fixes[:3]:
-        out += _wrap(f"fix: {plain(f)}", "    ", "  ")
+        out += _wrap(f"fix: {printable(plain(f), LONG)}", "    ", "  ")
     return out
 
 

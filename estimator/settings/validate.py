@@ -10,7 +10,7 @@ from estimator.settings.compat import check_library_support
 from estimator.settings.config import InvalidConfig, RunConfig, check_value, flag, schema
 from estimator.settings.role_spec import RoleSpecError, parse_role
 from estimator.settings.trl_versions import profile
-from estimator.text import printable, shown
+from estimator.text import listed, printable, shown
 
 
 def lora_module_names(arch: Arch) -> set[str]:
@@ -23,8 +23,9 @@ def check_values(cfg: RunConfig) -> None:
     for f in schema():
         value = getattr(cfg, f.name)
         problem = check_value(f, value)
-        if problem:
-            detail = f"{shown(value)}: {problem}"
+        if problem:  # a list of names as typed, each quoted: --reward-model '0.5B' ''
+            said = " ".join(shown(v, 40) for v in value[:6]) if isinstance(value, tuple) else shown(value)
+            detail = f"{said}: {problem}"
             raise InvalidConfig(f"{f.flag} {detail}", f.name, detail)
     try:  # a release this estimator models (MAJOR.MINOR within the release table)
         profile(cfg.trl_version)
@@ -131,12 +132,18 @@ def check_combination(cfg: RunConfig, arch: Arch | None) -> None:
             raise InvalidConfig(
                 "TRL 1.16 rejects a LoRA on lm_head (its fused log-prob head reads lm_head.weight)"
             )
+        if "all-linear" in targets and len(targets) > 1:  # PEFT takes the string "all-linear", not in a list
+            others = [t for t in targets if t != "all-linear"]
+            raise InvalidConfig(
+                f"--lora-target-modules all-linear cannot be combined with module names ({listed(others, 4)}); "
+                "accepted: all-linear alone, or names alone"
+            )
         if tuple(targets) != ("all-linear",):
             known = lora_module_names(arch)
             missing = [t for t in targets if t not in known]
             if missing:
                 raise InvalidConfig(
-                    f"--lora-target-modules {', '.join(missing)} not found in {arch.name}; "
+                    f"--lora-target-modules {listed(missing, 4)} not found in {printable(arch.name, 80)}; "
                     f"accepted: all-linear or {', '.join(sorted(known))}"
                 )
 

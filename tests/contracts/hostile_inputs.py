@@ -567,6 +567,36 @@ def _combinations() -> list[Case]:
                 files=(("ds.json", json.dumps(body)),),
             )
         )
+    huge = "x" * 100_000
+    for flag in ("--gpus", "--beta", "--optim", "--dtype", "--format", "--solve", "--zero", "--use_peft"):
+        out.append(Case("combinations", f"huge-value{flag}", M + (flag, huge), needle=flag.split("_")[0]))
+    out.append(
+        Case(
+            "combinations",
+            "lora-target-modules-escape-10k",
+            M + ("--lora", "--lora-target-modules", "\x1b[2J" + "y" * 10_000),
+            needle="--lora-target-modules \\x1b[2J",
+        )
+    )
+    for detail in ((), ("--detail",)):  # a role group's name is the user's text: escaped in the layout
+        out.append(
+            Case(
+                "combinations",
+                "reward-group-escape" + "".join(detail),
+                M + ("--reward-model", "0.5B@own=\x1b[2Jevil:2", *detail),
+                expect="accepted",
+                out_needle="\\x1b[2Jevil",
+            )
+        )
+    out.append(
+        Case(
+            "combinations",
+            "config-name-escape",
+            M + ("--config", "{tmp}/acc\x1b[2J\n.yaml"),
+            files=(("acc\x1b[2J\n.yaml", 'distributed_type: MULTI_GPU\nnum_processes: 2\nuse_cpu: "yes"\n'),),
+            needle="acc\\x1b[2J\\n.yaml: use_cpu",
+        )
+    )
     for name, line in (
         ("acc-use-cpu-yes", 'use_cpu: "yes"'),
         ("acc-use-cpu-5", "use_cpu: 5"),
