@@ -32,3 +32,11 @@ def shown(value: object, limit: int = 60) -> str:
     else:
         text = _bounded_repr().repr(value).encode("ascii", "backslashreplace").decode("ascii")
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def listed(items, n: int = 8, limit: int = 40) -> str:
+    """Names (keys of a user's file) as they go into one line: each escaped and cut to `limit` characters
+    (`printable`), the first `n` of them, then how many more."""
+    items = list(items)
+    head = ", ".join(printable(str(x), limit) for x in items[:n])
+    return head + (f" and {len(items) - n} more" if len(items) > n else "")

@@ -103,9 +103,14 @@ class AllocatorSettings:
         return cls(device_limit=device_limit, **kw)
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only, as torch's parser reads them (std::isdigit; Python's isdigit also takes '٣')."""
+    return text.isascii() and text.isdigit()
+
+
 def _power_of_two(text: str, zero: bool = False) -> bool:
     return (
-        text.isdigit()
+        _digits(text)
         and len(text) <= 18
         and ((int(text) == 0 and zero) or (int(text) & (int(text) - 1) == 0 < int(text)))
     )
@@ -133,9 +138,9 @@ def torch_grammar_problem(conf: str) -> str | None:
             return f"{key}: expected a value after ':'"
         value = tokens[i]
         if key in ("max_split_size_mb", "max_non_split_rounding_mb"):
-            if not value.isdigit() or len(value) > 18 or int(value) < K_LARGE_BUFFER // MIB:
+            if not _digits(value) or len(value) > 18 or int(value) < K_LARGE_BUFFER // MIB:
                 return f"{key}:{value[:20]}: torch takes an integer of at least {K_LARGE_BUFFER // MIB} (MiB)"
-        elif key == "large_segment_size_mb" and (not value.isdigit() or len(value) > 18 or int(value) <= 10):
+        elif key == "large_segment_size_mb" and (not _digits(value) or len(value) > 18 or int(value) <= 10):
             return f"{key}:{value[:20]}: torch takes an integer above kMinLargeAlloc's 10 (MiB)"
         elif key == "expandable_segments" and value not in ("True", "False"):
             return f"{key}:{value[:20]}: torch takes exactly True or False"

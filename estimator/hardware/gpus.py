@@ -200,9 +200,9 @@ def _size_note(gpu: GPU) -> str:
     )
 
 
-def _check_size(gb: float, what: str) -> None:
+def _check_size(gb: float, what: str, unit: str = "GB") -> None:
     if not (math.isfinite(gb) and GENERIC_MIN_GB <= gb <= GENERIC_MAX_GB):
-        raise UnknownGPU(f"{what}: a GPU size is from {GENERIC_MIN_GB} to {GENERIC_MAX_GB} GB")
+        raise UnknownGPU(f"{what}: a GPU size is from {GENERIC_MIN_GB} to {GENERIC_MAX_GB} {unit}")
 
 
 def for_memory_gib(gib: float) -> GPU:
@@ -212,7 +212,7 @@ def for_memory_gib(gib: float) -> GPU:
         gib = float(gib)
     except (TypeError, ValueError):
         raise UnknownGPU(f"--gpu-memory-gib {_shown(gib)}: not a number") from None
-    _check_size(gib, f"--gpu-memory-gib {gib:g}")
+    _check_size(gib, f"--gpu-memory-gib {gib:g}", "GiB")
     return _generic(gib, "GiB", f"given: --gpu-memory-gib {gib:g} = {round(gib * 1024)} MiB")
 
 

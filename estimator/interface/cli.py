@@ -32,10 +32,13 @@ from estimator.settings.role_spec import config_roles
 from estimator.step import band
 from estimator.step.band import MIN_MARGIN_LOW, regime_band
 from estimator.step.estimate import estimate
+from estimator.step.offload import host_ram_short_bytes
+from estimator.text import printable
 from estimator.units import GIB, gib
 
 PROG = "vram-estimate"
 FORMATS = ("text", "markdown", "json")
+MAX_LINE = 2000  # the longest note or error line written: each is escaped (one line) and cut past this
 
 
 class UsageError(ValueError):
@@ -164,6 +167,11 @@ def request_from(ns: argparse.Namespace, fmt: str = "text") -> Request:
         cfg, arch, notes = resolve_run(ns, defaults, sources)
     except FlagError as e:
         raise UsageError(str(e)) from None
+    if gpu is not None and cfg.gpu_memory_gib is not None:
+        check_gpu_memory(gpu, cfg.gpu_memory_gib, sources.get("gpu_memory_gib", "--gpu-memory-gib"))
+        cfg = cfg.with_(
+            gpu_memory_gib=gpu.memory_gib
+        )  # the card checked is the card vLLM sizes its share from
     if gpu is None and getattr(ns, "gpu_memory_gib", None) is not None:  # --gpu-memory-gib N: a card of N GiB
         try:
             gpu = gpus.for_memory_gib(cfg.gpu_memory_gib)
@@ -179,7 +187,10 @@ def request_from(ns: argparse.Namespace, fmt: str = "text") -> Request:
     if solve == "vllm_gpu_memory_utilization" and not (cfg.use_vllm and cfg.vllm_mode == "colocate"):
         raise UsageError("--solve vllm_gpu_memory_utilization needs --use-vllm with --vllm-mode colocate")
     if gpu is not None and cfg.device == "cpu":
-        raise UsageError("--gpu checks a GPU; drop it with --device cpu")
+        if getattr(ns, "gpu", None) is not None:
+            raise UsageError("--gpu checks a GPU, and --device cpu runs without one; drop one of them")
+        given = sources.get("gpu_memory_gib", "--gpu-memory-gib")
+        raise UsageError(f"{given} sizes a GPU, and --device cpu runs without one; drop one of them")
     return Request(
         cfg,
         arch,
@@ -191,6 +202,23 @@ def request_from(ns: argparse.Namespace, fmt: str = "text") -> Request:
         notes,
         sources,
         getattr(ns, "detail", False),
+    )
+
+
+GPU_MEMORY_SLACK_GIB = (
+    1.0  # `--gpu H100 --gpu-memory-gib 80`: the marketed size typed for the card's 79.6 GiB
+)
+
+
+def check_gpu_memory(gpu, given_gib: float, where: str) -> None:
+    """--gpu names a card and --gpu-memory-gib (or a file's key) its size: they must agree within
+    GPU_MEMORY_SLACK_GIB, else vLLM's colocated share would be sized from one card and the fit judged on another."""
+    if abs(given_gib - gpu.memory_gib) <= GPU_MEMORY_SLACK_GIB:
+        return
+    raise UsageError(
+        f"--gpu {gpu.name} has {gpu.memory_gib:.1f} GiB but {where} is {given_gib:g}; accepted: one of them "
+        f"(--gpu alone checks that card, --gpu-memory-gib alone a card of that many GiB), or sizes within "
+        f"{GPU_MEMORY_SLACK_GIB:g} GiB"
     )
 
 
@@ -216,7 +244,9 @@ def render_sources(cfg: RunConfig, sources: dict) -> str | None:
         by.setdefault(origin, []).append(f"{name}={value}" + (f" ({key})" if key and key != name else ""))
     if len([o for o in by if o != "flags"]) < 2:
         return None
-    lines = ["settings read from:"] + [f"  {origin}: {', '.join(items)}" for origin, items in by.items()]
+    lines = ["settings read from:"] + [
+        f"  {printable(origin)}: {printable(', '.join(items), 400)}" for origin, items in by.items()
+    ]
     lines.append("  every other setting: TRL's default (--json lists the whole config)")
     return "\n".join(lines)
 
@@ -373,6 +403,14 @@ def compute(req: Request) -> Answer:
     def layout_on(c: RunConfig, total: int):
         return plan(estimate(c, req.arch), roles, VllmSettings.of(c), catalog.resolve_model, total, policy_fn)
 
+    host_short = host_ram_short_bytes(cfg, req.arch)  # a second verdict: offload and loading need host RAM
+    host_blocked = (
+        f"host RAM ({gib(host_short):.1f} GiB short of --host-ram {cfg.host_ram_gib:g})" if host_short else ""
+    )
+
+    def host_fits(c: RunConfig, arch: Arch) -> bool:
+        return host_ram_short_bytes(c, arch) == 0
+
     def fit_on(g):
         """The step on card `g` (a colocated vLLM takes its share of that card), blocked if the layout fails."""
         c, e = cfg, est
@@ -385,6 +423,8 @@ def compute(req: Request) -> Answer:
                 b for b in layout_on(c, g.usable_bytes).blockers if b != "training GPU" or fit.free_bytes >= 0
             ]
             fit = dataclasses.replace(fit, blocked=", ".join(why))
+        if host_blocked:
+            fit = dataclasses.replace(fit, blocked=", ".join(filter(None, (fit.blocked, host_blocked))))
         return fit
 
     fits = [] if cfg.device == "cpu" else [fit_on(g) for g in gpus.GPUS]
@@ -406,10 +446,17 @@ def compute(req: Request) -> Answer:
         if not layout.fits:
             budget = total
     fails = (target is not None and not target.fits) or (layout is not None and not layout.fits)
+    host_fn = host_fits if cfg.host_ram_gib else None
     advice = None
-    if req.advice or fails:  # a change fits only if the whole layout then does: vLLM starts, every GPU holds
-        advice = adv.advise(cfg, req.arch, est_fn, budget, starts=starts_fn, others_fit=others_fn)
-    solution = solve(cfg, req.arch, req.solve, budget, est_fn, starts_fn, others_fn) if req.solve else None
+    if req.advice or fails:  # a change fits only if the whole layout then does: vLLM starts, every GPU holds,
+        # and the host holds what it offloads and loads (--host-ram)
+        held = _both(others_fn, host_fn)
+        advice = adv.advise(cfg, req.arch, est_fn, budget, starts=starts_fn, others_fit=held)
+    solution = (
+        solve(cfg, req.arch, req.solve, budget, est_fn, starts_fn, others_fn, host_fits=host_fn)
+        if req.solve
+        else None
+    )
     code = 1 if req.gpu is not None and fails else 0
     if solution is not None:
         code = 0 if solution.value is not None else 1
@@ -429,6 +476,13 @@ def compute(req: Request) -> Answer:
         reference,
         advise_for=lambda budget: adv.advise(cfg, req.arch, est_fn, budget),
     )
+
+
+def _both(a, b):
+    """The check `a(c, arch) and b(c, arch)` of two optional checks (None: not checked)."""
+    if a is None or b is None:
+        return a or b
+    return lambda c, arch: a(c, arch) and b(c, arch)
 
 
 def to_json(ans: Answer) -> dict:
@@ -531,8 +585,8 @@ def main(argv: list[str] | None = None) -> int:
         req = parse(argv)
         if req.trace:  # bad input before any output
             check_tracer()
-        for note in req.notes:
-            say(f"{PROG}: note: {note}")
+        for note in req.notes:  # escaped here too: a note may quote a user's file or environment
+            say(f"{PROG}: note: {printable(note, MAX_LINE)}")
         ans = compute(req)
         if not req.trace:
             return write_answer(render(ans), ans.code)
@@ -543,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
 
         ans.traced = traced_with_progress(req.cfg, load_tracer, run_trace, sys.stderr)
     except UsageError as e:
-        say(f"{PROG}: error: {e}")
+        say(f"{PROG}: error: {printable(str(e), MAX_LINE)}")
         return 2
     failed = ans.traced.get("status") != "ok"
     text = render(ans) if req.fmt == "json" else render_trace(ans.traced, ans.est, ans.target)

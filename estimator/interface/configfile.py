@@ -34,6 +34,7 @@ from estimator.interface.files import (
 from estimator.interface.known_keys import OPEN_R1_KEYS, TRL_KEYS
 from estimator.interface.launchfile import LaunchFileError
 from estimator.settings.config import Field, schema
+from estimator.text import listed, printable
 
 DTYPE_ALIASES = {
     "bf16": "bfloat16",
@@ -397,11 +398,11 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
         out.flavour = "open-r1 recipe"
         out.known += open_r1
     if out.known:
-        out.notes.append(f"{where}: known keys that do not change the estimate: {', '.join(out.known)}")
+        out.notes.append(f"{where}: known keys that do not change the estimate: {listed(out.known)}")
     if out.unknown:
         out.notes.append(
             f"{where}: unknown keys (not TRL 1.16's GRPOConfig / ModelConfig / ScriptArguments: another tool's?), "
-            f"not read: {', '.join(map(str, out.unknown))}"
+            f"not read: {listed(out.unknown)}"
         )
     return out
 
@@ -423,7 +424,7 @@ def _from_launch(launch, kind: str, where: str, path: str) -> FileSettings:
         fsdp_checkpointing=launch.fsdp_checkpointing,
     )
     if launch.ignored:
-        out.notes.append(f"{where}: keys this tool does not read: {', '.join(map(str, launch.ignored))}")
+        out.notes.append(f"{where}: keys this tool does not read: {listed(launch.ignored)}")
     return out
 
 
@@ -431,14 +432,14 @@ def settings_of(data: dict, p: Path, flag: str = "--config") -> FileSettings:
     """One parsed file -> FileSettings of its kind."""
     kind = kind_of(data)
     if kind == "trl":
-        out = translate(data, p.name, p.parent)
+        out = translate(data, printable(p.name), p.parent)
         out.path = str(p)
         return out
     try:
         launch = launchfile.translate_file(data, p)
     except LaunchFileError as e:
         raise ConfigFileError(f"{flag} {e}".strip()) from None
-    return _from_launch(launch, kind, p.name, str(p))
+    return _from_launch(launch, kind, printable(p.name), str(p))
 
 
 def read_config_file(path: str, flag: str = "--config") -> FileSettings:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from estimator.interface.command import CommandError, command_files
 from estimator.interface.configfile import (
@@ -38,6 +39,7 @@ from estimator.settings.validate import InvalidConfig, validate
 from estimator.settings.validate import notes as setting_notes
 from estimator.settings.versions import default_transformers, installed, installed_notes
 from estimator.terms.loading import read_ahead_note
+from estimator.text import printable
 
 GROUP_TITLES = {"model": "model", "GRPOConfig": "GRPOConfig", "hardware": "hardware and estimator"}
 DTYPE_CHOICES = ("float32", "bfloat16", "float16", "auto")  # auto = the checkpoint's dtype
@@ -55,9 +57,13 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def one_line_error(parser: argparse.ArgumentParser, message: str) -> str:
-    """argparse's message, with the nearest known flag for a mistyped one (as config-file keys get)."""
+    """argparse's message, with the nearest known flag for a mistyped one (as config-file keys get); the values
+    argparse quotes in it (`invalid choice: '...'`, `invalid int value: '...'`) cut, and the line escaped."""
+    if message.startswith("argument --") and message.endswith(": expected one argument"):
+        flag = message.removeprefix("argument ").split(":")[0].split("/")[0]
+        return f"{message}; a value starting with '-' goes after '=': {flag}=VALUE"
     if not message.startswith("unrecognized arguments: "):
-        return message
+        return printable(_QUOTED.sub(_cut_quoted, message), MAX_ERROR_CHARS)
     unknown = message.removeprefix("unrecognized arguments: ").split()[0]
     parsers, known = [parser], []
     while parsers:  # the flags of the parser and of its subcommands (argparse reports theirs at the top)
@@ -71,27 +77,37 @@ def one_line_error(parser: argparse.ArgumentParser, message: str) -> str:
     return f"unknown flag {clip(unknown)}{hint}"
 
 
+MAX_ERROR_CHARS = 400  # one error line, however long the value typed
+_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"")  # a repr argparse put in its message
+
+
+def _cut_quoted(m: re.Match) -> str:
+    """A quoted value in argparse's message cut to 60 characters, quotes kept."""
+    quote, body = m.group(0)[0], m.group(1) if m.group(1) is not None else m.group(2)
+    return quote + (body if len(body) <= 60 else body[:57] + "...") + quote
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+        raise argparse.ArgumentTypeError(f"invalid integer {clip(text)}; accepted: a whole number") from None
 
 
 def _float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+        raise argparse.ArgumentTypeError(f"invalid number {clip(text)}; accepted: a decimal number") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        raise argparse.ArgumentTypeError(f"{clip(text)} is not a finite number; accepted: a finite number")
     return value
 
 
 def _dtype(text: str) -> str:
     value = normalize_dtype(text)
     if value not in DTYPE_CHOICES:
-        raise argparse.ArgumentTypeError(f"invalid dtype {text!r}; accepted: {', '.join(DTYPE_CHOICES)}")
+        raise argparse.ArgumentTypeError(f"invalid dtype {clip(text)}; accepted: {', '.join(DTYPE_CHOICES)}")
     return value
 
 
@@ -140,7 +156,7 @@ class _TrlBool(argparse.Action):
             setattr(namespace, self.dest, False)
         else:
             raise argparse.ArgumentError(
-                self, f"invalid value {values!r}; accepted: true or false (yes/no, 1/0)"
+                self, f"invalid value {clip(values)}; accepted: true or false (yes/no, 1/0)"
             )
 
 

@@ -56,6 +56,7 @@ from pathlib import Path
 
 from estimator.interface.files import ConfigFileError, clip, load_file, suggestion
 from estimator.interface.known_keys import ACCELERATE_KEYS
+from estimator.text import printable
 
 FSDP_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 FSDP_STRATEGY_NUMBERS = {1: "FULL_SHARD", 2: "SHARD_GRAD_OP", 3: "NO_SHARD", 4: "HYBRID_SHARD"}  # FSDP1 enum
@@ -387,8 +388,15 @@ def translate_accelerate(data: dict, where: str, base: Path | None = None) -> La
         out.values["bf16"] = (
             out.mixed_precision != "no"
         )  # the fallback's value, merged below GRPOConfig's bf16
-    if data.get("use_cpu") is True:
+    use_cpu = data.get("use_cpu")
+    if use_cpu is not None and not isinstance(
+        use_cpu, bool
+    ):  # accelerate would take any truthy value as True
+        raise LaunchFileError(f"{where}: use_cpu must be true or false, got {clip(use_cpu)}")
+    if use_cpu:
         _set(out, "device", "cpu", "use_cpu")
+    if data.get("num_machines") is not None:  # accelerate launch --num_machines: a count of nodes
+        _int(where, "num_machines", data["num_machines"])
     _check_parallelism(where, data.get("parallelism_config") or {})
     if dist in ("NO", "MULTI_GPU"):
         _set(out, "sharding", "none", "distributed_type")
@@ -570,15 +578,15 @@ def read_deepspeed_file(path: str) -> LaunchSettings:
         raise LaunchFileError(
             f"{clip(Path(path).name)}: not a DeepSpeed JSON (no zero_optimization or batch sizes)"
         )
-    return translate_deepspeed(data, Path(path).name)
+    return translate_deepspeed(data, printable(Path(path).name))
 
 
 def translate_file(data: dict, p: Path) -> LaunchSettings:
     """A parsed accelerate config or DeepSpeed JSON -> LaunchSettings (LaunchFileError when it is neither)."""
     if is_deepspeed_config(data):
-        return translate_deepspeed(data, p.name)
+        return translate_deepspeed(data, printable(p.name))
     if is_accelerate_config(data):
-        return translate_accelerate(data, p.name, p.parent)
+        return translate_accelerate(data, printable(p.name), p.parent)
     raise LaunchFileError(
-        f"{p}: neither an accelerate config (distributed_type) nor a DeepSpeed JSON (zero_optimization)"
+        f"{clip(str(p), 120)}: neither an accelerate config (distributed_type) nor a DeepSpeed JSON (zero_optimization)"
     )

@@ -16,8 +16,10 @@ from estimator.step.estimate import SOURCE, Estimate
 from estimator.terms.phase_names import PHASE_HELP, PHASES
 from estimator.terms.sharding import deepspeed_dtype_config
 from estimator.terms.vllm import VERSION as VLLM_VERSION
+from estimator.text import printable
 from estimator.units import gib
 
+LONG = 2000  # a note or fix escaped whole (`printable` cuts only past this)
 FIT_BASIS = (
     "what the card must hold (allocated + the smallest allocator reserve the step passes with, the allocator "
     "freeing its cache and retrying before an OOM, + CUDA context, workspaces, NCCL) against the memory torch "
@@ -199,7 +201,8 @@ def render(est: Estimate, fits: list[Fit], target: Fit | None = None) -> str:
         amount = f"{_g(abs(target.free_bytes))} GiB {'free' if target.free_bytes >= 0 else 'missing'}"
         if target.blocked:
             step = "leaves " + amount if target.free_bytes >= 0 else "is " + amount
-            amount = f"fails at {target.blocked} (see the layout); the step itself {step}"
+            see = "the host RAM line" if target.blocked.startswith("host RAM") else "the layout"
+            amount = f"fails at {target.blocked} (see {see}); the step itself {step}"
         out.append(
             f"{target.gpu.name} ({gib(target.gpu.usable_bytes):.2f} GiB torch can use of "
             f"{target.gpu.memory_gib:.2f} GiB): {verdict}, {amount} (estimated)"
@@ -253,9 +256,10 @@ def render_layout(layout: Layout, fixes: list[str]) -> str:
             if g.need_bytes is None
             else f"must hold {_g(g.need_bytes)} (nvidia-smi peak {_g(g.peak_device_bytes)})"
         )
-        out.append(f"  {g.name} × {g.count}: {held} of {_g(g.total_bytes)} GiB ({verdict})")
+        out.append(f"  {printable(g.name, 60)} × {g.count}: {held} of {_g(g.total_bytes)} GiB ({verdict})")
         for r in g.roles:
-            out.append(f"    {r.role:<36} resident {_g(r.resident):>7}  + working {_g(r.working):>7}")
+            role = printable(r.role, 60)
+            out.append(f"    {role:<36} resident {_g(r.resident):>7}  + working {_g(r.working):>7}")
     v = layout.vllm
     if v is not None:
         out.append(f"vLLM {v.mode} as {VLLM_VERSION} counts itself (per GPU, GiB, estimated):")
@@ -286,10 +290,10 @@ def render_layout(layout: Layout, fixes: list[str]) -> str:
             out.append(f"  {knob} that works: from {lo} (one request fits) to {hi} ({top})")
         out.append(f"  verdict: {_vllm_outcome(layout, str)}")
     for n in layout.notes:
-        out.append(f"  note: {n}")
+        out.append(f"  note: {printable(n, LONG)}")
     if fixes:
         out.append("what fixes the cause (estimated):")
-        out += [f"  - {f}" for f in fixes]
+        out += [f"  - {printable(f, LONG)}" for f in fixes]
     return "\n".join(out)
 
 
@@ -316,6 +320,8 @@ def _plan_tail(o: Option) -> str:
 def render_solution(sol: Solution) -> str:
     """One line: the largest value that fits, or that none does."""
     note = f"; {sol.note}" if sol.note else ""
+    if sol.value is None and not sol.tried:
+        return f"solve {sol.knob}: no value to try{note}"
     if sol.value is None:
         return (
             f"solve {sol.knob}: nothing fits in {_g(sol.budget_bytes)} GiB, even the smallest value (estimated)"
@@ -533,10 +539,14 @@ def vllm_words(c: RunConfig) -> str:
     return f"vLLM {c.vllm_mode} {c.vllm_gpu_memory_utilization}"
 
 
-def _plan_lines(advice: Advice, gpu: GPU) -> list[str]:
+def _plan_lines(advice: Advice, gpu: GPU, host_short: bool = False) -> list[str]:
     plan = advice.plan
     start = advice.baseline_starts is False  # vLLM fails at start-up: the plan must fix that too
     none = f"No change tried {'lets vLLM start and fits' if start else 'makes it fit'} {_the(gpu)}"
+    if host_short and (
+        plan is None or not plan.fits
+    ):  # the host's verdict, not the card's: a card-bytes plan
+        return _wrap(f"{none} within --host-ram: the host RAM line below says what the host needs.")
     if plan is None:
         return _wrap(f"{none}.")
     if start and plan.starts is False:  # the closest set tried saves bytes, but vLLM still does not start
@@ -631,9 +641,9 @@ def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
     out = [f"Per GPU ({layout.total_gpus} in all, estimated):"]
     for g in layout.groups:
         verdict_ = "fits" if g.fits else f"{_g1(g.held_bytes - g.total_bytes)} GiB short"
-        roles = ", ".join(r.role for r in g.roles)
+        roles = ", ".join(printable(r.role, 60) for r in g.roles)
         out += _wrap(
-            f"{g.name} x {g.count}: {_g1(g.held_bytes)} of {_g1(g.total_bytes)} GiB, {verdict_}; holds {roles}",
+            f"{printable(g.name, 60)} x {g.count}: {_g1(g.held_bytes)} of {_g1(g.total_bytes)} GiB, {verdict_}; holds {roles}",
             "    ",
             "  ",
         )
@@ -641,7 +651,7 @@ def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
     if v is not None:
         out += _wrap(f"vLLM {v.mode} {_vllm_outcome(layout, plain)}", "    ", "  ")
     for f in fixes[:3]:
-        out += _wrap(f"fix: {plain(f)}", "    ", "  ")
+        out += _wrap(f"fix: {printable(plain(f), LONG)}", "    ", "  ")
     return out
 
 
@@ -674,12 +684,14 @@ def short(
     # the advice's fits cover the whole layout (vLLM's start-up, every GPU: cli.compute), so its plan answers a
     # card blocked by the layout too
     if failing is not None and advice is not None and advice.budget_bytes is not None:
-        out += _plan_lines(advice, failing.gpu)
+        out += _plan_lines(advice, failing.gpu, "host RAM (" in failing.blocked)
     elif reference is not None and reference_advice is not None:
         out += _plan_lines(reference_advice, reference.gpu)
     if solution is not None:
         note = f"; {plain(solution.note)}" if solution.note else ""
-        if solution.value is None:
+        if solution.value is None and not solution.tried:
+            out += _wrap(f"Solve {solution.knob}: no value to try{note}.")
+        elif solution.value is None:
             out += _wrap(f"Solve {solution.knob}: nothing fits, even the smallest value (estimated{note}).")
         else:
             out += _wrap(

@@ -36,6 +36,9 @@ class Solution:
     need_bytes: int | None = (
         None  # what the card must hold at `value` (release-and-retry): compared with budget
     )
+    tried: bool = (
+        True  # False where no value could be tried at all (a prompt that fills the context): see note
+    )
 
 
 class PeakCache:
@@ -107,10 +110,15 @@ def largest_fitting(values, fits: Callable[[object], bool]):
     return best
 
 
+def context_length(arch: Arch) -> int:
+    """The model's context: config max_position_embeddings (DEFAULT_MAX_CONTEXT where it gives none)."""
+    return int((arch.extra or {}).get("config", {}).get("max_position_embeddings") or DEFAULT_MAX_CONTEXT)
+
+
 def max_context(cfg: RunConfig, arch: Arch) -> int:
-    """Longest completion the model's context allows after the expected prompt."""
-    ctx = (arch.extra or {}).get("config", {}).get("max_position_embeddings") or DEFAULT_MAX_CONTEXT
-    return max(1, int(ctx) - cfg.max_prompt_length)
+    """Longest completion the model's context allows after the expected prompt: 0 or less when the prompt alone
+    fills the context."""
+    return context_length(arch) - cfg.max_prompt_length
 
 
 def solve(
@@ -121,10 +129,12 @@ def solve(
     estimate_fn: EstimateFn,
     starts: Callable[[RunConfig, Arch], bool] | None = None,
     others_fit: Callable[[RunConfig, Arch], bool] | None = None,
+    host_fits: Callable[[RunConfig, Arch], bool] | None = None,
 ) -> Solution:
     """Largest value of `knob` whose estimate of what the card must hold (`PeakCache`) is within `budget_bytes`
     (the memory torch can use on the card: `GPU.usable_bytes`) and, with `starts` (layout.starts_on), at which
-    vLLM's own start-up checks pass, and with `others_fit` (layout.others_fit_on) the roles' own GPUs hold them."""
+    vLLM's own start-up checks pass, with `others_fit` (layout.others_fit_on) the roles' own GPUs hold them, and
+    with `host_fits` the host holds what the run offloads and loads there (--host-ram)."""
     peak = PeakCache(arch, estimate_fn)
 
     def starts_(c: RunConfig) -> bool:
@@ -133,17 +143,25 @@ def solve(
     def others_(c: RunConfig) -> bool:
         return others_fit is None or others_fit(c, arch)
 
+    def host_(c: RunConfig) -> bool:
+        return host_fits is None or host_fits(c, arch)
+
     def fits(c: RunConfig) -> bool:
-        return peak(c) <= budget_bytes and starts_(c) and others_(c)
+        return peak(c) <= budget_bytes and starts_(c) and others_(c) and host_(c)
 
     note = ""
     best_cfg: RunConfig | None = None
     if knob == "max_completion_length":
         cap = max_context(cfg, arch)
-        lengths = range(1, cap + 1)
+        lengths = range(1, cap + 1)  # empty when the prompt alone fills the context
         best = largest_fitting(lengths, lambda n: fits(cfg.with_(max_completion_length=n)))
         best_cfg = cfg.with_(max_completion_length=best) if best else None
-        if best == cap:
+        if cap < 1:
+            note = (
+                f"the {cfg.max_prompt_length}-token prompt alone fills the model's context (max_position_embeddings "
+                f"{context_length(arch)}): no completion length fits in it"
+            )
+        elif best == cap:
             note = f"capped by the model's context ({cap} = max_position_embeddings - max_prompt_length)"
     elif knob == "per_device_train_batch_size":
         sizes = valid_batch_sizes(cfg)
@@ -185,12 +203,18 @@ def solve(
         note = "; ".join(notes)
     else:
         raise ValueError(f"cannot solve for {knob!r}; accepted: {', '.join(SOLVABLE)}")
-    if best_cfg is None and knob != "vllm_gpu_memory_utilization" and not starts_(cfg):
+    if knob == "max_completion_length" and max_context(cfg, arch) < 1:
+        pass  # the context's note stands: no length is tried
+    elif best_cfg is None and knob != "vllm_gpu_memory_utilization" and not starts_(cfg):
         note = "vLLM does not start at this configuration, whatever the value: the layout says why"
+    elif best_cfg is None and not host_(cfg):
+        note = "the host RAM (--host-ram) is short whatever the value: the host RAM line says by how much"
     elif best_cfg is None and not others_(cfg):
         note = "a GPU of a role placed on its own does not hold it, whatever the value: the layout says which"
     device = peak.estimate(best_cfg).peak_device_bytes if best_cfg else None
-    return Solution(knob, best, best_cfg, device, budget_bytes, note, peak(best_cfg) if best_cfg else None)
+    tried = not (knob == "max_completion_length" and max_context(cfg, arch) < 1)
+    need = peak(best_cfg) if best_cfg else None
+    return Solution(knob, best, best_cfg, device, budget_bytes, note, need, tried)
 
 
 def _how(before: RunConfig, after: RunConfig) -> str:

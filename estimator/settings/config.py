@@ -367,8 +367,8 @@ class RunConfig:
         None,
         "total memory of the GPU in GiB (vLLM colocate sizes its pool from it; default 80)",
         group="hardware",
-        above=0.0,
-        maximum=1e6,
+        minimum=1.0,  # the generic card's range (estimator/hardware/gpus.py GENERIC_MIN_GB..GENERIC_MAX_GB)
+        maximum=4096.0,
         metavar="GIB",
         ours=True,
     )
@@ -626,7 +626,7 @@ def describe_bounds(f: Field) -> str:
         "float": "a number",
         "bool": "true or false",
         "str": "a string",
-        "strs": "names",
+        "strs": "one or more names, none empty",
     }[f.kind]
     lo = (
         f">= {_num(m.minimum)}"
@@ -661,6 +661,8 @@ def check_value(f: Field, value: Any) -> str | None:
             and len(value) > 0
             and all(isinstance(v, str) and v.strip() for v in value)
         )
+    if not ok and f.kind == "float" and isinstance(value, float) and not math.isfinite(value):
+        return f"not a finite number (a value past 1.8e308 reads as inf); accepted: {describe_bounds(f)}"
     if not ok:
         return f"must be {describe_bounds(f)}"
     if m.choices is not None and value not in m.choices:

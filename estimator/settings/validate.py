@@ -10,7 +10,7 @@ from estimator.settings.compat import check_library_support
 from estimator.settings.config import InvalidConfig, RunConfig, check_value, flag, schema
 from estimator.settings.role_spec import RoleSpecError, parse_role
 from estimator.settings.trl_versions import profile
-from estimator.text import shown
+from estimator.text import listed, printable, shown
 
 
 def lora_module_names(arch: Arch) -> set[str]:
@@ -23,8 +23,9 @@ def check_values(cfg: RunConfig) -> None:
     for f in schema():
         value = getattr(cfg, f.name)
         problem = check_value(f, value)
-        if problem:
-            detail = f"{shown(value)}: {problem}"
+        if problem:  # a list of names as typed, each quoted: --reward-model '0.5B' ''
+            said = " ".join(shown(v, 40) for v in value[:6]) if isinstance(value, tuple) else shown(value)
+            detail = f"{said}: {problem}"
             raise InvalidConfig(f"{f.flag} {detail}", f.name, detail)
     try:  # a release this estimator models (MAJOR.MINOR within the release table)
         profile(cfg.trl_version)
@@ -74,6 +75,23 @@ def check_combination(cfg: RunConfig, arch: Arch | None) -> None:
             f"--vllm-tensor-parallel-size {cfg.vllm_tensor_parallel_size} must divide --gpus {cfg.num_gpus} in "
             "colocate mode (TRL raises 'tensor_parallel_size must divide world size evenly')"
         )
+    tp = cfg.vllm_tensor_parallel_size
+    if cfg.use_vllm and cfg.vllm_mode == "server" and cfg.vllm_server_gpus % tp != 0:
+        # trl vllm-serve runs data_parallel_size x tensor_parallel_size GPUs: a whole number of TP groups
+        raise InvalidConfig(
+            f"--vllm-server-gpus {cfg.vllm_server_gpus} is not a multiple of --vllm-tensor-parallel-size {tp}: "
+            "trl vllm-serve runs data parallel x tensor parallel GPUs; accepted: server GPUs = k x "
+            f"{tp} (e.g. {tp * max(1, cfg.vllm_server_gpus // tp)})"
+        )
+    heads = arch.num_heads if arch is not None else None
+    if cfg.use_vllm and heads and heads % tp != 0:
+        # vLLM ModelConfig.verify_with_parallel_config: "Total number of attention heads (H) must be divisible by
+        # tensor parallel size (TP)"
+        fitting = [d for d in range(1, min(heads, 64) + 1) if heads % d == 0]
+        raise InvalidConfig(
+            f"--vllm-tensor-parallel-size {tp}: {printable(arch.name, 80)} has {heads} attention heads and vLLM "
+            f"needs them divisible by the tensor parallel size; accepted: {', '.join(map(str, fitting))}"
+        )
     if cfg.load_in_4bit and not cfg.use_peft:
         raise InvalidConfig(
             "--load-in-4bit needs --use-peft: transformers refuses to fine-tune a purely quantized model"
@@ -114,12 +132,18 @@ def check_combination(cfg: RunConfig, arch: Arch | None) -> None:
             raise InvalidConfig(
                 "TRL 1.16 rejects a LoRA on lm_head (its fused log-prob head reads lm_head.weight)"
             )
+        if "all-linear" in targets and len(targets) > 1:  # PEFT takes the string "all-linear", not in a list
+            others = [t for t in targets if t != "all-linear"]
+            raise InvalidConfig(
+                f"--lora-target-modules all-linear cannot be combined with module names ({listed(others, 4)}); "
+                "accepted: all-linear alone, or names alone"
+            )
         if tuple(targets) != ("all-linear",):
             known = lora_module_names(arch)
             missing = [t for t in targets if t not in known]
             if missing:
                 raise InvalidConfig(
-                    f"--lora-target-modules {', '.join(missing)} not found in {arch.name}; "
+                    f"--lora-target-modules {listed(missing, 4)} not found in {printable(arch.name, 80)}; "
                     f"accepted: all-linear or {', '.join(sorted(known))}"
                 )
 

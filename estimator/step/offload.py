@@ -8,6 +8,8 @@ copies are no-ops (see `sweeps/trace/distributed.py`), so these GPU terms are es
 
 from __future__ import annotations
 
+import math
+
 from estimator.model.architecture import Arch
 from estimator.settings.config import RunConfig
 from estimator.terms import offload as off
@@ -67,6 +69,15 @@ def host_ram(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         "loading": loading,
         "pinned": off.pinned_bytes(per_rank, o) * n,
     }
+
+
+def host_ram_short_bytes(cfg: RunConfig, arch: Arch) -> int:
+    """How many bytes the node's host RAM (--host-ram) is short of what the run needs there, in training or while
+    loading, whichever is more (the figures `host_ram_line` prints); 0 when it holds them or no --host-ram is given."""
+    if not cfg.host_ram_gib:
+        return 0
+    ram = host_ram(cfg, arch)
+    return max(0, math.ceil(max(ram["training"], ram["loading"]) - cfg.host_ram_gib * off.GIB))
 
 
 def host_ram_line(cfg: RunConfig, arch: Arch) -> str | None:

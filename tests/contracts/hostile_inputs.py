@@ -510,6 +510,34 @@ def _combinations() -> list[Case]:
         ("gpu-unknown", ("--gpu", "H100\x1b[2J" + "x" * 500), "refused", ""),
         ("from-command-garbage", ("--from-command", "accelerate launch --config_file"), "refused", ""),
         ("from-command-unbalanced-quote", ("--from-command", "trl grpo --beta '0.1"), "refused", ""),
+        # trl vllm-serve runs data parallel x tensor parallel GPUs; vLLM splits the 14 attention heads by TP
+        (
+            "vllm-server-1-gpu-tp2",
+            ("--use-vllm", "--vllm-mode", "server", "--vllm-tensor-parallel-size", "2"),
+            "refused",
+            "--vllm-server-gpus 1",
+        ),
+        (
+            "vllm-server-3-gpus-tp2",
+            (
+                "--use-vllm",
+                "--vllm-mode",
+                "server",
+                "--vllm-server-gpus",
+                "3",
+                "--vllm-tensor-parallel-size",
+                "2",
+            ),
+            "refused",
+            "--vllm-server-gpus 3",
+        ),
+        (
+            "vllm-tp4-14-heads",
+            ("--use-vllm", "--gpus", "4", "--vllm-tensor-parallel-size", "4"),
+            "refused",
+            "14 attention heads",
+        ),
+        ("gpu-and-other-memory", ("--gpu", "H100", "--gpu-memory-gib", "200"), "refused", "--gpu-memory-gib"),
     ]
     out = [
         Case(
@@ -537,6 +565,51 @@ def _combinations() -> list[Case]:
                 name,
                 M + ("--gpus", gpus, "--config", "{tmp}/ds.json"),
                 files=(("ds.json", json.dumps(body)),),
+            )
+        )
+    huge = "x" * 100_000
+    for flag in ("--gpus", "--beta", "--optim", "--dtype", "--format", "--solve", "--zero", "--use_peft"):
+        out.append(Case("combinations", f"huge-value{flag}", M + (flag, huge), needle=flag.split("_")[0]))
+    out.append(
+        Case(
+            "combinations",
+            "lora-target-modules-escape-10k",
+            M + ("--lora", "--lora-target-modules", "\x1b[2J" + "y" * 10_000),
+            needle="--lora-target-modules \\x1b[2J",
+        )
+    )
+    for detail in ((), ("--detail",)):  # a role group's name is the user's text: escaped in the layout
+        out.append(
+            Case(
+                "combinations",
+                "reward-group-escape" + "".join(detail),
+                M + ("--reward-model", "0.5B@own=\x1b[2Jevil:2", *detail),
+                expect="accepted",
+                out_needle="\\x1b[2Jevil",
+            )
+        )
+    out.append(
+        Case(
+            "combinations",
+            "config-name-escape",
+            M + ("--config", "{tmp}/acc\x1b[2J\n.yaml"),
+            files=(("acc\x1b[2J\n.yaml", 'distributed_type: MULTI_GPU\nnum_processes: 2\nuse_cpu: "yes"\n'),),
+            needle="acc\\x1b[2J\\n.yaml: use_cpu",
+        )
+    )
+    for name, line in (
+        ("acc-use-cpu-yes", 'use_cpu: "yes"'),
+        ("acc-use-cpu-5", "use_cpu: 5"),
+        ("acc-num-machines-0", "num_machines: 0"),
+        ("acc-num-machines-two", "num_machines: two"),
+    ):  # accelerate would read a truthy string as use_cpu True; a machine count is a positive integer
+        out.append(
+            Case(
+                "combinations",
+                name,
+                M + ("--config", "{tmp}/acc.yaml"),
+                files=(("acc.yaml", f"distributed_type: MULTI_GPU\nnum_processes: 2\n{line}\n"),),
+                needle=line.split(":")[0],
             )
         )
     out.append(
@@ -576,6 +649,9 @@ def _alloc_conf() -> list[Case]:
         "expandable_segments:\x1b[31mTrue",
         "roundup_power2_divisions:[>:3]",
         "roundup_power2_divisions:[" * 50,
+        "max_split_size_mb:\u0663\u0660\u0660",  # Arabic-Indic digits: torch's std::isdigit takes ASCII only
+        "large_segment_size_mb:\u0661\u0662",
+        "roundup_power2_divisions:\u0664",
     ]
     out = [Case("alloc-conf", f"flag-{i}", ("--model", "0.5B", "--alloc-conf", v)) for i, v in enumerate(bad)]
     out += [

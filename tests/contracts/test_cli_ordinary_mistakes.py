@@ -102,3 +102,62 @@ def test_a_shown_value_is_cut_and_escaped():
     deep = [[[[[1] * 5] * 5] * 5] * 5] * 5
     text = shown(deep, 10_000)
     assert text.startswith("[[[[...]") and "1" not in text  # three levels, never the leaves
+
+
+@pytest.mark.parametrize("kind", ["trl", "accelerate"])
+def test_file_names_and_key_names_in_notes_are_escaped_and_the_list_cut(tmp_path, capsys, kind):
+    head = "beta: 0.1\n" if kind == "trl" else "distributed_type: MULTI_GPU\nnum_processes: 2\n"
+    keys = "".join(f'"zz\\x1b[2J{i}": 1\n' for i in range(30))  # 30 keys no TRL / accelerate release knows
+    path = tmp_path / "g\x1b[2J\n.yaml"
+    path.write_text(head + keys)
+    assert cli.main(["--model", "0.5B", "--config", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "\x1b" not in err
+    lines = err.splitlines()
+    assert all(line.startswith("vram-estimate: note: ") for line in lines), lines
+    unread = next(line for line in lines if "zz" in line)
+    assert "g\\x1b[2J\\n.yaml: " in unread and "zz\\x1b[2J0" in unread
+    assert unread.count("zz") < 30 and "more" in unread and len(unread) < 400
+
+
+def _error(argv, capsys) -> str:
+    assert cli.main(argv) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if ": note: " not in line]
+    assert len(errors) == 1, errors
+    return errors[0]
+
+
+def test_gpu_memory_gib_on_cpu_names_the_flag_given(capsys):
+    line = _error(["--model", "0.5B", "--gpu-memory-gib", "24", "--device", "cpu"], capsys)
+    assert "--gpu-memory-gib" in line and "--gpu " not in line
+    assert "--gpu checks" in _error(["--model", "0.5B", "--gpu", "4090", "--device", "cpu"], capsys)
+
+
+def test_all_linear_beside_names_is_refused_as_a_combination(capsys):
+    line = _error(["--model", "0.5B", "--lora", "--lora-target-modules", "all-linear", "q_proj"], capsys)
+    assert "cannot be combined" in line and "not found" not in line
+
+
+@pytest.mark.parametrize("names, shown", [([""], "''"), (["0.5B", ""], "'0.5B' ''")])
+def test_an_empty_role_name_is_shown_as_typed_with_what_is_accepted(capsys, names, shown):
+    line = _error(["--model", "0.5B", "--reward-model", *names], capsys)
+    assert f"--reward-model {shown}: " in line and "(" not in line and "none empty" in line
+
+
+def test_an_overflowing_number_says_why_it_reads_as_inf(capsys):
+    # float('1e400') is inf: the value shown is what Python made of it, with why
+    line = _error(["--model", "0.5B", "--from-command", "python train.py --beta 1e400"], capsys)
+    assert "inf" in line and "not a finite number" in line and "1.8e308" in line
+
+
+def test_a_flag_value_starting_with_a_dash_gets_the_equals_form(capsys):
+    line = _error(["--model", "0.5B", "--gpu", "-24GB"], capsys)
+    assert "--gpu=VALUE" in line
+
+
+@pytest.mark.parametrize("gib", ["0.5", "5000", "1e6", "1e300"])
+def test_gpu_memory_gib_bounds_are_the_generic_cards_in_one_unit(capsys, gib):
+    from estimator.hardware.gpus import GENERIC_MAX_GB, GENERIC_MIN_GB
+
+    line = _error(["--model", "0.5B", "--gpu-memory-gib", gib], capsys)
+    assert f">= {GENERIC_MIN_GB} and <= {GENERIC_MAX_GB}" in line and " GB" not in line

@@ -30,6 +30,37 @@ def _run(capsys, *argv):
             ["--trl-version", "0.14", "--logprob-head", "chunked"],
             "TRL 0.14 has no fused chunked log-prob head",
         ),
+        # trl vllm-serve runs data_parallel_size x tensor_parallel_size GPUs: whole TP groups only
+        (
+            ["--use-vllm", "--vllm-mode", "server", "--vllm-tensor-parallel-size", "2"],
+            "--vllm-server-gpus 1 is not a multiple of --vllm-tensor-parallel-size 2",
+        ),
+        (
+            [
+                "--use-vllm",
+                "--vllm-mode",
+                "server",
+                "--vllm-server-gpus",
+                "3",
+                "--vllm-tensor-parallel-size",
+                "2",
+            ],
+            "--vllm-server-gpus 3 is not a multiple of --vllm-tensor-parallel-size 2",
+        ),
+        # vLLM ModelConfig.verify_with_parallel_config: Qwen2.5-0.5B's config.json has num_attention_heads 14
+        (["--use-vllm", "--gpus", "4", "--vllm-tensor-parallel-size", "4"], "has 14 attention heads"),
+        (
+            [
+                "--use-vllm",
+                "--vllm-mode",
+                "server",
+                "--vllm-server-gpus",
+                "4",
+                "--vllm-tensor-parallel-size",
+                "4",
+            ],
+            "has 14 attention heads",
+        ),
         (["--reward-model", "0.5B@own:65537"], "(N from 1 to 65536)"),
         (["--reward-model", "0.5B@own:" + "9" * 5000], "is not a role"),
     ],
@@ -48,10 +79,12 @@ def test_refused_in_one_line(capsys, argv, needle):
             "--vllm-mode",
             "server",
             "--vllm-tensor-parallel-size",
-            "3",
-            "--gpus",
+            "2",
+            "--vllm-server-gpus",
             "4",
-        ],  # own GPUs
+            "--gpus",
+            "3",
+        ],  # the server's own GPUs: two TP groups of 2; the trainer's 3 need not divide by 2
         ["--trl-version", "1.15", "--logprob-head", "chunked"],
     ],
 )
