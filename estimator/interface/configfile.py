@@ -73,6 +73,7 @@ class FileSettings:
     train_batch_size: tuple[int, str] | None = None
     flavour: str = ""
     fsdp_checkpointing: str | None = None  # launchfile.LaunchSettings'
+    deepspeed_inline: dict | None = None  # a TRL config's `deepspeed:` given as the DeepSpeed config itself
     completion_lengths: dict = field(
         default_factory=dict
     )  # generation_kwargs max_new_tokens / max_tokens -> N
@@ -131,6 +132,7 @@ def file_keys() -> tuple[dict[str, Field], dict[str, dict[str, Field]]]:
 SPECIAL_KEYS = (  # TrainingArguments / TrlParser / ModelConfig keys translated by hand below
     "use_cpu",
     "fsdp",
+    "fsdp_config",
     "fp16",
     "deepspeed",
     "env",
@@ -146,6 +148,8 @@ SPECIAL_KEYS = (  # TrainingArguments / TrlParser / ModelConfig keys translated 
 # starts with "{" (_VALID_DICT_FIELDS, transformers v5.24.0 training_args.py#L1525-L1531; GRPOConfig adds
 # model_init_kwargs and generation_kwargs, trl v1.16.0 grpo_config.py _VALID_DICT_FIELDS)
 JSON_DICT_KEYS = (
+    "deepspeed",
+    "fsdp_config",
     "model_init_kwargs",
     "generation_kwargs",
     "activation_checkpointing_kwargs",
@@ -166,27 +170,115 @@ def kind_of(data: dict) -> str:
     return "trl"
 
 
-def _fsdp_option(value, where: str, out: FileSettings) -> None:
-    """TrainingArguments `fsdp`: "full_shard auto_wrap" / a list; "" or false is off."""
+FSDP_WORDS = (
+    "full_shard",
+    "shard_grad_op",
+    "no_shard",
+    "hybrid_shard",
+    "hybrid_shard_zero2",
+    "offload",
+    "auto_wrap",
+)
+
+
+def _str_to_bool(value) -> bool | None:
+    """transformers' str_to_bool: y/yes/t/true/on/1 and n/no/f/false/off/0 (any case); None otherwise."""
+    text = str(value).lower()
+    if text in ("y", "yes", "t", "true", "on", "1"):
+        return True
+    if text in ("n", "no", "f", "false", "off", "0"):
+        return False
+    return None
+
+
+def _fsdp_option(value, config, where: str, out: FileSettings, base: Path | None) -> None:
+    """TrainingArguments `fsdp` (true, "full_shard auto_wrap" or a list) with its `fsdp_config` (a mapping or a JSON
+    file's path; `fsdp_`-prefixed keys are the same keys), read as transformers 5.24 `_process_fsdp_args` and
+    `_apply_legacy_fsdp_to_config` read them (training_args.py#L2775-L2938): `fsdp_config` wins over the words;
+    version 2 (the default) reshards after forward unless `reshard_after_forward` is false (SHARD_GRAD_OP), version 1
+    takes a strategy name; `cpu_offload` (or the word offload) offloads the parameters; `activation_checkpointing`
+    there is FSDP's own (`finish` checks it against the training argument)."""
     if value in (None, False, "", []):
+        if config not in (None, "", {}):
+            out.notes.append(
+                f"{where}: fsdp_config has no effect without fsdp (TrainingArguments reads it only then)"
+            )
         return
-    words = value.split() if isinstance(value, str) else value if isinstance(value, list) else None
-    if value is True:
-        words = ["full_shard"]
-    if words is None or not all(isinstance(w, str) for w in words):
+    words = ["full_shard"] if value is True else value.split() if isinstance(value, str) else value
+    if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
         raise ConfigFileError(
-            f"{where}: fsdp must be a string such as 'full_shard auto_wrap', got {clip(value)}"
+            f"{where}: fsdp must be true or a string such as 'full_shard auto_wrap', got {clip(value)}"
         )
-    words = [w.lower() for w in words]
-    if any(w.startswith("hybrid_shard") for w in words):
+    if isinstance(config, str):
+        p = Path(config)  # TrainingArguments opens it from the working directory
+        if not p.exists() and base is not None and (base / p).exists():
+            out.notes.append(
+                f"{where}: fsdp_config {clip(config)} is not in the working directory; read it beside {where}"
+            )
+            p = base / p
+        config = load_file(str(p), f"{where}: fsdp_config")
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
         raise ConfigFileError(
-            f"{where}: fsdp {clip(value)}: hybrid_shard is not modelled; accepted: full_shard, shard_grad_op, offload, auto_wrap"
+            f"{where}: fsdp_config must be a mapping or a JSON file's path, got {clip(config)}"
         )
-    out.values["sharding"], out.sources["sharding"] = "fsdp", "fsdp"
-    if "shard_grad_op" in words:
-        out.values["fsdp_sharding_strategy"], out.sources["fsdp_sharding_strategy"] = "SHARD_GRAD_OP", "fsdp"
-    if "offload" in words:
-        out.values["offload_param"], out.sources["offload_param"] = True, "fsdp"
+    fs = {str(k).removeprefix("fsdp_"): v for k, v in config.items()}
+    version = fs.get("version", 2)
+    if version not in (1, 2, "1", "2"):
+        raise ConfigFileError(f"{where}: fsdp_config.version {clip(version)} is not accepted; accepted: 1, 2")
+    version = int(version)
+    explicit = "reshard_after_forward" in fs
+    for word in (w.lower() for w in words):
+        if word not in FSDP_WORDS:
+            raise ConfigFileError(
+                f"{where}: fsdp {clip(value)}: unknown option {clip(word)}; accepted: {', '.join(FSDP_WORDS)}"
+            )
+        if word == "offload":
+            fs.setdefault("cpu_offload", True)
+        elif word != "auto_wrap":
+            if version == 2 and word not in ("full_shard", "shard_grad_op"):
+                raise ConfigFileError(
+                    f"{where}: fsdp {clip(word)} needs fsdp_config version 1, which transformers calls deprecated; "
+                    "accepted with version 2: full_shard, shard_grad_op"
+                )
+            fs.setdefault("reshard_after_forward", word == "full_shard" if version == 2 else word)
+    raf = fs.get("reshard_after_forward", True if version == 2 else "full_shard")
+    if version == 2:
+        on = _str_to_bool(raf)
+        if on is None:
+            raise ConfigFileError(
+                f"{where}: fsdp_config.reshard_after_forward {clip(raf)} is not accepted with version 2; accepted: true, false"
+            )
+        strategy = "FULL_SHARD" if on else "SHARD_GRAD_OP"
+    else:
+        strategy = str(raf).upper()
+        if strategy.startswith("HYBRID_SHARD") or strategy not in ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"):
+            raise ConfigFileError(
+                f"{where}: fsdp_config.reshard_after_forward {clip(raf)} is not modelled; accepted: full_shard, "
+                "shard_grad_op, no_shard"
+            )
+        out.notes.append(f"{where}: FSDP version 1 is estimated as FSDP2 (the traced path)")
+    key = "fsdp_config.reshard_after_forward" if explicit else "fsdp"
+    out.values["sharding"], out.sources["sharding"] = ("none" if strategy == "NO_SHARD" else "fsdp"), "fsdp"
+    if strategy == "SHARD_GRAD_OP" or (explicit and strategy != "NO_SHARD"):
+        out.values["fsdp_sharding_strategy"], out.sources["fsdp_sharding_strategy"] = strategy, key
+    if "cpu_offload" in fs:
+        offload = _str_to_bool(fs["cpu_offload"])
+        if offload is None:
+            raise ConfigFileError(
+                f"{where}: fsdp_config.cpu_offload must be true or false, got {clip(fs['cpu_offload'])}"
+            )
+        if offload:
+            out.values["offload_param"], out.sources["offload_param"] = True, "fsdp_config.cpu_offload"
+    if "activation_checkpointing" in fs:
+        ac = _str_to_bool(fs["activation_checkpointing"])
+        if ac is None:
+            raise ConfigFileError(
+                f"{where}: fsdp_config.activation_checkpointing must be true or false, got {clip(fs['activation_checkpointing'])}"
+            )
+        if ac:
+            out.fsdp_checkpointing = f"{where} fsdp_config.activation_checkpointing"
 
 
 def _json_dict(value, key: str, where: str):
@@ -292,6 +384,7 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
         out.sources[f.name] = key
 
     checkpointing: dict[str, object] = {}  # activation_checkpointing / gradient_checkpointing (+ _kwargs)
+    fsdp: dict[str, object] = {}  # TrainingArguments fsdp and fsdp_config, read together
     for key, value in data.items():
         key = str(key)
         if key in JSON_DICT_KEYS:
@@ -357,8 +450,8 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
                 raise ConfigFileError(f"{where}: use_cpu must be true or false, got {clip(value)}")
             if value:
                 out.values["device"], out.sources["device"] = "cpu", "use_cpu"
-        elif key == "fsdp":
-            _fsdp_option(value, where, out)
+        elif key in ("fsdp", "fsdp_config"):
+            fsdp[key] = value
         elif key == "fp16":
             if not isinstance(value, bool):
                 raise ConfigFileError(f"{where}: fp16 must be true or false, got {clip(value)}")
@@ -368,9 +461,12 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
         elif key == "deepspeed":
             if value in (None, ""):
                 continue
+            if isinstance(value, dict):  # the DeepSpeed config itself (TrainingArguments accepts a dict)
+                out.deepspeed_inline = value
+                continue
             if not isinstance(value, str):
                 raise ConfigFileError(
-                    f"{where}: deepspeed must be the path of a DeepSpeed JSON, got {clip(value)}"
+                    f"{where}: deepspeed must be a DeepSpeed JSON's path or its mapping, got {clip(value)}"
                 )
             p = Path(value)  # TrainingArguments opens it from the working directory
             if not p.exists() and base is not None and (base / p).exists():
@@ -392,6 +488,8 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
             out.unknown.append(key)
     if checkpointing:
         _checkpointing(checkpointing, where, out)
+    if fsdp:
+        _fsdp_option(fsdp.get("fsdp"), fsdp.get("fsdp_config"), where, out, base)
     if "dtype" in out.values:
         out.values["dtype"] = normalize_dtype(out.values["dtype"])
     if open_r1:
@@ -454,6 +552,14 @@ def read_files(paths, flag: str = "--config") -> list[FileSettings]:
     for path in paths:
         files.append(read_config_file(path, flag))
         ds = files[-1].deepspeed_file if files[-1].kind == "trl" else None
+        inline = files[-1].deepspeed_inline if files[-1].kind == "trl" else None
+        if inline is not None:
+            where = f"{files[-1].where} deepspeed"
+            try:
+                launch = launchfile.translate_deepspeed(inline, where)
+            except LaunchFileError as e:
+                raise ConfigFileError(str(e)) from None
+            files.append(_from_launch(launch, "deepspeed", where, ""))
         if ds:
             inner = read_config_file(ds, f"{files[-1].where}: deepspeed")
             if inner.kind != "deepspeed":
@@ -588,7 +694,7 @@ def merge(files: list[FileSettings], flag_values: dict) -> Merged:
     out.train_batch_sizes = [f.train_batch_size for f in files if f.train_batch_size is not None]
     launch = [f for f in files if f.kind in ("accelerate", "deepspeed", "launcher")]
     trl = [f for f in files if f.kind in ("trl", "trl-args")]
-    out.fsdp_checkpointing = next((f.fsdp_checkpointing for f in launch if f.fsdp_checkpointing), None)
+    out.fsdp_checkpointing = next((f.fsdp_checkpointing for f in files if f.fsdp_checkpointing), None)
     for f in trl:
         if f.completion_lengths:
             out.completion_lengths, out.completion_where = dict(f.completion_lengths), f.where

@@ -173,3 +173,34 @@ def test_zero_knobs_off_their_defaults_are_named_and_partial_offload_refused(tmp
     path = write(tmp_path, "ds.json", json.dumps({"zero_optimization": zero}))
     code, out, err = run(["--model", "7B", "--gpus", "8", "--config", path], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1 and "ratio 0.3" in err
+
+
+def test_training_arguments_fsdp_config_wins_over_the_fsdp_words(tmp_path, capsys):
+    # transformers 5.24 _apply_legacy_fsdp_to_config: the words only setdefault into fsdp_config
+    text = 'fsdp: "full_shard auto_wrap"\nfsdp_config:\n  fsdp_reshard_after_forward: false\n  cpu_offload: true\n'
+    got = estimate(["--model", "7B", "--gpus", "4", "--config", write(tmp_path, "grpo.yaml", text)], capsys)
+    flags = flags_run(capsys, "--fsdp-sharding-strategy", "SHARD_GRAD_OP", "--offload-param")
+    assert strategy(got) == "SHARD_GRAD_OP" and got["config"]["offload_param"] is True
+    assert got["peak_allocated_bytes"] == flags["peak_allocated_bytes"]
+
+
+def test_training_arguments_fsdp_config_from_a_json_path_with_fsdp_checkpointing(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "fsdp.json", '{"fsdp_activation_checkpointing": true}')
+    path = write(tmp_path, "grpo.yaml", "fsdp: true\nfsdp_config: fsdp.json\ngradient_checkpointing: false\n")
+    got = estimate(["--model", "7B", "--gpus", "4", "--config", path], capsys)
+    assert got["config"]["gradient_checkpointing"] is True
+    assert got["peak_allocated_bytes"] == flags_run(capsys)["peak_allocated_bytes"]
+    # without gradient_checkpointing: false the Trainer stops (TRL turns it on by default)
+    path = write(tmp_path, "grpo.yaml", "fsdp: true\nfsdp_config: fsdp.json\n")
+    code, out, err = run(["--model", "7B", "--gpus", "4", "--config", path], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "both are on" in err
+
+
+def test_deepspeed_given_as_a_mapping_in_the_trl_config(tmp_path, capsys):
+    text = "deepspeed:\n  zero_optimization:\n    stage: 3\n    offload_optimizer: {device: cpu}\n"
+    got = estimate(["--model", "7B", "--gpus", "4", "--config", write(tmp_path, "grpo.yaml", text)], capsys)
+    flags = estimate(["--model", "7B", "--gpus", "4", "--zero", "3", "--offload-optimizer"], capsys)
+    assert got["peak_allocated_bytes"] == flags["peak_allocated_bytes"]
