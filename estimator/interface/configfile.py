@@ -33,7 +33,7 @@ from estimator.interface.files import (
 )
 from estimator.interface.known_keys import OPEN_R1_KEYS, TRL_KEYS
 from estimator.interface.launchfile import LaunchFileError
-from estimator.settings.config import Field, schema
+from estimator.settings.config import Field, RunConfig, schema
 from estimator.text import listed, printable
 
 DTYPE_ALIASES = {
@@ -686,7 +686,8 @@ def merge(files: list[FileSettings], flag_values: dict) -> Merged:
     - DeepSpeed values that are not "auto" (bf16.enabled, fp16.enabled, train_micro_batch_size_per_gpu,
       gradient_accumulation_steps) must equal TrainingArguments': a TRL file or argument that contradicts one is
       refused, as the HF Trainer refuses it (transformers v5.24.0 integrations/deepspeed.py#L108-L191, raised in
-      trainer_config_finalize); given alone, the DeepSpeed value is the run's.
+      trainer_config_finalize); given alone, the DeepSpeed value is the run's (the only value it starts with; a
+      note says the TRL side must match where TRL's default differs).
     - The same setting from two files with different values is refused (which one wins is not a rule either
       library has); a flag settles it.
     """
@@ -740,6 +741,13 @@ def merge(files: list[FileSettings], flag_values: dict) -> Merged:
             raise ConfigFileError(
                 f"{label} is {clip(value)} but {trl_sources[name]} is {clip(trl_values[name])}: the HF Trainer stops "
                 'on this DeepSpeed / TrainingArguments mismatch (set the DeepSpeed value to "auto")'
+            )
+        alone = name not in trl_values and name not in flag_values
+        default = getattr(RunConfig(), name, None)
+        if name in ("per_device_train_batch_size", "gradient_accumulation_steps") and alone and value != default:
+            out.notes.append(
+                f"{label} is {value}: GRPOConfig's {name} must be {value} too (TRL's default is {default}, and the "
+                f"HF Trainer stops on the mismatch); estimated with {value}"
             )
         if name == "bf16" and value is False and "bf16" not in trl_values and "bf16" not in flag_values:
             out.notes.append(

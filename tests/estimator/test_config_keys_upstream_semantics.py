@@ -204,3 +204,12 @@ def test_deepspeed_given_as_a_mapping_in_the_trl_config(tmp_path, capsys):
     got = estimate(["--model", "7B", "--gpus", "4", "--config", write(tmp_path, "grpo.yaml", text)], capsys)
     flags = estimate(["--model", "7B", "--gpus", "4", "--zero", "3", "--offload-optimizer"], capsys)
     assert got["peak_allocated_bytes"] == flags["peak_allocated_bytes"]
+
+
+def test_deepspeed_micro_batch_alone_says_the_trl_side_must_match(tmp_path, capsys):
+    # HF's fill_match compares it with TrainingArguments' value, TRL's default 8 when unset
+    path = write(
+        tmp_path, "ds.json", '{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 1}'
+    )
+    err = notes(["--model", "0.5B", "--gpus", "4", "--gens", "4", "--config", path], capsys)
+    assert "per_device_train_batch_size must be 1 too (TRL's default is 8" in err
