@@ -31,7 +31,7 @@ from estimator.interface.files import (
     load_file,
     suggestion,
 )
-from estimator.interface.known_keys import OPEN_R1_KEYS, TRL_KEYS
+from estimator.interface.known_keys import OPEN_R1_KEYS, TRANSFORMERS_4_KEYS, TRL_KEYS
 from estimator.interface.launchfile import LaunchFileError
 from estimator.settings.config import Field, RunConfig, schema
 from estimator.text import listed, printable
@@ -385,6 +385,7 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
 
     checkpointing: dict[str, object] = {}  # activation_checkpointing / gradient_checkpointing (+ _kwargs)
     fsdp: dict[str, object] = {}  # TrainingArguments fsdp and fsdp_config, read together
+    removed: list[str] = []  # transformers 4 TrainingArguments keys
     for key, value in data.items():
         key = str(key)
         if key in JSON_DICT_KEYS:
@@ -481,6 +482,8 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
             out.known.append(key)
         elif key in OPEN_R1_KEYS:
             open_r1.append(key)
+        elif key in TRANSFORMERS_4_KEYS:
+            removed.append(key)
         else:
             near = suggestion(key, [*top, *nested, *SPECIAL_KEYS, *TRL_KEYS, *OPEN_R1_KEYS])
             if near:
@@ -497,6 +500,11 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
         out.known += open_r1
     if out.known:
         out.notes.append(f"{where}: known keys that do not change the estimate: {listed(out.known)}")
+    if removed:
+        out.notes.append(
+            f"{where}: transformers 4 TrainingArguments keys that transformers 5 removed (TRL 1.16's parser does "
+            f"not know them), not read: {listed(removed)}"
+        )
     if out.unknown:
         out.notes.append(
             f"{where}: unknown keys (not TRL 1.16's GRPOConfig / ModelConfig / ScriptArguments: another tool's?), "
@@ -744,7 +752,11 @@ def merge(files: list[FileSettings], flag_values: dict) -> Merged:
             )
         alone = name not in trl_values and name not in flag_values
         default = getattr(RunConfig(), name, None)
-        if name in ("per_device_train_batch_size", "gradient_accumulation_steps") and alone and value != default:
+        if (
+            name in ("per_device_train_batch_size", "gradient_accumulation_steps")
+            and alone
+            and value != default
+        ):
             out.notes.append(
                 f"{label} is {value}: GRPOConfig's {name} must be {value} too (TRL's default is {default}, and the "
                 f"HF Trainer stops on the mismatch); estimated with {value}"

@@ -151,3 +151,15 @@ LAUNCH_VALUE_FLAGS = frozenset(
     --zero3-save-16bit-model --zero3_init_flag --zero3_save_16bit_model --zero_stage
     """.split()
 )
+
+# transformers 4.57.1 TrainingArguments fields that 5.24.0 no longer has (recipes written for transformers 4 carry
+# them, e.g. open-r1's overwrite_output_dir and warmup_ratio)
+TRANSFORMERS_4_KEYS = frozenset(
+    """
+    adafactor fp16_backend fp16_opt_level fsdp_min_num_params fsdp_transformer_layer_cls_to_wrap group_by_length
+    half_precision_backend include_inputs_for_metrics include_tokens_per_second jit_mode_eval logging_dir
+    mp_parameters no_cuda overwrite_output_dir past_index per_gpu_eval_batch_size per_gpu_train_batch_size
+    push_to_hub_model_id push_to_hub_organization push_to_hub_token ray_scope save_safetensors torchdynamo
+    tpu_metrics_debug tpu_num_cores use_legacy_prediction_loop use_mps_device warmup_ratio
+    """.split()
+)
