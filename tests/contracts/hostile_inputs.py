@@ -133,6 +133,12 @@ def model_json(**change) -> str:
     return json.dumps(cfg)
 
 
+def gemma3_json(**change) -> str:
+    """The catalog's Gemma-3 config.json (sliding layers every `sliding_window_pattern`-th full) with `change`."""
+    cfg = json.loads((REPO / "estimator" / "catalog" / "google--gemma-3-1b-it.json").read_text())
+    return json.dumps(cfg | change)
+
+
 _DROP = object()
 NAN_JSON = model_json(hidden_size=1).replace('"hidden_size": 1', '"hidden_size": NaN')
 
@@ -435,6 +441,39 @@ def _model_json() -> list[Case]:
                 ("--model", "0.5B", "--reference-model", "{tmp}/m"),
                 files=(("m/config.json", contents[name]),),
             )
+        )
+    # The fields that decide which layers keep a sliding window: name -> (config.json, the field the line names)
+    windows = {
+        "sliding_window-string": (model_json(sliding_window="abc"), "sliding_window = 'abc'"),
+        "sliding_window-list": (model_json(sliding_window=[1]), "sliding_window = [1]"),
+        "sliding_window-negative": (model_json(sliding_window=-4096), "sliding_window = -4096"),
+        "sliding_window-zero": (model_json(sliding_window=0), "sliding_window = 0"),
+        "sliding_window-float": (model_json(sliding_window=1.5), "sliding_window = 1.5"),
+        "sliding_window-huge": (model_json(sliding_window=10**30), "sliding_window = 1000000"),
+        "use_sliding_window-string": (model_json(use_sliding_window="no"), "use_sliding_window = 'no'"),
+        "layer_types-int": (model_json(layer_types=5), "layer_types = 5"),
+        "layer_types-string": (model_json(layer_types="full_attention"), "layer_types = 'full_attention'"),
+        "layer_types-bogus": (model_json(layer_types=["bogus"] * 24), "layer_types entry 'bogus'"),
+        "layer_types-short": (model_json(layer_types=["full_attention"] * 3), "layer_types has 3 entries"),
+        "pattern-string": (gemma3_json(sliding_window_pattern="x"), "sliding_window_pattern = 'x'"),
+        "pattern-negative": (gemma3_json(sliding_window_pattern=-1), "sliding_window_pattern = -1"),
+        "pattern-zero": (gemma3_json(sliding_window_pattern=0), "sliding_window_pattern = 0"),
+    }
+    for name, (text, needle) in windows.items():
+        files = (("m/config.json", text),)
+        for role, argv in (
+            ("model", ("--model", "{tmp}/m/config.json")),
+            ("reward", ("--model", "0.5B", "--reward-model", "{tmp}/m/config.json")),
+            ("value", ("--model", "0.5B", "--value-model", "{tmp}/m/config.json@own:1")),
+        ):
+            out.append(Case("model-json", f"{role}-{name}", argv, files=files, needle=needle))
+    for name, text in {
+        "layer_types-ok": model_json(layer_types=["sliding_attention", "full_attention"] * 12),
+        "gemma3-pattern-ok": gemma3_json(sliding_window_pattern=2),
+    }.items():
+        files = (("m/config.json", text),)
+        out.append(
+            Case("model-json", name, ("--model", "{tmp}/m/config.json"), expect="accepted", files=files)
         )
     ok_name = model_json(_name_or_path="evil\n\x1b[31mRED\x1b[0m\r\u202ename")
     out.append(
