@@ -525,6 +525,29 @@ def _combinations() -> list[Case]:
         ("reward-own-0", ("--reward-model", "0.5B@own:0"), "refused", ""),
         ("reward-own-empty-group", ("--reward-model", "0.5B@own=:2"), "refused", ""),
         ("reward-at-garbage", ("--reward-model", "0.5B@@@"), "refused", ""),
+        # digits int() refuses though str.isdigit() holds for them
+        ("reward-own-superscript", ("--reward-model", "0.5B@own:\u00b2"), "refused", "'0.5B@own:\\xb2'"),
+        ("reward-own-circled", ("--reward-model", "0.5B@own:\u2460"), "refused", "'0.5B@own:\\u2460'"),
+        ("value-own-group-superscript", ("--value-model", "0.5B@own=g:\u00b9"), "refused", "=g:\\xb9"),
+        (
+            "group-two-sizes",
+            ("--reward-model", "0.5B@own=a:2", "--reference-model", "0.5B@own=a:3"),
+            "refused",
+            "GPU group 'a' is given two sizes: 2",
+        ),
+        (
+            "group-one-size-ok",
+            (
+                "--reward-model",
+                "0.5B@own=a:2",
+                "--reference-model",
+                "0.5B@own=a",
+                "--value-model",
+                "0.5B@own=a:2",
+            ),
+            "accepted",
+            "",
+        ),
         # a denormal share is a number vLLM takes and then fails start-up with: the answer says so (see out_needle)
         ("vllm-util-denormal", ("--use-vllm", "--vllm-gpu-memory-utilization", "5e-324"), "accepted", ""),
         (
