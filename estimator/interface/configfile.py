@@ -193,7 +193,7 @@ def _json_dict(value, key: str, where: str):
     if isinstance(value, str) and value.lstrip().startswith("{"):
         try:
             return json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser's stack
             raise ConfigFileError(f"{where}: {key} {clip(value)} is not a JSON object") from None
     return value
 

@@ -332,6 +332,35 @@ def _files() -> list[Case]:
             ("--model", "0.5B", "--from-command", "trl grpo --config /dev/zero"),
         )
     )
+    # JSON nested deeper than Python's recursion limit: in a command's dict argument, a TRL YAML's dict field
+    # given as a JSON string, and a whole JSON --config file
+    deep = "[" * 40_000 + "]" * 40_000
+    out.append(
+        Case(
+            "files",
+            "from-command-deep-json-argument",
+            ("--model", "0.5B", "--gpus", "1", "--from-command", f"trl grpo --model_init_kwargs '{deep}'"),
+            needle="--model_init_kwargs '[[[",
+        )
+    )
+    out.append(
+        Case(
+            "files",
+            "config-deep-json-string-field",
+            ("--model", "0.5B", "--config", "{tmp}/grpo.yaml"),
+            files=(("grpo.yaml", f"model_init_kwargs: '{{\"a\": {deep}}}'\n"),),
+            needle="model_init_kwargs",
+        )
+    )
+    out.append(
+        Case(
+            "files",
+            "config-json-100k-deep",
+            ("--model", "0.5B", "--config", "{tmp}/grpo.json"),
+            files=(("grpo.json", '{"beta": ' + "[" * 100_000 + "]" * 100_000 + "}"),),
+            needle="not valid YAML/JSON",
+        )
+    )
     out.append(
         Case(
             "files",
