@@ -917,6 +917,42 @@ def _environment() -> list[Case]:
             subprocess=True,
             needle="org/unknown-model",
         ),
+    ]
+    # A local HF cache whose snapshot config.json is not a small regular file: refused, never read without end
+    snap = "hub/models--org--m/snapshots/abc/config.json"
+    cache = (("HF_HUB_OFFLINE", "1"), ("HF_HUB_CACHE", "{tmp}/hub"))
+    for name, spec, needle in (
+        ("fifo", Special("fifo"), "(a FIFO)"),
+        ("dev-zero", Special("link", "/dev/zero"), "(a device)"),
+        ("directory", Special("dir"), "(a directory)"),
+        ("5MiB", Special("zeros", 5 << 20), "4194304 bytes at most"),
+    ):
+        for role, argv in (
+            ("model", ("--model", "org/m")),
+            ("reward", ("--model", "0.5B", "--reward-model", "org/m")),
+        ):
+            out.append(
+                Case(
+                    "environment",
+                    f"hf-cache-{role}-{name}",
+                    argv,
+                    env=cache,
+                    files=((snap, spec),),
+                    subprocess=True,
+                    needle=needle,
+                )
+            )
+    out.append(
+        Case(
+            "environment",
+            "hf-cache-ok",
+            ("--model", "org/m"),
+            "accepted",
+            files=((snap, model_json()),),
+            env=cache,
+        )
+    )
+    out += [
         Case(
             "environment",
             "lang-c-non-ascii-path",
