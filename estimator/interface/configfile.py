@@ -26,14 +26,17 @@ from pathlib import Path
 
 from estimator.interface import launchfile
 from estimator.interface.files import (
+    MAX_TYPO_CHECKS,
     ConfigFileError,
     clip,
+    listed,
     load_file,
     suggestion,
 )
 from estimator.interface.known_keys import OPEN_R1_KEYS, TRL_KEYS
 from estimator.interface.launchfile import LaunchFileError
 from estimator.settings.config import Field, schema
+from estimator.text import printable
 
 DTYPE_ALIASES = {
     "bf16": "bfloat16",
@@ -186,6 +189,11 @@ def _fsdp_option(value, where: str, out: FileSettings) -> None:
         out.values["fsdp_sharding_strategy"], out.sources["fsdp_sharding_strategy"] = "SHARD_GRAD_OP", "fsdp"
     if "offload" in words:
         out.values["offload_param"], out.sources["offload_param"] = True, "fsdp"
+
+
+def _name(key) -> str:
+    """A key TRL or accelerate knows (or `env.NAME`) as a note lists it: as written, control characters escaped."""
+    return printable(str(key), 60)
 
 
 def _json_dict(value, key: str, where: str):
@@ -385,7 +393,8 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
         elif key in OPEN_R1_KEYS:
             open_r1.append(key)
         else:
-            near = suggestion(key, [*top, *nested, *SPECIAL_KEYS, *TRL_KEYS, *OPEN_R1_KEYS])
+            checked = len(out.unknown) < MAX_TYPO_CHECKS
+            near = checked and suggestion(key, [*top, *nested, *SPECIAL_KEYS, *TRL_KEYS, *OPEN_R1_KEYS])
             if near:
                 raise ConfigFileError(f"{where}: unknown key {clip(key)}; did you mean {near}?")
             out.unknown.append(key)
@@ -397,11 +406,11 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
         out.flavour = "open-r1 recipe"
         out.known += open_r1
     if out.known:
-        out.notes.append(f"{where}: known keys that do not change the estimate: {', '.join(out.known)}")
+        out.notes.append(f"{where}: known keys that do not change the estimate: {listed(out.known, _name)}")
     if out.unknown:
         out.notes.append(
             f"{where}: unknown keys (not TRL 1.16's GRPOConfig / ModelConfig / ScriptArguments: another tool's?), "
-            f"not read: {', '.join(map(str, out.unknown))}"
+            f"not read: {listed(out.unknown)}"
         )
     return out
 
@@ -423,7 +432,7 @@ def _from_launch(launch, kind: str, where: str, path: str) -> FileSettings:
         fsdp_checkpointing=launch.fsdp_checkpointing,
     )
     if launch.ignored:
-        out.notes.append(f"{where}: keys this tool does not read: {', '.join(map(str, launch.ignored))}")
+        out.notes.append(f"{where}: keys this tool does not read: {listed(launch.ignored)}")
     return out
 
 

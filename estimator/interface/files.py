@@ -38,6 +38,20 @@ def levenshtein(a: str, b: str, cap: int = 3) -> int:
     return prev[-1]
 
 
+# A file's unknown keys are each checked for a near miss of a known key (a typo is an error), and listed in a note.
+# A real config has a handful; past these counts the file is not a config of this tool, so only the first
+# MAX_TYPO_CHECKS get the (quadratic) check and the note names the first MAX_KEYS_LISTED, then how many more.
+MAX_TYPO_CHECKS = 200
+MAX_KEYS_LISTED = 20
+
+
+def listed(keys, show=clip, n: int = MAX_KEYS_LISTED) -> str:
+    """'a, b, c' for a note: the first `n` keys, each through `show` (escaped, cut), then 'and K more'."""
+    keys = list(keys)
+    text = ", ".join(show(k) for k in keys[:n])
+    return text + (f" and {len(keys) - n} more" if len(keys) > n else "")
+
+
 def suggestion(key: str, known) -> str | None:
     """The known key `key` is most likely a typo of: edit distance <= 2 (<= 1 for keys under 6 characters)."""
     limit = 1 if len(key) < 6 else 2
