@@ -58,9 +58,16 @@ def catalog_names() -> list[str]:
 
 
 def sizes() -> dict[str, str]:
-    """Shorthand size -> catalog HF id, smallest first (only sizes whose model is shipped)."""
+    """Shorthand size -> catalog HF id, smallest first (only sizes whose model is shipped); a fresh dict."""
+    return dict(_shipped_sizes())
+
+
+@lru_cache(maxsize=1)
+def _shipped_sizes() -> tuple[tuple[str, str], ...]:
     shipped = catalog()
-    return dict(sorted(((k, v) for k, v in SIZES.items() if v in shipped), key=lambda kv: _size_value(kv[0])))
+    return tuple(
+        sorted(((k, v) for k, v in SIZES.items() if v in shipped), key=lambda kv: _size_value(kv[0]))
+    )
 
 
 def _size_value(size: str) -> float:

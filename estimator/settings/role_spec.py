@@ -13,6 +13,10 @@ from estimator.text import shown
 ROLE_KINDS = ("reward", "reference", "value")
 PLACEMENTS = ("policy", "own")
 MAX_ROLE_GPUS = 65536  # as --gpus (RunConfig.num_gpus)
+# Models beside the policy, all kinds together. A GRPO or PPO run names a handful (a few reward models, a
+# reference, a critic); 64 is far past any real setup, and keeps advice and --solve, which size every role for
+# each of the hundreds of candidate runs they try, quick.
+MAX_ROLES = 64
 FORMS = (
     "MODEL, MODEL@policy, MODEL@own, MODEL@own=GROUP, MODEL@own:N, MODEL@own=GROUP:N "
     f"(N from 1 to {MAX_ROLE_GPUS})"

@@ -564,6 +564,8 @@ def _combinations() -> list[Case]:
             "refused",
             "GPU group 'a' is given two sizes: 2",
         ),
+        ("roles-2000", ("--reward-model", *["0.5B"] * 2000), "refused", "2000 models beside the policy"),
+        ("roles-64-ok", ("--gpu", "T4", "--reward-model", *["0.5B"] * 64), "accepted", ""),
         (
             "group-one-size-ok",
             (
