@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -397,11 +398,13 @@ def compute(req: Request) -> Answer:
 
     cfg = req.cfg
     roles = config_roles(cfg)
-    est_fn = with_roles(policy_fn, roles, catalog.resolve_model) if roles else policy_fn
+    # Advice and --solve size every role for each candidate change: resolve each role's model once per answer.
+    arch_of = functools.lru_cache(maxsize=None)(catalog.resolve_model)
+    est_fn = with_roles(policy_fn, roles, arch_of) if roles else policy_fn
     est = est_fn(cfg, req.arch)
 
     def layout_on(c: RunConfig, total: int):
-        return plan(estimate(c, req.arch), roles, VllmSettings.of(c), catalog.resolve_model, total, policy_fn)
+        return plan(estimate(c, req.arch), roles, VllmSettings.of(c), arch_of, total, policy_fn)
 
     host_short = host_ram_short_bytes(cfg, req.arch)  # a second verdict: offload and loading need host RAM
     host_blocked = (
@@ -435,14 +438,14 @@ def compute(req: Request) -> Answer:
     if roles or cfg.use_vllm:
         total = req.gpu.usable_bytes if req.gpu is not None else int((cfg.gpu_memory_gib or 80.0) * GIB)
         layout = layout_on(cfg, total)
-        failure = failure_on(roles, catalog.resolve_model, total)
+        failure = failure_on(roles, arch_of, total)
         fixes = (
             layout_fixes(layout, cfg, lambda c: failure(c, req.arch))
             + role_moves(layout)
             + own_gpu_fixes(layout)
         )
-        starts_fn = starts_on(roles, catalog.resolve_model, total) if cfg.use_vllm else None
-        others_fn = others_fit_on(roles, catalog.resolve_model, total)
+        starts_fn = starts_on(roles, arch_of, total) if cfg.use_vllm else None
+        others_fn = others_fit_on(roles, arch_of, total)
         if not layout.fits:
             budget = total
     fails = (target is not None and not target.fits) or (layout is not None and not layout.fits)

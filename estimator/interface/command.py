@@ -251,7 +251,7 @@ def typed_args(args: dict) -> dict:
         elif key in nested and isinstance(value, str):
             try:
                 out[key] = json.loads(value)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser's stack
                 raise CommandError(f"--{key} {clip(value)}: not a JSON mapping") from None
         elif f is not None and f.kind == "strs":
             out[key] = [value] if isinstance(value, str) else value

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from estimator.interface import launchfile
 from estimator.interface.files import (
+    MAX_TYPO_CHECKS,
     ConfigFileError,
     clip,
     load_file,
@@ -286,7 +287,7 @@ def _json_dict(value, key: str, where: str):
     if isinstance(value, str) and value.lstrip().startswith("{"):
         try:
             return json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser's stack
             raise ConfigFileError(f"{where}: {key} {clip(value)} is not a JSON object") from None
     return value
 
@@ -485,7 +486,8 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
         elif key in TRANSFORMERS_4_KEYS:
             removed.append(key)
         else:
-            near = suggestion(key, [*top, *nested, *SPECIAL_KEYS, *TRL_KEYS, *OPEN_R1_KEYS])
+            checked = len(out.unknown) < MAX_TYPO_CHECKS
+            near = checked and suggestion(key, [*top, *nested, *SPECIAL_KEYS, *TRL_KEYS, *OPEN_R1_KEYS])
             if near:
                 raise ConfigFileError(f"{where}: unknown key {clip(key)}; did you mean {near}?")
             out.unknown.append(key)

@@ -7,10 +7,9 @@ launch-command reader (command.py); the nearest-key suggestion for a typo lives 
 from __future__ import annotations
 
 import json
-import stat
 from pathlib import Path
 
-from estimator.text import shown
+from estimator.text import UnreadableFile, read_user_file, shown
 
 MAX_FILE_BYTES = 1 << 20  # a config file is a few KiB; a bigger one is not a config
 
@@ -39,6 +38,12 @@ def levenshtein(a: str, b: str, cap: int = 3) -> int:
     return prev[-1]
 
 
+# A file's unknown keys are each checked for a near miss of a known key (a typo is an error) and listed in a note
+# (`estimator.text.listed`). A real config has a handful; past MAX_TYPO_CHECKS the file is not a config of this
+# tool, so only the first that many get the (quadratic) check.
+MAX_TYPO_CHECKS = 200
+
+
 def suggestion(key: str, known) -> str | None:
     """The known key `key` is most likely a typo of: edit distance <= 2 (<= 1 for keys under 6 characters)."""
     limit = 1 if len(key) < 6 else 2
@@ -62,27 +67,14 @@ def parse_text(text: str, suffix: str) -> object:
 
 
 def load_file(path: str, flag: str = "--config") -> dict:
-    """A regular file of at most MAX_FILE_BYTES of UTF-8 YAML/JSON holding a mapping; else one ConfigFileError."""
+    """A regular file of at most MAX_FILE_BYTES of UTF-8 YAML/JSON holding a mapping (read by
+    estimator.text.read_user_file); else one ConfigFileError."""
     lead = f"{flag} {clip(str(path), 120)}".strip()
     p = Path(path)
     try:
-        st = p.stat()
-    except (OSError, ValueError) as e:
-        raise ConfigFileError(f"{lead}: {getattr(e, 'strerror', None) or e}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigFileError(f"{lead}: not a regular file; give a YAML or JSON file")
-    if st.st_size > MAX_FILE_BYTES:
-        raise ConfigFileError(
-            f"{lead}: {st.st_size} bytes, larger than a config file ({MAX_FILE_BYTES} at most)"
-        )
-    try:
-        with open(p, "rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-        text = raw.decode("utf-8")
-    except OSError as e:
-        raise ConfigFileError(f"{lead}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise ConfigFileError(f"{lead}: not UTF-8 text (a binary file?); give a YAML or JSON file") from None
+        text = read_user_file(p, MAX_FILE_BYTES, "a config file", "a YAML or JSON file")
+    except UnreadableFile as e:
+        raise ConfigFileError(f"{lead}: {e}") from None
     try:
         data = parse_text(text, p.suffix.lower())
     except Exception as e:  # yaml.YAMLError / json.JSONDecodeError / RecursionError: keep the first line only

@@ -54,7 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from estimator.interface.files import ConfigFileError, clip, load_file, suggestion
+from estimator.interface.files import MAX_TYPO_CHECKS, ConfigFileError, clip, load_file, suggestion
 from estimator.interface.known_keys import ACCELERATE_KEYS
 from estimator.text import printable
 
@@ -240,7 +240,7 @@ def check_keys(where: str, keys, known, prefix: str = "") -> list[str]:
     for key in keys:
         if key in known:
             continue
-        near = suggestion(str(key), known)
+        near = len(unknown) < MAX_TYPO_CHECKS and suggestion(str(key), known)
         if near:
             raise LaunchFileError(
                 f"{where}: unknown key {clip(prefix + str(key))}; did you mean {prefix}{near}?"
@@ -263,8 +263,12 @@ def translate_deepspeed(data: dict, where: str) -> LaunchSettings:
         zero = {}
     if not isinstance(zero, dict):
         raise LaunchFileError(f"{where}: zero_optimization must be a mapping, got {clip(zero)}")
-    for key in zero:
-        if key not in ZERO_KEYS_MODELLED and not str(key).startswith(("stage3_", "offload_")):
+    for i, key in enumerate(zero):
+        if (
+            i < MAX_TYPO_CHECKS
+            and key not in ZERO_KEYS_MODELLED
+            and not str(key).startswith(("stage3_", "offload_"))
+        ):
             if near := suggestion(str(key), ZERO_KEYS_MODELLED):
                 raise LaunchFileError(
                     f"{where}: unknown key zero_optimization.{clip(key)}; did you mean zero_optimization.{near}?"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from estimator.model.families import MODEL_TYPES, Family, UnknownFamily
 from estimator.model.families import family as family_record
 from estimator.model.quantized import QuantizationError, check_quantization
-from estimator.text import printable
+from estimator.text import printable, shown
 
 
 class ConfigError(ValueError):
@@ -117,8 +117,14 @@ LIMITS = {
     "n_routed_experts": 2**14,
     "num_experts_per_tok": 2**14,
     "max_position_embeddings": 2**31,
+    "sliding_window": 2
+    ** 31,  # a window past any context length is full attention; beyond 2**31 is not a length
+    "sliding_window_pattern": 10_000,  # every n-th layer full (Gemma-3); at most num_hidden_layers' limit
 }
 BOOL_FIELDS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "qkv_bias")
+# The attention kinds a decoder layer of MODEL_TYPES takes in `layer_types` (transformers'
+# ALLOWED_ATTN_LAYER_TYPES holds more, for architectures this estimator does not model).
+LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 def _size(cfg: dict, *keys: str, default=None, minimum: int = 1) -> int:
@@ -132,7 +138,9 @@ def _size(cfg: dict, *keys: str, default=None, minimum: int = 1) -> int:
     v = cfg[key]
     limit = LIMITS.get(key, 2**31)
     if not isinstance(v, int) or isinstance(v, bool) or not minimum <= v <= limit:
-        raise ConfigError(f"config {key} = {v!r}: accepted values are integers from {minimum} to {limit}")
+        raise ConfigError(
+            f"config {key} = {shown(v)}: accepted values are integers from {minimum} to {limit}"
+        )
     return v
 
 
@@ -141,8 +149,32 @@ def _flag(cfg: dict, key: str, default: bool) -> bool:
     if v is None:
         return default
     if not isinstance(v, bool):
-        raise ConfigError(f"config {key} = {v!r}: accepted values are true or false")
+        raise ConfigError(f"config {key} = {shown(v)}: accepted values are true or false")
     return v
+
+
+def _check_windows(cfg: dict, n_layers: int) -> None:
+    """The fields `layer_windows` reads, as transformers accepts them: `sliding_window` null or a positive
+    integer, `use_sliding_window` a bool, `sliding_window_pattern` null or a positive integer (Gemma-3's
+    `(i + 1) % pattern`), `layer_types` null or a list of num_hidden_layers LAYER_TYPES entries
+    (`PreTrainedConfig.validate_layer_type`); anything else is a ConfigError naming the field."""
+    for key in ("sliding_window", "sliding_window_pattern"):
+        if cfg.get(key) is not None:
+            _size(cfg, key)
+    _flag(cfg, "use_sliding_window", False)
+    types = cfg.get("layer_types")
+    if types is None:
+        return
+    accepted = (
+        f"accepted: null or a list of {n_layers} (num_hidden_layers) of {', '.join(map(repr, LAYER_TYPES))}"
+    )
+    if not isinstance(types, list):
+        raise ConfigError(f"config layer_types = {shown(types)}: {accepted}")
+    bad = next((t for t in types if not isinstance(t, str) or t not in LAYER_TYPES), None)
+    if bad is not None:
+        raise ConfigError(f"config layer_types entry {shown(bad)}: {accepted}")
+    if len(types) != n_layers:
+        raise ConfigError(f"config layer_types has {len(types)} entries: {accepted}")
 
 
 def check_model_type(cfg: dict) -> str:
@@ -254,6 +286,7 @@ def from_config(cfg: dict, name: str | None = None) -> Arch:
     inter = _size(cfg, "intermediate_size", default=4 * h)
     if cfg.get("max_position_embeddings") is not None:
         _size(cfg, "max_position_embeddings")
+    _check_windows(cfg, n_layers)
     tie = _flag(cfg, "tie_word_embeddings", fam.tie_word_embeddings_default)
     attn_bias = _flag(cfg, fam.attention_bias_key, fam.attention_bias_default)
     q_dim, kv_dim = n_heads * head_dim, n_kv * head_dim
@@ -304,9 +337,7 @@ def layer_windows(arch: Arch) -> list[int | None]:
             types = ["sliding_attention"] * n
     if window is None:
         return [None] * n
-    return [int(window) if t == "sliding_attention" else None for t in list(types)[:n]] + [None] * (
-        n - len(types)
-    )
+    return [window if t == "sliding_attention" else None for t in list(types)[:n]] + [None] * (n - len(types))
 
 
 def layer_kinds(arch: Arch) -> int:

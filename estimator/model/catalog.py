@@ -12,6 +12,7 @@ from pathlib import Path
 
 from estimator.model import hub
 from estimator.model.architecture import Arch, ConfigError, from_config
+from estimator.text import UnreadableFile, read_user_file
 
 CATALOG_DIR = Path(__file__).resolve().parents[1] / "catalog"
 # Shorthand sizes (case-insensitive: 7b, 7B). A size names the Qwen2.5-Instruct model of that size (the sizes
@@ -57,9 +58,16 @@ def catalog_names() -> list[str]:
 
 
 def sizes() -> dict[str, str]:
-    """Shorthand size -> catalog HF id, smallest first (only sizes whose model is shipped)."""
+    """Shorthand size -> catalog HF id, smallest first (only sizes whose model is shipped); a fresh dict."""
+    return dict(_shipped_sizes())
+
+
+@lru_cache(maxsize=1)
+def _shipped_sizes() -> tuple[tuple[str, str], ...]:
     shipped = catalog()
-    return dict(sorted(((k, v) for k, v in SIZES.items() if v in shipped), key=lambda kv: _size_value(kv[0])))
+    return tuple(
+        sorted(((k, v) for k, v in SIZES.items() if v in shipped), key=lambda kv: _size_value(kv[0]))
+    )
 
 
 def _size_value(size: str) -> float:
@@ -72,14 +80,20 @@ def size_note(size: str, hf_id: str) -> str:
     return f"--model {size}: sized as {hf_id} (the catalog's {size} model; give a full name for another)"
 
 
+# A model's config.json is a few KiB (the catalog's largest is under 2 KiB); 4 MiB leaves room for configs that
+# carry label maps or per-layer lists, and keeps a FIFO, /dev/zero or a stray large file from being read whole.
+MAX_CONFIG_BYTES = 4 << 20
+
+
 def load_config(path: Path) -> dict:
-    """Parse one config.json; anything that is not a JSON object is a ConfigError."""
+    """Parse one config.json (a regular UTF-8 file of at most MAX_CONFIG_BYTES, read by
+    estimator.text.read_user_file); anything else, or anything but a JSON object, is a one-line ConfigError."""
     try:
-        cfg = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path} is not UTF-8 text (a binary file?); give a config.json") from None
+        text = read_user_file(path, MAX_CONFIG_BYTES, "a config.json", "a config.json")
+    except UnreadableFile as e:
+        raise ConfigError(f"cannot read {shown(str(path), 120)}: {e}") from None
+    try:
+        cfg = json.loads(text)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path} is not valid JSON (line {e.lineno}: {e.msg})") from None
     except RecursionError:
@@ -246,8 +260,13 @@ def generation_use_cache(config_path: Path, config: dict, whole_checkpoint: bool
     come alone (the Hub fetches config.json only; the HF cache keeps what was downloaded)."""
     gen = Path(config_path).with_name("generation_config.json")
     try:
-        said = json.loads(gen.read_bytes().decode("utf-8")) if gen.is_file() else None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        text = (
+            read_user_file(gen, MAX_CONFIG_BYTES, "a generation_config.json", "a JSON file")
+            if gen.is_file()
+            else None
+        )
+        said = json.loads(text) if text is not None else None
+    except (OSError, ValueError, RecursionError):  # UnreadableFile and JSONDecodeError are ValueErrors
         return None
     if isinstance(said, dict):
         return said.get("use_cache") is not False

@@ -13,6 +13,8 @@ import os
 import re
 from pathlib import Path
 
+from estimator.text import UnreadableFile, read_user_file
+
 # Hub repo ids: `org/name`, each part letters, digits, '-', '_', '.', starting with a letter or digit, at most
 # 96 characters, no '--' or '..' (huggingface_hub's validate_repo_id). A revision: a branch, tag or commit.
 _PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
@@ -88,7 +90,10 @@ def cached_config(repo_id: str, revision: str | None, cache_dirs: list[Path]) ->
 def _snapshot_config(repo: Path, revision: str | None) -> Path | None:
     snaps = repo / "snapshots"
     ref = repo / "refs" / (revision or "main")
-    commit = ref.read_text().strip() if ref.is_file() else revision
+    try:  # a ref holds one commit hash; read it bounded, like every file a user's cache may hold
+        commit = read_user_file(ref, 4096, "a ref", "a commit hash").strip() if ref.is_file() else revision
+    except UnreadableFile:
+        commit = revision
     if commit and "/" not in commit and (snaps / commit / "config.json").is_file():
         return snaps / commit / "config.json"
     if revision is not None:

@@ -8,7 +8,7 @@ from estimator.model.architecture import Arch
 from estimator.model.quantized import quant_spec
 from estimator.settings.compat import check_library_support
 from estimator.settings.config import InvalidConfig, RunConfig, check_value, flag, schema
-from estimator.settings.role_spec import RoleSpecError, parse_role
+from estimator.settings.role_spec import MAX_ROLES, RoleSpecError, group_size_conflict, parse_role
 from estimator.settings.trl_versions import profile
 from estimator.text import listed, printable, shown
 
@@ -55,15 +55,31 @@ def check_geometry(cfg: RunConfig) -> None:
 
 
 def check_roles(cfg: RunConfig) -> None:
-    """Every reward / reference / value model reads as MODEL[@own[=GROUP][:N]] (estimator/settings/role_spec.py)."""
+    """Every reward / reference / value model reads as MODEL[@own[=GROUP][:N]] (estimator/settings/role_spec.py),
+    at most MAX_ROLES of them, and roles sharing a GPU group agree on its size."""
     named = [("reward_models", "reward", s) for s in cfg.reward_models or ()]
     named += [("reference_models", "reference", s) for s in cfg.reference_models or ()]
     named += [("value_model", "value", cfg.value_model)] if cfg.value_model is not None else []
+    if len(named) > MAX_ROLES:
+        raise InvalidConfig(
+            f"{len(named)} models beside the policy ({flag('reward_models')}, {flag('reference_models')}, "
+            f"{flag('value_model')} together): at most {MAX_ROLES}"
+        )
+    roles = []
     for name, kind, spec in named:
         try:
-            parse_role(kind, spec)
+            roles.append(parse_role(kind, spec))
         except RoleSpecError as e:
             raise InvalidConfig(f"{flag(name)} {e}") from None
+    conflict = group_size_conflict(roles)
+    if conflict:
+        group, a, b = conflict
+        flag_of = {kind: flag(name) for name, kind, _ in named}
+        raise InvalidConfig(
+            f"GPU group {shown(group, 40)} is given two sizes: {a.gpus} ({flag_of[a.kind]} {shown(a.model, 40)}) "
+            f"and {b.gpus} ({flag_of[b.kind]} {shown(b.model, 40)}); roles sharing a group share its GPUs: "
+            "give one :N (or leave it out)"
+        )
 
 
 def check_combination(cfg: RunConfig, arch: Arch | None) -> None:

@@ -133,6 +133,12 @@ def model_json(**change) -> str:
     return json.dumps(cfg)
 
 
+def gemma3_json(**change) -> str:
+    """The catalog's Gemma-3 config.json (sliding layers every `sliding_window_pattern`-th full) with `change`."""
+    cfg = json.loads((REPO / "estimator" / "catalog" / "google--gemma-3-1b-it.json").read_text())
+    return json.dumps(cfg | change)
+
+
 _DROP = object()
 NAN_JSON = model_json(hidden_size=1).replace('"hidden_size": 1', '"hidden_size": NaN')
 
@@ -326,6 +332,35 @@ def _files() -> list[Case]:
             ("--model", "0.5B", "--from-command", "trl grpo --config /dev/zero"),
         )
     )
+    # JSON nested deeper than Python's recursion limit: in a command's dict argument, a TRL YAML's dict field
+    # given as a JSON string, and a whole JSON --config file
+    deep = "[" * 40_000 + "]" * 40_000
+    out.append(
+        Case(
+            "files",
+            "from-command-deep-json-argument",
+            ("--model", "0.5B", "--gpus", "1", "--from-command", f"trl grpo --model_init_kwargs '{deep}'"),
+            needle="--model_init_kwargs '[[[",
+        )
+    )
+    out.append(
+        Case(
+            "files",
+            "config-deep-json-string-field",
+            ("--model", "0.5B", "--config", "{tmp}/grpo.yaml"),
+            files=(("grpo.yaml", f"model_init_kwargs: '{{\"a\": {deep}}}'\n"),),
+            needle="model_init_kwargs",
+        )
+    )
+    out.append(
+        Case(
+            "files",
+            "config-json-100k-deep",
+            ("--model", "0.5B", "--config", "{tmp}/grpo.json"),
+            files=(("grpo.json", '{"beta": ' + "[" * 100_000 + "]" * 100_000 + "}"),),
+            needle="not valid YAML/JSON",
+        )
+    )
     out.append(
         Case(
             "files",
@@ -436,6 +471,39 @@ def _model_json() -> list[Case]:
                 files=(("m/config.json", contents[name]),),
             )
         )
+    # The fields that decide which layers keep a sliding window: name -> (config.json, the field the line names)
+    windows = {
+        "sliding_window-string": (model_json(sliding_window="abc"), "sliding_window = 'abc'"),
+        "sliding_window-list": (model_json(sliding_window=[1]), "sliding_window = [1]"),
+        "sliding_window-negative": (model_json(sliding_window=-4096), "sliding_window = -4096"),
+        "sliding_window-zero": (model_json(sliding_window=0), "sliding_window = 0"),
+        "sliding_window-float": (model_json(sliding_window=1.5), "sliding_window = 1.5"),
+        "sliding_window-huge": (model_json(sliding_window=10**30), "sliding_window = 1000000"),
+        "use_sliding_window-string": (model_json(use_sliding_window="no"), "use_sliding_window = 'no'"),
+        "layer_types-int": (model_json(layer_types=5), "layer_types = 5"),
+        "layer_types-string": (model_json(layer_types="full_attention"), "layer_types = 'full_attention'"),
+        "layer_types-bogus": (model_json(layer_types=["bogus"] * 24), "layer_types entry 'bogus'"),
+        "layer_types-short": (model_json(layer_types=["full_attention"] * 3), "layer_types has 3 entries"),
+        "pattern-string": (gemma3_json(sliding_window_pattern="x"), "sliding_window_pattern = 'x'"),
+        "pattern-negative": (gemma3_json(sliding_window_pattern=-1), "sliding_window_pattern = -1"),
+        "pattern-zero": (gemma3_json(sliding_window_pattern=0), "sliding_window_pattern = 0"),
+    }
+    for name, (text, needle) in windows.items():
+        files = (("m/config.json", text),)
+        for role, argv in (
+            ("model", ("--model", "{tmp}/m/config.json")),
+            ("reward", ("--model", "0.5B", "--reward-model", "{tmp}/m/config.json")),
+            ("value", ("--model", "0.5B", "--value-model", "{tmp}/m/config.json@own:1")),
+        ):
+            out.append(Case("model-json", f"{role}-{name}", argv, files=files, needle=needle))
+    for name, text in {
+        "layer_types-ok": model_json(layer_types=["sliding_attention", "full_attention"] * 12),
+        "gemma3-pattern-ok": gemma3_json(sliding_window_pattern=2),
+    }.items():
+        files = (("m/config.json", text),)
+        out.append(
+            Case("model-json", name, ("--model", "{tmp}/m/config.json"), expect="accepted", files=files)
+        )
     ok_name = model_json(_name_or_path="evil\n\x1b[31mRED\x1b[0m\r\u202ename")
     out.append(
         Case(
@@ -486,6 +554,31 @@ def _combinations() -> list[Case]:
         ("reward-own-0", ("--reward-model", "0.5B@own:0"), "refused", ""),
         ("reward-own-empty-group", ("--reward-model", "0.5B@own=:2"), "refused", ""),
         ("reward-at-garbage", ("--reward-model", "0.5B@@@"), "refused", ""),
+        # digits int() refuses though str.isdigit() holds for them
+        ("reward-own-superscript", ("--reward-model", "0.5B@own:\u00b2"), "refused", "'0.5B@own:\\xb2'"),
+        ("reward-own-circled", ("--reward-model", "0.5B@own:\u2460"), "refused", "'0.5B@own:\\u2460'"),
+        ("value-own-group-superscript", ("--value-model", "0.5B@own=g:\u00b9"), "refused", "=g:\\xb9"),
+        (
+            "group-two-sizes",
+            ("--reward-model", "0.5B@own=a:2", "--reference-model", "0.5B@own=a:3"),
+            "refused",
+            "GPU group 'a' is given two sizes: 2",
+        ),
+        ("roles-2000", ("--reward-model", *["0.5B"] * 2000), "refused", "2000 models beside the policy"),
+        ("roles-64-ok", ("--gpu", "T4", "--reward-model", *["0.5B"] * 64), "accepted", ""),
+        (
+            "group-one-size-ok",
+            (
+                "--reward-model",
+                "0.5B@own=a:2",
+                "--reference-model",
+                "0.5B@own=a",
+                "--value-model",
+                "0.5B@own=a:2",
+            ),
+            "accepted",
+            "",
+        ),
         # a denormal share is a number vLLM takes and then fails start-up with: the answer says so (see out_needle)
         ("vllm-util-denormal", ("--use-vllm", "--vllm-gpu-memory-utilization", "5e-324"), "accepted", ""),
         (
@@ -902,6 +995,42 @@ def _environment() -> list[Case]:
             subprocess=True,
             needle="org/unknown-model",
         ),
+    ]
+    # A local HF cache whose snapshot config.json is not a small regular file: refused, never read without end
+    snap = "hub/models--org--m/snapshots/abc/config.json"
+    cache = (("HF_HUB_OFFLINE", "1"), ("HF_HUB_CACHE", "{tmp}/hub"))
+    for name, spec, needle in (
+        ("fifo", Special("fifo"), "(a FIFO)"),
+        ("dev-zero", Special("link", "/dev/zero"), "(a device)"),
+        ("directory", Special("dir"), "(a directory)"),
+        ("5MiB", Special("zeros", 5 << 20), "4194304 bytes at most"),
+    ):
+        for role, argv in (
+            ("model", ("--model", "org/m")),
+            ("reward", ("--model", "0.5B", "--reward-model", "org/m")),
+        ):
+            out.append(
+                Case(
+                    "environment",
+                    f"hf-cache-{role}-{name}",
+                    argv,
+                    env=cache,
+                    files=((snap, spec),),
+                    subprocess=True,
+                    needle=needle,
+                )
+            )
+    out.append(
+        Case(
+            "environment",
+            "hf-cache-ok",
+            ("--model", "org/m"),
+            "accepted",
+            files=((snap, model_json()),),
+            env=cache,
+        )
+    )
+    out += [
         Case(
             "environment",
             "lang-c-non-ascii-path",

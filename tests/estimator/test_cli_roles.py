@@ -368,3 +368,49 @@ def test_a_vllm_server_that_starts_but_cannot_take_the_weight_push_is_told_so(ca
     capsys.readouterr()
     assert cli.main([*argv, "--vllm-server-utilization", "0.87"]) == 1
     assert "runs out when the trainer pushes weights" in capsys.readouterr().out
+
+
+def test_advice_resolves_each_role_model_once_per_answer(capsys, monkeypatch):
+    """Advice sizes every role for each candidate run it tries: the role's model is resolved once, not per try."""
+    from estimator.model import catalog
+
+    calls = []
+    real = catalog.resolve_model
+    monkeypatch.setattr(
+        catalog, "resolve_model", lambda spec, revision=None: calls.append(spec) or real(spec, revision)
+    )
+    roles = 8
+    assert cli.main(["--model", "0.5B", "--gpu", "T4", "--advice", "--reward-model", *["1.5B"] * roles]) in (
+        0,
+        1,
+    )
+    capsys.readouterr()
+    assert (
+        0 < calls.count("1.5B") <= roles + 1
+    )  # the check that each resolves (flags.py), then the answer's one
+
+
+def test_roles_past_the_limit_are_refused_in_one_line(tmp_path, capsys):
+    from estimator.settings.role_spec import MAX_ROLES
+
+    many = [
+        "--reward-model",
+        *["0.5B"] * (MAX_ROLES - 1),
+        "--reference-model",
+        "0.5B",
+        "--value-model",
+        "0.5B",
+    ]
+    assert cli.main(["--model", "0.5B", *many]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1
+        and f"{MAX_ROLES + 1} models beside the policy" in err[0]
+        and f"at most {MAX_ROLES}" in err[0]
+    )
+    config = tmp_path / "grpo.yaml"
+    config.write_text("reward_models:\n" + "  - 0.5B\n" * 1000)
+    assert cli.main(["--model", "0.5B", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "1000 models beside the policy" in err[0], err
+    assert cli.main(["--model", "0.5B", "--reward-model", *["0.5B"] * MAX_ROLES]) in (0, 1)
