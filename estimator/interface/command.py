@@ -2,7 +2,9 @@
 GRPO launch command would run.
 
 The command is split with `shlex.split` (POSIX shell words); leading `NAME=value` environment assignments are
-skipped (PYTORCH_CUDA_ALLOC_CONF is read). Launchers:
+skipped (PYTORCH_CUDA_ALLOC_CONF is read; CUDA_VISIBLE_DEVICES counts the GPUs a launcher that uses every visible
+GPU starts processes on), as are the wrappers `nohup`, `time`, `exec`, `uv run`, `poetry run`, `pipenv run`, and
+a shell tail (`> log 2>&1 &`, a pipe). Launchers:
 
 - `accelerate launch [options] SCRIPT ARGS`: `--config_file` is the accelerate YAML and its options override it
   as `accelerate launch` does (an option given on the command line wins over the config file's value;
@@ -10,7 +12,8 @@ skipped (PYTORCH_CUDA_ALLOC_CONF is read). Launchers:
   `--num_processes` counts every process; `--use_deepspeed` / `--use_fsdp` / `--multi_gpu` pick the
   distributed type; `--zero_stage`, `--offload_*_device`, `--deepspeed_config_file`, `--fsdp_*` as the YAML's.
   Options are spelled with `_` or `-`, as accelerate accepts.
-- `torchrun` / `python -m torch.distributed.run`: `--nproc_per_node N` x `--nnodes M` processes.
+- `torchrun` / `python -m torch.distributed.run`: `--nproc_per_node N` x `--nnodes M` processes (`gpu` / `auto`:
+  the visible GPUs, from CUDA_VISIBLE_DEVICES).
 - `deepspeed`: `--num_gpus N` x `--num_nodes M`.
 - `python SCRIPT` / `python -m MODULE`: one process.
 - `trl grpo ARGS`: TRL's CLI, itself `accelerate launch` of trl/scripts/grpo.py: arguments its parser does not
@@ -74,6 +77,7 @@ class CommandSettings:
     files: list = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     launcher: str = "python"
+    visible_gpus: int | None = None  # CUDA_VISIBLE_DEVICES' count, where the command sets it
 
 
 def _norm(opt: str) -> str:
@@ -278,12 +282,12 @@ def read_command(command: str | list[str], cwd: Path | None = None) -> CommandSe
     """A launch command (a string, split with shlex, or its words) -> CommandSettings; CommandError if unreadable."""
     cwd = cwd or Path(".")
     tokens = _words(command)
-    env = _environment(tokens)
+    env = _unwrap(tokens)
     if not tokens:
         raise CommandError(
             "--from-command names no command; accepted: accelerate launch / torchrun / python / trl grpo ..."
         )
-    out = CommandSettings()
+    out = CommandSettings(visible_gpus=_visible_gpus(env))
     if env.get("PYTORCH_CUDA_ALLOC_CONF"):
         out.files.append(
             FileSettings(
@@ -300,12 +304,44 @@ def read_command(command: str | list[str], cwd: Path | None = None) -> CommandSe
         out.notes.append(
             f"command: {clip(script)} is estimated as TRL's GRPO trainer (its arguments read as TRL's)"
         )
+    files = _script_files(args, trl_config, cwd)
+    if script == "trl grpo":
+        in_file = next((f.launch_options for f in files if f.kind == "trl" and f.launch_options), {})
+        if in_file:  # the command line's accelerate options come after the file's: theirs win
+            accel_opts = {**launch_options(in_file, cwd), **(accel_opts or {})}
+            out.launcher = "trl grpo (accelerate launch)"
     if accel_opts is not None:
         acc = _accelerate(accel_opts, cwd)
+        if acc is not None and acc.needs_processes and acc.where == "accelerate launch" and out.visible_gpus:
+            # no config file, no count: accelerate launch starts torch.cuda.device_count() processes
+            acc = _launcher_settings(
+                "accelerate launch", out.visible_gpus, "the GPUs in CUDA_VISIBLE_DEVICES"
+            )
+            out.notes.append(
+                f"accelerate launch without a config file or --num_processes: {out.visible_gpus} processes, one per "
+                "GPU in CUDA_VISIBLE_DEVICES (unless the machine's default accelerate config says otherwise)"
+            )
         if acc is not None:
             out.files.append(acc)
-    out.files.extend(_script_files(args, trl_config, cwd))
+    out.files.extend(files)
     return out
+
+
+def launch_options(keys: dict, cwd: Path) -> dict:
+    """A TRL config's keys that `trl grpo` hands to accelerate launch (`FileSettings.launch_options`) as accelerate
+    launch options: `--key value`, and `accelerate_config` as `--config_file` (its name resolved)."""
+    out: dict = {}
+    for key, value in keys.items():
+        if key == "accelerate_config":
+            out["--config_file"] = _trl_accelerate_config(str(value), cwd)
+        else:
+            out["--" + key] = value
+    return out
+
+
+def launch_file(keys: dict, cwd: Path) -> FileSettings | None:
+    """The accelerate settings of a TRL config's launch keys, as `trl grpo --config FILE` would launch it."""
+    return _accelerate(launch_options(keys, cwd), cwd)
 
 
 def _words(command: str | list[str]) -> list[str]:
@@ -341,6 +377,37 @@ def _environment(tokens: list[str]) -> dict:
     return env
 
 
+WRAPPERS = (("nohup",), ("time",), ("exec",), ("uv", "run"), ("poetry", "run"), ("pipenv", "run"))
+SHELL_TAIL = ("|", "||", "&", "&&", ";", ">", ">>", "<", "2>", "2>>", "&>", "1>", "2>&1", "1>&2")
+
+
+def _unwrap(tokens: list[str]) -> dict:
+    """Remove (in place) what runs around the launcher: environment assignments, the WRAPPERS, and a shell tail
+    from its first SHELL_TAIL word (or `>file`-style word) on; returns the environment."""
+    for i, word in enumerate(tokens):
+        if word in SHELL_TAIL or word.startswith((">", "2>", "&>", "1>")):
+            del tokens[i:]
+            break
+    env: dict = {}
+    while True:
+        env.update(_environment(tokens))
+        wrapper = next((w for w in WRAPPERS if tuple(tokens[: len(w)]) == w), None)
+        if wrapper is None:
+            return env
+        del tokens[: len(wrapper)]
+
+
+def _visible_gpus(env: dict) -> int | None:
+    """CUDA_VISIBLE_DEVICES' device count ("0,1,2,3" -> 4), None when it is not set or not a list of devices."""
+    text = env.get("CUDA_VISIBLE_DEVICES")
+    if text is None:
+        return None
+    ids = [x.strip() for x in text.split(",") if x.strip()]
+    return (
+        len(ids) if ids and all(x.isascii() and (x.isdigit() or x.startswith("GPU-")) for x in ids) else None
+    )
+
+
 def _launcher(tokens: list[str], out: CommandSettings) -> tuple[str, int, dict | None]:
     """The launcher's own options (accelerate launch, torchrun, deepspeed, python, trl): records its process
     count in `out`; returns the script, the index of its first argument, and accelerate launch's options."""
@@ -363,8 +430,13 @@ def _launcher(tokens: list[str], out: CommandSettings) -> tuple[str, int, dict |
         opts, i = _options(tokens, 1 if prog == "torchrun" else 3, TORCHRUN_BOOL, "torchrun")
         per = opts.get("--nproc_per_node", 1)
         nodes = opts.get("--nnodes", 1)
-        n = _count("torchrun", "--nproc_per_node", per) * _count("torchrun", "--nnodes", nodes)
-        out.files.append(_launcher_settings("torchrun", n, "--nproc_per_node x --nnodes"))
+        if str(per) in ("gpu", "auto") and out.visible_gpus is None:  # every visible GPU: not known here
+            where = f"torchrun --nproc_per_node {per}"
+            out.files.append(FileSettings(kind="launcher", where=where, needs_processes=True))
+        else:
+            per = out.visible_gpus if str(per) in ("gpu", "auto") else per
+            n = _count("torchrun", "--nproc_per_node", per) * _count("torchrun", "--nnodes", nodes)
+            out.files.append(_launcher_settings("torchrun", n, "--nproc_per_node x --nnodes"))
         out.launcher = "torchrun"
         script, i = _script(tokens, i, bool(opts.get("-m") or opts.get("--module")))
         return script, i, None

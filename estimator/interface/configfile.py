@@ -32,7 +32,7 @@ from estimator.interface.files import (
     load_file,
     suggestion,
 )
-from estimator.interface.known_keys import OPEN_R1_KEYS, TRANSFORMERS_4_KEYS, TRL_KEYS
+from estimator.interface.known_keys import LAUNCH_KEYS, OPEN_R1_KEYS, TRANSFORMERS_4_KEYS, TRL_KEYS
 from estimator.interface.launchfile import LaunchFileError
 from estimator.settings.config import Field, RunConfig, schema
 from estimator.text import listed, printable
@@ -75,6 +75,9 @@ class FileSettings:
     flavour: str = ""
     fsdp_checkpointing: str | None = None  # launchfile.LaunchSettings'
     deepspeed_inline: dict | None = None  # a TRL config's `deepspeed:` given as the DeepSpeed config itself
+    launch_options: dict = field(
+        default_factory=dict
+    )  # keys `trl grpo` hands to accelerate launch (LAUNCH_KEYS)
     completion_lengths: dict = field(
         default_factory=dict
     )  # generation_kwargs max_new_tokens / max_tokens -> N
@@ -485,6 +488,8 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
             open_r1.append(key)
         elif key in TRANSFORMERS_4_KEYS:
             removed.append(key)
+        elif key in LAUNCH_KEYS and key not in top and key not in nested:
+            out.launch_options[key] = value
         else:
             checked = len(out.unknown) < MAX_TYPO_CHECKS
             near = checked and suggestion(key, [*top, *nested, *SPECIAL_KEYS, *TRL_KEYS, *OPEN_R1_KEYS])

@@ -17,7 +17,7 @@ import argparse
 import math
 import re
 
-from estimator.interface.command import CommandError, command_files
+from estimator.interface.command import CommandError, command_files, launch_file
 from estimator.interface.configfile import (
     ConfigFileError,
     Merged,
@@ -295,6 +295,15 @@ def read_sources(ns: argparse.Namespace) -> Merged:
     try:
         files = read_files(configs)
         notes: list[str] = []
+        for f in [f for f in files if f.kind == "trl" and f.launch_options] if command is None else []:
+            acc = launch_file(f.launch_options, Path("."))
+            if acc is not None:
+                files.append(acc)
+                notes.append(
+                    f"{f.where}: {', '.join(f.launch_options)}: `trl grpo` hands these to accelerate launch; read "
+                    "as its options"
+                )
+            check_kinds(files)
         if command is not None:
             cmd = command_files(command, Path("."))
             files += cmd.files
@@ -305,6 +314,16 @@ def read_sources(ns: argparse.Namespace) -> Merged:
     except (ConfigFileError, CommandError) as e:
         raise FlagError(str(e)) from None
     if merged.needs_processes and "num_gpus" not in merged.values:
+        if merged.needs_processes.startswith("torchrun"):
+            raise FlagError(
+                f"{merged.needs_processes}: one process per visible GPU, which this tool cannot see; set "
+                "CUDA_VISIBLE_DEVICES in the command or give --gpus N"
+            )
+        if merged.needs_processes == "accelerate launch":  # no config file, no process count
+            raise FlagError(
+                "accelerate launch: no --config_file and no --num_processes, so it starts one process per visible "
+                "GPU (or what the machine's default accelerate config says), which this tool cannot see; give --gpus N"
+            )
         raise FlagError(
             f"{merged.needs_processes}: no num_processes, and accelerate launch refuses that config without "
             "--num_processes; give --gpus N (or num_processes in the file)"

@@ -163,3 +163,14 @@ TRANSFORMERS_4_KEYS = frozenset(
     tpu_metrics_debug tpu_num_cores use_legacy_prediction_loop use_mps_device warmup_ratio
     """.split()
 )
+
+# `trl grpo --config FILE` hands the file's keys its GRPO parser does not consume to accelerate launch as
+# `--key value` (trl 1.16.0 TrlParser.set_defaults_with_config, cli/commands/training.py); `accelerate_config`
+# names an accelerate config (trl/cli/accelerate_config.py)
+LAUNCH_KEYS = (
+    frozenset(
+        {o[2:].replace("-", "_") for o in (*LAUNCH_BOOL_FLAGS, *LAUNCH_VALUE_FLAGS) if o.startswith("--")}
+        | {"accelerate_config"}
+    )
+    - TRL_KEYS
+)

@@ -213,3 +213,62 @@ def test_deepspeed_micro_batch_alone_says_the_trl_side_must_match(tmp_path, caps
     )
     err = notes(["--model", "0.5B", "--gpus", "4", "--gens", "4", "--config", path], capsys)
     assert "per_device_train_batch_size must be 1 too (TRL's default is 8" in err
+
+
+def test_trl_grpo_hands_a_configs_launch_keys_to_accelerate(tmp_path, capsys, monkeypatch):
+    # trl 1.16 TrlParser.set_defaults_with_config returns the keys its parser does not consume, and `trl grpo`
+    # passes them to accelerate launch (accelerate_config becomes --config_file)
+    monkeypatch.chdir(tmp_path)
+    write(
+        tmp_path,
+        "z3.yaml",
+        "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\nnum_processes: 8\n",
+    )
+    path = write(tmp_path, "grpo.yaml", "accelerate_config: z3.yaml\nnum_processes: 4\n")
+    flags = estimate(["--model", "7B", "--gpus", "4", "--zero", "3"], capsys)
+    got = estimate(["--model", "7B", "--config", path], capsys)
+    assert got["config"]["num_gpus"] == 4 and got["config"]["sharding"] == "zero3"
+    assert got["peak_allocated_bytes"] == flags["peak_allocated_bytes"]
+    # on the command line the options after the file's win, as accelerate's argparse takes the last
+    got = estimate(["--model", "7B", "--from-command", f"trl grpo --config {path} --num_processes 2"], capsys)
+    assert got["config"]["num_gpus"] == 2
+
+
+def test_accelerate_launch_without_a_config_or_count_asks_for_gpus(capsys):
+    code, out, err = run(["--from-command", "trl grpo --beta 0.1"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "one process per visible GPU" in err and "--gpus N" in err
+
+
+@pytest.mark.parametrize(
+    ("command", "gpus"),
+    [
+        ("nohup uv run accelerate launch --num_processes 2 train.py --beta 0.0 > log.txt 2>&1 &", 2),
+        ("poetry run torchrun --nproc_per_node 4 train.py | tee log", 4),
+        # torch.distributed.run's `gpu` and accelerate launch without a config: torch.cuda.device_count(), which
+        # CUDA_VISIBLE_DEVICES sets
+        ("CUDA_VISIBLE_DEVICES=0,1,2,3 torchrun --nproc_per_node=gpu train.py", 4),
+        ("CUDA_VISIBLE_DEVICES=2,3 trl grpo --beta 0.1", 2),
+    ],
+)
+def test_launch_wrappers_shell_tails_and_visible_gpus(capsys, command, gpus):
+    got = estimate(["--model", "0.5B", "--gens", "4", "--from-command", command], capsys)
+    assert got["config"].get("num_gpus", 1) == gpus
+
+
+def test_torchrun_on_every_gpu_without_a_count_asks_for_gpus_and_takes_them(capsys):
+    code, _, err = run(["--model", "0.5B", "--from-command", "torchrun --nproc_per_node gpu x.py"], capsys)
+    assert code == 2 and "CUDA_VISIBLE_DEVICES" in err and "--gpus N" in err
+    got = estimate(
+        [
+            "--model",
+            "0.5B",
+            "--gens",
+            "3",
+            "--gpus",
+            "3",
+            "--from-command",
+            "torchrun --nproc_per_node gpu x.py",
+        ],
+        capsys,
+    )
+    assert got["config"]["num_gpus"] == 3

@@ -127,7 +127,8 @@ def test_trl_args_override_the_trl_file_and_flags_override_both(files, capsys):
     [
         ("accelerate launch --config_file nope.yaml trl grpo", "nope.yaml"),
         ("accelerate launch --num_proceses 2 trl grpo", "did you mean --num_processes"),
-        ("torchrun --nproc_per_node gpu trl/scripts/grpo.py", "--nproc_per_node 'gpu'"),
+        ("torchrun --nproc_per_node gpu trl/scripts/grpo.py", "--nproc_per_node gpu: one process per visible GPU"),
+        ("torchrun --nproc_per_node two trl/scripts/grpo.py", "--nproc_per_node 'two'"),
         ("bash run.sh", "not a launcher"),
         ("python -m trl.scripts.grpo --num_generation 4", "did you mean num_generations"),
         ("python -m trl.scripts.grpo --per_device_train_batch_size four", "must be an integer"),
