@@ -30,6 +30,7 @@ working directory. Anything it cannot read is one CommandError line naming the w
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,6 +266,8 @@ def typed_args(args: dict) -> dict:
             except ValueError:
                 want = "an integer" if f.kind == "int" else "a number"
                 raise CommandError(f"--{key} {clip(value)}: must be {want}") from None
+            if f.kind == "float" and not math.isfinite(out[key]):  # 1e400 reads as inf
+                raise CommandError(f"--{key} {clip(value)}: must be a finite number")
         else:
             out[key] = value
     return out

@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from estimator.text import UnreadableFile, read_user_file
+from estimator.text import UnreadableFile, printable, read_user_file
 
 # Hub repo ids: `org/name`, each part letters, digits, '-', '_', '.', starting with a letter or digit, at most
 # 96 characters, no '--' or '..' (huggingface_hub's validate_repo_id). A revision: a branch, tag or commit.
@@ -48,6 +48,11 @@ def offline() -> bool:
 def endpoint() -> str:
     """The Hub to ask: $HF_ENDPOINT (a mirror, or a test server) or huggingface.co."""
     return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
+def _shown_endpoint() -> str:
+    """`endpoint()` as an error line names it: control characters escaped, cut."""
+    return printable(endpoint(), 120)
 
 
 def hub_cache_dir() -> Path:
@@ -146,29 +151,33 @@ def fetch_config(repo_id: str, revision: str | None = None) -> Path:
         )
     except hf_errors.GatedRepoError:
         raise HubError(
-            f"{where}: gated model on {endpoint()}; accept its terms on the model page, then set HF_TOKEN "
+            f"{where}: gated model on {_shown_endpoint()}; accept its terms on the model page, then set HF_TOKEN "
             "to a read token (or `hf auth login`), or pass a downloaded config.json's path"
         ) from None
     except hf_errors.RepositoryNotFoundError as e:
         status = _status(e)
         raise HubError(
-            f"{where}: no such model on {endpoint()}{status} (if it is private or gated, set HF_TOKEN); "
+            f"{where}: no such model on {_shown_endpoint()}{status} (if it is private or gated, set HF_TOKEN); "
             "give a size, a catalog name or a config.json path"
         ) from None
     except hf_errors.RevisionNotFoundError:
-        raise HubError(f"{where}: no revision {revision!r} of {repo_id} on {endpoint()}") from None
+        raise HubError(f"{where}: no revision {revision!r} of {repo_id} on {_shown_endpoint()}") from None
     except hf_errors.LocalEntryNotFoundError as e:  # could not connect, and nothing cached
-        raise HubError(f"{where}: could not reach {endpoint()} ({_short(e)}){get}") from None
+        raise HubError(f"{where}: could not reach {_shown_endpoint()} ({_short(e)}){get}") from None
     except hf_errors.EntryNotFoundError:
         raise HubError(f"{where}: the repo has no config.json (not a transformers model?)") from None
     except hf_errors.OfflineModeIsEnabled:
         raise HubError(f"{where}: huggingface_hub is in offline mode{get}") from None
     except hf_errors.HfHubHTTPError as e:
-        raise HubError(f"{where}: {endpoint()} answered{_status(e)}{get}") from None
+        raise HubError(f"{where}: {_shown_endpoint()} answered{_status(e)}{get}") from None
     except (OSError, ValueError, RuntimeError) as e:  # connection refused, DNS, timeouts, bad endpoint URL
-        raise HubError(f"{where}: could not fetch config.json from {endpoint()} ({_short(e)}){get}") from None
+        raise HubError(
+            f"{where}: could not fetch config.json from {_shown_endpoint()} ({_short(e)}){get}"
+        ) from None
     except Exception as e:  # httpx errors outside OSError; never a traceback for a model id
-        raise HubError(f"{where}: could not fetch config.json from {endpoint()} ({_short(e)}){get}") from None
+        raise HubError(
+            f"{where}: could not fetch config.json from {_shown_endpoint()} ({_short(e)}){get}"
+        ) from None
     _fetched[key] = Path(path)
     return Path(path)
 

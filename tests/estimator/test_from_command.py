@@ -127,11 +127,15 @@ def test_trl_args_override_the_trl_file_and_flags_override_both(files, capsys):
     [
         ("accelerate launch --config_file nope.yaml trl grpo", "nope.yaml"),
         ("accelerate launch --num_proceses 2 trl grpo", "did you mean --num_processes"),
-        ("torchrun --nproc_per_node gpu trl/scripts/grpo.py", "--nproc_per_node gpu: one process per visible GPU"),
+        (
+            "torchrun --nproc_per_node gpu trl/scripts/grpo.py",
+            "--nproc_per_node gpu: one process per visible GPU",
+        ),
         ("torchrun --nproc_per_node two trl/scripts/grpo.py", "--nproc_per_node 'two'"),
         ("bash run.sh", "not a launcher"),
         ("python -m trl.scripts.grpo --num_generation 4", "did you mean num_generations"),
         ("python -m trl.scripts.grpo --per_device_train_batch_size four", "must be an integer"),
+        ("python -m trl.scripts.grpo --beta 1e400", "--beta '1e400': must be a finite number"),
         ("accelerate launch 'unterminated", "shell quoting"),
         ("accelerate launch trl grpo --model_name_or_path 0.5B", "--num_processes"),
         ("", "names no command"),

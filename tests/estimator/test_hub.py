@@ -184,6 +184,11 @@ def test_unreachable_hub_is_one_line(tmp_path):
         port = s.getsockname()[1]
     line = one_line_error(cli(env_for(tmp_path, f"http://127.0.0.1:{port}"), "--model", "acme/tiny-lm"))
     assert "could not fetch config.json" in line and "hf download acme/tiny-lm config.json" in line
+    # an endpoint with control characters is named escaped
+    line = one_line_error(
+        cli(env_for(tmp_path, f"http://127.0.0.1:{port}/\x1b[2J"), "--model", "acme/tiny-lm")
+    )
+    assert "\x1b" not in line and "\\x1b[2J" in line
 
 
 def test_without_huggingface_hub_says_how_to_install(tmp_path):
