@@ -661,6 +661,8 @@ def check_value(f: Field, value: Any) -> str | None:
             and len(value) > 0
             and all(isinstance(v, str) and v.strip() for v in value)
         )
+    if not ok and f.kind == "float" and isinstance(value, float) and math.isnan(value):
+        return f"must be {describe_bounds(f)}"
     if not ok and f.kind == "float" and isinstance(value, float) and not math.isfinite(value):
         return f"not a finite number (a value past 1.8e308 reads as inf); accepted: {describe_bounds(f)}"
     if not ok:

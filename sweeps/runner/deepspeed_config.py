@@ -12,7 +12,7 @@ Upstream paths read (transformers 5.x `integrations/deepspeed.py` `deepspeed_opt
 * accelerate calls `engine.backward(loss)` then `engine.step()` inside `training_step`: the optimizer step runs in
   the training step, not between the Trainer's optimizer callbacks (`install_step_phase` labels it).
 * under ZeRO-3, generation gathers every parameter on the GPU (`deepspeed.zero.GatheredParameters`) unless
-  GRPOConfig.ds3_gather_for_generation is false; the estimator models the gathered case only.
+  GRPOConfig.ds3_gather_for_generation (a run setting) is false; then each module is fetched as it runs.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from estimator.terms.phase_names import OPTIMIZER
 STAGES = {"zero2": 2, "zero3": 3}
 # optimizers DeepSpeed's "AdamW" block stands for (DeepSpeedCPUAdam in adamw mode on the host)
 OFFLOAD_OPTIMS = ("adamw_torch", "adamw_torch_fused")
-GATHER_KEY = "ds3_gather_for_generation"  # GRPOConfig's name; the row's variant holds it for ZeRO-3 runs
+GATHER_KEY = "ds3_gather_for_generation"  # GRPOConfig's name; a ZeRO-3 row's variant records it too
 
 
 def uses_deepspeed(sharding: str) -> bool:

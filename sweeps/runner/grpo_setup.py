@@ -19,7 +19,6 @@ VARIANT_DEFAULTS = {
     "lora_alpha": 32,
     "seed": 0,
     "weights": "pretrained",  # pretrained = the hub checkpoint; random = catalog config.json, random weights, no hub
-    "ds3_gather_for_generation": True,  # GRPOConfig's default; read under ZeRO-3 only
 }
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -164,8 +163,6 @@ def grpo_args(cfg: RunConfig, variant: dict, output_dir: Path):
         kwargs["fp16"] = False
     if ds is not None:
         kwargs["deepspeed"] = ds
-        if cfg.sharding == "zero3":
-            kwargs[deepspeed_config.GATHER_KEY] = variant[deepspeed_config.GATHER_KEY]
     generation_kwargs = {}
     if variant["force_length"]:
         # EOS is masked until the last token (a random model emits EOS at random); vLLM's SamplingParams name it

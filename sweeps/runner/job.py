@@ -27,7 +27,6 @@ RUN_KEYS = (
     "learning_rate",
     "lora_alpha",
     "seed",
-    deepspeed_config.GATHER_KEY,
 )
 
 
@@ -182,7 +181,6 @@ RUN_CHECKS = {
     "num_prompts": lambda v: _positive_int(v, "run.num_prompts"),
     "seed": lambda v: _positive_int(v, "run.seed", minimum=0),
     "force_length": lambda v: _flag(v, "run.force_length"),
-    deepspeed_config.GATHER_KEY: lambda v: _flag(v, f"run.{deepspeed_config.GATHER_KEY}"),
 }
 
 
@@ -213,14 +211,13 @@ def _check_runnable(settings: dict) -> None:
 
 def deepspeed_variant(config: RunConfig, variant: dict) -> None:
     """A ZeRO run's variant names its DeepSpeed config and, at ZeRO-3, whether generation gathers the parameters
-    (GRPOConfig.ds3_gather_for_generation, default true: the estimator models that case only)."""
+    (trainer.ds3_gather_for_generation, GRPOConfig's setting; recorded in the variant too, as rows made before the
+    setting was a run setting recorded it)."""
     key = deepspeed_config.GATHER_KEY
     if config.sharding == "zero3":
-        variant.setdefault(key, grpo_setup.VARIANT_DEFAULTS[key])
-    elif variant.get(key, True) is not True:
-        raise BadInput(f"run.{key}={variant[key]!r}: applies to trainer.sharding=zero3 only; accepted: true")
-    else:
-        variant.pop(key, None)
+        variant[key] = config.ds3_gather_for_generation
+    elif not config.ds3_gather_for_generation:
+        raise BadInput(f"trainer.{key}=False: applies to trainer.sharding=zero3 only; accepted: true")
     ds = deepspeed_config.ds_config(config)
     if ds is not None:
         variant["deepspeed"] = ds

@@ -149,7 +149,8 @@ def test_every_zero_row_composes_into_a_one_gpu_deepspeed_run(monkeypatch):
         )
         assert job.source == "measured-gpu" and job.probes == ["torch_cuda", "nvml", "host"]
         assert job.variant["deepspeed"]["zero_optimization"]["stage"] == int(row["zero"][-1])
-        # GRPOConfig.ds3_gather_for_generation is recorded for ZeRO-3 rows only
+        # GRPOConfig.ds3_gather_for_generation is the row's setting, recorded in the variant of ZeRO-3 rows
+        assert c.ds3_gather_for_generation == row["gather"]
         assert job.variant.get("ds3_gather_for_generation") == (
             row["gather"] if row["zero"] == "zero3" else None
         )
@@ -165,9 +166,9 @@ def test_a_zero_row_without_deepspeed_is_refused_naming_the_package(monkeypatch)
 def test_gather_off_outside_zero3_is_refused(monkeypatch):
     monkeypatch.setattr(deepspeed_config, "deepspeed_installed", lambda: True)
     with pytest.raises(
-        BadInput, match="run.ds3_gather_for_generation=False: applies to trainer.sharding=zero3"
+        BadInput, match="trainer.ds3_gather_for_generation=False: applies to trainer.sharding=zero3"
     ):
-        _zero_job("r00", "run.ds3_gather_for_generation=false")
+        _zero_job("r00", "trainer.ds3_gather_for_generation=false")
 
 
 def test_grpo_args_pass_the_dict_and_the_gather_setting(monkeypatch, tmp_path):
@@ -180,15 +181,20 @@ def test_grpo_args_pass_the_dict_and_the_gather_setting(monkeypatch, tmp_path):
             seen.update(kwargs)
 
     monkeypatch.setattr(trl, "GRPOConfig", Recording)
-    cfg = RunConfig(sharding="zero3", offload_optimizer=True, offload_param=True, optim="adamw_torch")
-    variant = {**grpo_setup.VARIANT_DEFAULTS, "ds3_gather_for_generation": False}
-    grpo_setup.grpo_args(cfg, variant, tmp_path)
+    cfg = RunConfig(
+        sharding="zero3",
+        offload_optimizer=True,
+        offload_param=True,
+        optim="adamw_torch",
+        ds3_gather_for_generation=False,
+    )
+    grpo_setup.grpo_args(cfg, grpo_setup.VARIANT_DEFAULTS, tmp_path)
     assert seen["deepspeed"]["zero_optimization"]["offload_param"] == CPU_PINNED
     assert seen["ds3_gather_for_generation"] is False and seen["use_cpu"] is False
     seen.clear()
     grpo_setup.grpo_args(RunConfig(sharding="zero2", device="cpu"), grpo_setup.VARIANT_DEFAULTS, tmp_path)
     # a CPU rehearsal goes through DeepSpeed's CPU accelerator: accelerate takes that path only without use_cpu
-    assert seen["use_cpu"] is False and "ds3_gather_for_generation" not in seen
+    assert seen["use_cpu"] is False and seen["ds3_gather_for_generation"] is True  # GRPOConfig's default
     seen.clear()
     grpo_setup.grpo_args(RunConfig(device="cpu"), grpo_setup.VARIANT_DEFAULTS, tmp_path)
     assert seen["use_cpu"] is True and "deepspeed" not in seen
