@@ -207,6 +207,14 @@ def notes(cfg: RunConfig, arch: Arch | None, given: Iterable[str] = ()) -> list[
         switch, how = INERT_WITHOUT[name]
         if not getattr(cfg, switch):
             out.append(f"{flag(name)} has no effect without {how} (ignored)")
+    if "fsdp_sharding_strategy" in given and cfg.sharding != "fsdp":
+        out.append(f"{flag('fsdp_sharding_strategy')} has no effect without FSDP (--fsdp) (ignored)")
+    if cfg.use_vllm and cfg.vllm_mode == "server":
+        for name in sorted({"vllm_gpu_memory_utilization", "vllm_enable_sleep_mode"} & set(given)):
+            out.append(
+                f"{flag(name)} applies to colocate mode; a vLLM server takes its share from "
+                "--vllm-server-utilization (trl vllm-serve --gpu_memory_utilization) (ignored)"
+            )
     if "ds3_gather_for_generation" in given and not cfg.ds3_gather_for_generation:
         if cfg.sharding != "zero3":
             out.append(f"{flag('ds3_gather_for_generation')} false has no effect without ZeRO-3 (--zero 3)")

@@ -32,6 +32,15 @@ def _run(capsys, *argv):
         (["--lora-dropout", "0.1"], "--lora-dropout has no effect without --lora"),
         (["--bnb-4bit-quant-type", "fp4"], "--bnb-4bit-quant-type has no effect without --load-in-4bit"),
         (["--vllm-mode", "server"], "--vllm-mode has no effect without --use-vllm"),
+        (
+            ["--fsdp-sharding-strategy", "SHARD_GRAD_OP"],
+            "--fsdp-sharding-strategy has no effect without FSDP",
+        ),
+        (
+            ["--use-vllm", "--vllm-mode", "server", "--vllm-enable-sleep-mode"],
+            "--vllm-enable-sleep-mode applies to colocate mode",
+        ),
+        (["--gpus", "2", "--fsdp", "--no-ds3-gather-for-generation"], "has no effect without ZeRO-3"),
         # Qwen2.5-7B's config.json: max_position_embeddings 32768; 256 + 40000 tokens are past it
         (["--max-completion-length", "40000"], "40256 tokens is past Qwen/Qwen2.5-7B-Instruct's context"),
     ],
