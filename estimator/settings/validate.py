@@ -158,8 +158,15 @@ def check_combination(cfg: RunConfig, arch: Arch | None) -> None:
             known = lora_module_names(arch)
             missing = [t for t in targets if t not in known]
             if missing:
+                comma = any(t.endswith(",") for t in missing)
+                hint = (
+                    ' (a name ends in a comma: in `"q_proj", "v_proj"` the shell keeps the comma, and PEFT '
+                    "matches no module by that name)"
+                    if comma
+                    else ""
+                )
                 raise InvalidConfig(
-                    f"--lora-target-modules {listed(missing, 4)} not found in {printable(arch.name, 80)}; "
+                    f"--lora-target-modules {listed(missing, 4)} not found in {printable(arch.name, 80)}{hint}; "
                     f"accepted: all-linear or {', '.join(sorted(known))}"
                 )
 
