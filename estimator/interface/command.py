@@ -267,7 +267,10 @@ def typed_args(args: dict) -> dict:
                 want = "an integer" if f.kind == "int" else "a number"
                 raise CommandError(f"--{key} {clip(value)}: must be {want}") from None
             if f.kind == "float" and not math.isfinite(out[key]):  # 1e400 reads as inf
-                raise CommandError(f"--{key} {clip(value)}: must be a finite number")
+                raise CommandError(
+                    f"--{key} {clip(value)}: not a finite number (a value past 1.8e308 reads as inf); accepted: a "
+                    "finite number"
+                )
         else:
             out[key] = value
     return out

@@ -145,9 +145,9 @@ def test_an_empty_role_name_is_shown_as_typed_with_what_is_accepted(capsys, name
 
 
 def test_an_overflowing_number_says_why_it_reads_as_inf(capsys):
-    # float('1e400') is inf: the value shown is what Python made of it, with why
+    # float('1e400') is inf: the value shown is the one typed, with why it is not a number here
     line = _error(["--model", "0.5B", "--from-command", "python train.py --beta 1e400"], capsys)
-    assert "inf" in line and "not a finite number" in line and "1.8e308" in line
+    assert "'1e400'" in line and "not a finite number" in line and "1.8e308" in line
 
 
 def test_a_flag_value_starting_with_a_dash_gets_the_equals_form(capsys):

@@ -135,7 +135,7 @@ def test_trl_args_override_the_trl_file_and_flags_override_both(files, capsys):
         ("bash run.sh", "not a launcher"),
         ("python -m trl.scripts.grpo --num_generation 4", "did you mean num_generations"),
         ("python -m trl.scripts.grpo --per_device_train_batch_size four", "must be an integer"),
-        ("python -m trl.scripts.grpo --beta 1e400", "--beta '1e400': must be a finite number"),
+        ("python -m trl.scripts.grpo --beta 1e400", "--beta '1e400': not a finite number"),
         # TRL's own documented command quotes each name and separates them with ", ": the comma stays in the word
         (
             'python -m trl.scripts.grpo --use_peft --lora_target_modules "q_proj", "v_proj"',
