@@ -18,17 +18,9 @@ import math
 import re
 
 from estimator.interface.command import CommandError, command_files, launch_file
-from estimator.interface.configfile import (
-    ConfigFileError,
-    Merged,
-    check_kinds,
-    check_train_batch_size,
-    finish,
-    merge,
-    normalize_dtype,
-    read_files,
-)
+from estimator.interface.configfile import ConfigFileError, check_kinds, normalize_dtype, read_files
 from estimator.interface.files import clip, suggestion
+from estimator.interface.merge import Merged, check_train_batch_size, finish, merge
 from estimator.model import catalog
 from estimator.model.architecture import ConfigError
 from estimator.settings.config import Field, RunConfig, flag, schema
@@ -280,9 +272,9 @@ def resolve_dtype(values: dict, arch) -> None:
 
 def read_sources(ns: argparse.Namespace) -> Merged:
     """The run's values from --config files, --from-command and flags, with who set each, notes, and what is
-    checked once the run is known (DeepSpeed's train_batch_size, `configfile.finish`).
+    checked once the run is known (DeepSpeed's train_batch_size, `merge.finish`).
 
-    Files and the command are merged by kind (`estimator.interface.configfile.merge`); flags override them. With neither,
+    Files and the command are merged by kind (`estimator.interface.merge.merge`); flags override them. With neither,
     the flags alone (sources empty, so outputs stay as they were)."""
     from pathlib import Path
 

@@ -41,7 +41,7 @@ Each rule follows the code that reads these files in the releases modelled (acce
   (true: FULL_SHARD, false: SHARD_GRAD_OP; a strategy name there is refused, #L1865-L1880).
   `fsdp_offload_params` -> offload_param. `fsdp_activation_checkpointing: true` is FSDP's own activation
   checkpointing, estimated as gradient_checkpointing; transformers stops when the training argument is on too
-  (trainer.py#L878-L884, TRL's default is on), which `configfile.merge` checks (`fsdp_checkpointing`).
+  (trainer.py#L878-L884, TRL's default is on), which `merge.finish` checks (`fsdp_checkpointing`).
 
 Offload and the FSDP strategy land in RunConfig's `offload_optimizer`, `offload_param`, `fsdp_sharding_strategy`;
 what the estimate does not use (`fsdp_version`) comes back in `extra`. HYBRID_SHARD, ZeRO-1, NVMe offload and
