@@ -65,6 +65,8 @@ DEEPSPEED_BOOL = {
 }
 PYTHON_BOOL = {"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-b", "-bb", "-q", "-v", "-d", "-i", "-P"}
 TRL_ACCELERATE_CONFIGS = ("fsdp1", "fsdp2", "multi_gpu", "single_gpu", "zero1", "zero2", "zero3")
+# trl 1.16.0's trl/accelerate_configs, copied (estimator/data/trl_accelerate_configs/README.md)
+TRL_CONFIGS_DIR = Path(__file__).resolve().parents[1] / "data" / "trl_accelerate_configs"
 
 
 class CommandError(ValueError):
@@ -531,23 +533,13 @@ def _script_files(args: dict, trl_config: str | None, cwd: Path) -> list[FileSet
 
 
 def _trl_accelerate_config(value: str, cwd: Path) -> str:
-    """`trl grpo --accelerate_config NAME|PATH`: a file, else a config shipped in the trl package."""
+    """`trl grpo --accelerate_config NAME|PATH`: a file, else one of the configs trl 1.16 ships (read from this
+    package's copies, so TRL need not be installed here)."""
     p = Path(value)
     if (p if p.is_absolute() else cwd / p).is_file():
         return value
     if value in TRL_ACCELERATE_CONFIGS:
-        try:
-            from importlib import resources
-
-            shipped = resources.files("trl.accelerate_configs").joinpath(f"{value}.yaml")
-            if shipped.is_file():
-                return str(shipped)
-        except (ImportError, ModuleNotFoundError, OSError):
-            pass
-        raise CommandError(
-            f"--accelerate_config {value}: a config shipped with trl, which is not installed here; give its path "
-            f"(trl/accelerate_configs/{value}.yaml)"
-        )
+        return str(TRL_CONFIGS_DIR / f"{value}.yaml")
     raise CommandError(
         f"--accelerate_config {clip(value)}: neither a file nor one of trl's configs; accepted: a path or "
         + ", ".join(TRL_ACCELERATE_CONFIGS)

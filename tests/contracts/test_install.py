@@ -205,6 +205,21 @@ def test_pip_install_dot_answers_from_a_bare_venv_outside_the_repo(wheel, tmp_pa
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert re.search(r"^Needs [\d.]+ GiB per GPU: ", run.stdout), run.stdout  # the answer, first line
+    # trl's packaged accelerate configs resolve by name without TRL installed (the wheel's copies)
+    named = subprocess.run(
+        [
+            str(bare / "bin" / "vram-estimate"),
+            "--json",
+            "--from-command",
+            "trl grpo --accelerate_config zero3",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+    )
+    assert named.returncode == 0, named.stdout + named.stderr
+    assert '"sharding": "zero3"' in named.stdout and '"num_gpus": 8' in named.stdout
 
     probe = "import estimator, importlib.util as u; print(estimator.__file__); print(u.find_spec('torch') is None)"
     where = subprocess.run(
