@@ -31,7 +31,13 @@ from estimator.interface.files import (
     load_file,
     suggestion,
 )
-from estimator.interface.known_keys import LAUNCH_KEYS, OPEN_R1_KEYS, TRANSFORMERS_4_KEYS, TRL_KEYS
+from estimator.interface.known_keys import (
+    EARLIER_TRL_KEYS,
+    LAUNCH_KEYS,
+    OPEN_R1_KEYS,
+    TRANSFORMERS_4_KEYS,
+    TRL_KEYS,
+)
 from estimator.interface.launchfile import LaunchFileError
 from estimator.settings.config import Field, schema
 from estimator.text import listed, printable
@@ -139,6 +145,7 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
     checkpointing: dict[str, object] = {}  # activation_checkpointing / gradient_checkpointing (+ _kwargs)
     fsdp: dict[str, object] = {}  # TrainingArguments fsdp and fsdp_config, read together
     removed: list[str] = []  # transformers 4 TrainingArguments keys
+    earlier: list[str] = []  # earlier TRL releases' GRPOConfig keys
     for key, value in data.items():
         key = str(key)
         if key in training_args.JSON_DICT_KEYS:
@@ -237,6 +244,8 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
             open_r1.append(key)
         elif key in TRANSFORMERS_4_KEYS:
             removed.append(key)
+        elif key in EARLIER_TRL_KEYS:
+            earlier.append(key)
         elif key in LAUNCH_KEYS and key not in top and key not in nested:
             out.launch_options[key] = value
         else:
@@ -256,6 +265,10 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
         out.known += open_r1
     if out.known:
         out.notes.append(f"{where}: known keys that do not change the estimate: {listed(out.known)}")
+    if earlier:
+        out.notes.append(
+            f"{where}: GRPOConfig keys of earlier TRL releases (not 1.16's), not read: {listed(earlier)}"
+        )
     if removed:
         out.notes.append(
             f"{where}: transformers 4 TrainingArguments keys that transformers 5 removed (TRL 1.16's parser does "

@@ -174,3 +174,12 @@ LAUNCH_KEYS = (
     )
     - TRL_KEYS
 )
+
+# GRPOConfig fields of earlier TRL releases (0.14.0, 0.15.2, 0.17.0, 0.19.1, 0.21.0, 0.23.0, 0.25.0 read) that
+# 1.16 no longer has: a config written for one of them carries them
+EARLIER_TRL_KEYS = frozenset(
+    """
+    use_liger_loss vllm_device vllm_dtype vllm_enable_prefix_caching vllm_guided_decoding_regex
+    wandb_log_unique_prompts
+    """.split()
+)

@@ -275,7 +275,9 @@ def server_weight_sync(cfg: RunConfig, arch: Arch, settings: VllmSettings, activ
     """What each vLLM server GPU holds beyond its start-up footprint once the trainer pushes weights: the
     weight-sync NCCL communicator, and the packed chunks it receives (`packed_nccl_broadcast_consumer`: every
     rank receives every tensor whole) less the profile-activation room inside its request, which no forward uses
-    during the push."""
+    during the push. Nothing for TRL 0.14-0.15's in-process vLLM device (`vt.in_process_device`)."""
+    if vt.in_process_device(cfg):
+        return 0
     chunks = vt.packed_broadcast_bytes(
         vt.sent_tensor_bytes(arch, wt.policy_weights(cfg, arch), nbytes(cfg.dtype))
     )

@@ -55,6 +55,9 @@ def release_values(version: str, given: dict) -> dict:
         d["vllm_mode"] = "server" if rel.defaults.vllm_mode == "separate_device" else rel.defaults.vllm_mode
     if rel.defaults.vllm_gpu_memory_utilization is not None:
         d.setdefault("vllm_gpu_memory_utilization", rel.defaults.vllm_gpu_memory_utilization)
+    if rel.vllm_modes == ("separate_device",) and d.get("vllm_gpu_memory_utilization") is not None:
+        # 0.14-0.15: vllm_gpu_memory_utilization is the share of vLLM's own device, modelled as a server's GPU
+        d.setdefault("vllm_server_utilization", d["vllm_gpu_memory_utilization"])
     if not rel.has_vllm_importance_sampling:
         d["vllm_importance_sampling_correction"] = False
     if rel.batch_unit == "prompts":

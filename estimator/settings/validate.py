@@ -216,7 +216,7 @@ def notes(cfg: RunConfig, arch: Arch | None, given: Iterable[str] = ()) -> list[
             out.append(f"{flag(name)} has no effect without {how} (ignored)")
     if "fsdp_sharding_strategy" in given and cfg.sharding != "fsdp":
         out.append(f"{flag('fsdp_sharding_strategy')} has no effect without FSDP (--fsdp) (ignored)")
-    if cfg.use_vllm and cfg.vllm_mode == "server":
+    if cfg.use_vllm and cfg.vllm_mode == "server" and cfg.release.vllm_modes != ("separate_device",):
         for name in sorted({"vllm_gpu_memory_utilization", "vllm_enable_sleep_mode"} & set(given)):
             out.append(
                 f"{flag(name)} applies to colocate mode; a vLLM server takes its share from "

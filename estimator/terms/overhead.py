@@ -73,9 +73,10 @@ def cublaslt_workspace_bytes(sm: tuple[int, int] = (9, 0), total_bytes: int | No
 
 def nccl_communicators(cfg: RunConfig) -> int:
     """Communicators a rank holds: the data-parallel / ZeRO / FSDP group when num_gpus > 1, plus the weight-sync
-    group to a vLLM server (`vllm_mode="server"`). Colocated vLLM with TP 1 adds none."""
+    group to a vLLM server (`vllm_mode="server"`; not TRL 0.14-0.15's in-process vLLM device, which loads weights
+    without NCCL). Colocated vLLM with TP 1 adds none."""
     n = 1 if cfg.num_gpus > 1 else 0
-    if cfg.use_vllm and cfg.vllm_mode == "server":
+    if cfg.use_vllm and cfg.vllm_mode == "server" and cfg.release.vllm_modes != ("separate_device",):
         n += 1
     return n
 

@@ -226,6 +226,13 @@ def packed_broadcast_bytes(tensor_bytes: list[int]) -> int:
     return max((sum(chunks[i : i + PACKED_NUM_BUFFERS]) for i in range(len(chunks))), default=0)
 
 
+def in_process_device(cfg) -> bool:
+    """TRL 0.14-0.15 run vLLM inside the trainer's process on a GPU of its own (`vllm_device`, modelled as a
+    server's GPU) and load the weights into it in place (`_move_model_to_vllm`: `model.load_weights(
+    state_dict.items())`, each parameter copied into vLLM's own): no packed chunks, no weight-sync NCCL group."""
+    return cfg.use_vllm and cfg.release.vllm_modes == ("separate_device",)
+
+
 def server_weight_push(cfg, arch: Arch, sent_bytes: int, dtype_bytes: int) -> int:
     """Bytes the trainer's main process holds while it pushes weights to a `trl vllm-serve` server (TRL 1.16
     `VLLMClient.update_named_params` -> `packed_nccl_broadcast_producer`): the packed chunks, which are new
@@ -233,7 +240,7 @@ def server_weight_push(cfg, arch: Arch, sent_bytes: int, dtype_bytes: int) -> in
     GPUs they are gathered one at a time (`_iter_named_params`: FSDP's full tensors, ZeRO-3's gathered data) and
     the pack's list keeps a chunk's worth alive until it is packed: one more chunk (ZeRO-3 with PEFT gathers the
     whole model first, `weight_sync_gather`). 0 without a vLLM server."""
-    if not cfg.use_vllm or cfg.vllm_mode != "server":
+    if not cfg.use_vllm or cfg.vllm_mode != "server" or in_process_device(cfg):
         return 0
     tensors = sent_tensor_bytes(arch, sent_bytes, dtype_bytes)
     in_flight = packed_broadcast_bytes(tensors)

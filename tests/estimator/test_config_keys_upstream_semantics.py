@@ -272,3 +272,21 @@ def test_torchrun_on_every_gpu_without_a_count_asks_for_gpus_and_takes_them(caps
         capsys,
     )
     assert got["config"]["num_gpus"] == 3
+
+
+def test_trl_014_vllm_device_takes_its_utilization_and_loads_weights_in_place(tmp_path, capsys):
+    # TRL 0.14: vLLM on a GPU of its own in the trainer's process; vllm_gpu_memory_utilization is that GPU's share,
+    # and _move_model_to_vllm copies each parameter into vLLM's own (load_weights): no NCCL, no packed chunks
+    text = "use_vllm: true\nvllm_device: auto\nvllm_gpu_memory_utilization: 0.5\n"
+    path = write(tmp_path, "grpo.yaml", text)
+    got = estimate(["--model", "0.5B", "--trl-version", "0.14", "--gpu", "A100-80", "--config", path], capsys)
+    vllm = got["layout"]["vllm"]
+    assert vllm["utilization"] == 0.5 and vllm["requested"] == -(
+        -got["layout"]["groups"][1]["total_bytes"] // 2
+    )
+    assert "vllm_weight_push" not in got["phases"]["generate"]
+    assert "GRPOConfig keys of earlier TRL releases (not 1.16's), not read: vllm_device" in notes(
+        ["--model", "0.5B", "--trl-version", "0.14", "--config", path], capsys
+    )
+    server = estimate(["--model", "0.5B", "--use-vllm", "--vllm-mode", "server", "--gpu", "A100-80"], capsys)
+    assert server["phases"]["generate"]["vllm_weight_push"] > 0  # TRL 1.16's packed NCCL push
