@@ -9,7 +9,8 @@ a shell tail (`> log 2>&1 &`, a pipe). Launchers:
 - `accelerate launch [options] SCRIPT ARGS`: `--config_file` is the accelerate YAML and its options override it
   as `accelerate launch` does (an option given on the command line wins over the config file's value;
   https://github.com/huggingface/accelerate/blob/v1.15.0/src/accelerate/commands/launch.py#L1263-L1291);
-  `--num_processes` counts every process; `--use_deepspeed` / `--use_fsdp` / `--multi_gpu` pick the
+  without `--config_file` it reads this machine's default config, where `accelerate config` wrote one
+  (`default_accelerate_config`); `--num_processes` counts every process; `--use_deepspeed` / `--use_fsdp` / `--multi_gpu` pick the
   distributed type; `--zero_stage`, `--offload_*_device`, `--deepspeed_config_file`, `--fsdp_*` as the YAML's.
   Options are spelled with `_` or `-`, as accelerate accepts.
 - `torchrun` / `python -m torch.distributed.run`: `--nproc_per_node N` x `--nnodes M` processes (`gpu` / `auto`:
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +48,7 @@ from estimator.interface.configfile import (
 from estimator.interface.files import ConfigFileError, clip, load_file, suggestion
 from estimator.interface.known_keys import LAUNCH_BOOL_FLAGS, LAUNCH_VALUE_FLAGS, TRL_KEYS
 from estimator.interface.launchfile import LaunchFileError, translate_accelerate
+from estimator.text import printable
 
 MAX_COMMAND_CHARS = 100_000
 TORCHRUN_BOOL = {"--standalone", "--no_python", "--no-python", "--run_path", "--run-path", "-m", "--module"}
@@ -152,14 +155,31 @@ def _yaml_scalar(text):
         return text
 
 
+def default_accelerate_config() -> Path | None:
+    """The config `accelerate launch` reads when given none and not --cpu: `accelerate config`'s
+    default_config.yaml under $HF_HOME/accelerate ($XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface), if
+    this machine has one (accelerate 1.15 commands/config/config_args.py `default_config_file`, launch.py#L1218)."""
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface"
+    )
+    path = Path(os.path.expanduser(home)) / "accelerate" / "default_config.yaml"
+    return path if path.is_file() else None
+
+
 def _accelerate(opts: dict, cwd: Path) -> FileSettings | None:
-    """`accelerate launch` options (+ its --config_file) -> the accelerate config they make, as one FileSettings."""
+    """`accelerate launch` options (+ its --config_file, or this machine's default config) -> the accelerate config
+    they make, as one FileSettings."""
     known = {_norm(o) for o in (*LAUNCH_BOOL_FLAGS, *LAUNCH_VALUE_FLAGS)}
     for opt in opts:
         if opt not in known and opt not in ("-m", "-q"):
             near = suggestion(opt, sorted(known))
             hint = f"; did you mean {near}?" if near else "; accepted: accelerate launch's options"
             raise CommandError(f"accelerate launch: unknown option {clip(opt)}{hint}")
+    default = None
+    if "--config_file" not in opts and not opts.get("--cpu"):
+        default = default_accelerate_config()
+        if default is not None:
+            opts = {**opts, "--config_file": str(default)}
     data: dict = {}
     where = "accelerate launch"
     path = None
@@ -202,7 +222,13 @@ def _accelerate(opts: dict, cwd: Path) -> FileSettings | None:
         launch = translate_accelerate(data, where, path.parent if path else cwd)
     except LaunchFileError as e:
         raise CommandError(str(e)) from None
-    return _from_launch(launch, "accelerate", where, str(path) if path else "")
+    out = _from_launch(launch, "accelerate", where, str(path) if path else "")
+    if default is not None:
+        out.notes.append(
+            f"accelerate launch without --config_file reads this machine's default config, {printable(str(default), 120)} "
+            "(written by `accelerate config`): estimated with it"
+        )
+    return out
 
 
 def script_args(tokens: list[str]) -> tuple[dict, str | None]:

@@ -290,3 +290,26 @@ def test_trl_014_vllm_device_takes_its_utilization_and_loads_weights_in_place(tm
     )
     server = estimate(["--model", "0.5B", "--use-vllm", "--vllm-mode", "server", "--gpu", "A100-80"], capsys)
     assert server["phases"]["generate"]["vllm_weight_push"] > 0  # TRL 1.16's packed NCCL push
+
+
+def test_accelerate_launch_without_a_config_file_reads_the_machines_default(tmp_path, capsys, monkeypatch):
+    # accelerate 1.15 launch.py: with no --config_file (and not --cpu) it loads
+    # $HF_HOME/accelerate/default_config.yaml when that file exists; its options still win over it
+    monkeypatch.undo()  # tests/conftest.py hides this machine's default; here it is a file of the test's own
+    home = tmp_path / "hf"
+    (home / "accelerate").mkdir(parents=True)
+    (home / "accelerate" / "default_config.yaml").write_text(
+        "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\nnum_processes: 4\n"
+    )
+    monkeypatch.setenv("HF_HOME", str(home))
+    got = estimate(["--model", "7B", "--from-command", "accelerate launch train.py"], capsys)
+    assert got["config"]["sharding"] == "zero3" and got["config"]["num_gpus"] == 4
+    got = estimate(
+        ["--model", "7B", "--from-command", "accelerate launch --num_processes 2 train.py"], capsys
+    )
+    assert got["config"]["num_gpus"] == 2
+    err = notes(["--model", "7B", "--from-command", "accelerate launch train.py"], capsys)
+    assert "reads this machine's default config" in err
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "none"))  # no default config: the count is asked for
+    code, _, err = run(["--model", "7B", "--from-command", "accelerate launch train.py"], capsys)
+    assert code == 2 and "one process per visible GPU" in err
