@@ -20,6 +20,7 @@ from estimator.settings.role_spec import config_roles
 from estimator.step.estimate import estimate
 from estimator.terms import allocator_reserve as allocator_term
 from estimator.terms.quantized import arch_quant_spec
+from estimator.terms.sharding import fetches_parameters
 from estimator.units import GIB
 
 FitsFn = Callable[[RunConfig], bool]
@@ -132,6 +133,15 @@ _offload_optimizer = Toggle(  # DeepSpeed ZeRO-Offload of the optimizer state
     lambda cfg: cfg.sharding in ("zero2", "zero3") and not cfg.offload_optimizer,
     {"offload_optimizer": True},
     "AdamW state and step on the CPU: slower optimizer steps, needs host RAM for the fp32 state",
+)
+_no_generation_gather = Toggle(  # ZeRO-3: generation fetches module by module instead of gathering the policy
+    "no_gather",
+    "--no-ds3-gather-for-generation (TRL ds3_gather_for_generation: false)",
+    2,
+    lambda cfg: fetches_parameters(cfg) and cfg.ds3_gather_for_generation and not cfg.use_vllm,
+    {"ds3_gather_for_generation": False},
+    "generation fetches each module's parameters for every token instead of gathering the policy once: much "
+    "slower generation, nothing else changes",
 )
 _vllm_server = (
     Toggle(  # vLLM on a GPU of its own (`trl vllm-serve`): the training GPUs keep none of its share
@@ -558,6 +568,7 @@ GENERATORS = (
     _vllm_server_share,
     _vllm_server,
     _offload_optimizer,
+    _no_generation_gather,
     _adam8bit,
     _lora,
     qlora,

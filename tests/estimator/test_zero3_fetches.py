@@ -4,7 +4,9 @@ module recurs before `stage3_max_reuse_distance` elements of the trace have been
 
 from __future__ import annotations
 
-from cli_json import estimate
+import json
+
+from cli_json import estimate, run
 
 from estimator.model.architecture import Arch, Linear
 from estimator.model.catalog import resolve_model
@@ -83,3 +85,24 @@ def test_ds3_gather_for_generation_off_fetches_module_by_module(tmp_path, capsys
     p.write_text("ds3_gather_for_generation: false\n")
     got = estimate(["--model", "7B", "--gpus", "8", "--zero", "3", "--config", str(p)], capsys)
     assert got["config"]["ds3_gather_for_generation"] is False
+
+
+def answer(argv, capsys) -> dict:
+    """The JSON answer whether or not the run fits (exit 0 or 1)."""
+    code, out, err = run([*argv, "--json"], capsys)
+    assert code in (0, 1), err
+    return json.loads(out)
+
+
+def test_advice_offers_fetching_in_generation_where_zero3_gathers(capsys):
+    argv = ["--model", "7B", "--dtype", "bfloat16", "--gpus", "8", "--zero", "3", "--gpu", "A10G", "--advice"]
+    singles = answer(argv, capsys)["advice"]["singles"]
+    (change,) = [s for s in singles if s["changes"][0]["key"] == "no_gather"]
+    # the generation phase held the whole bf16 policy gathered (2 x 7.6 B); fetching keeps about one module
+    assert change["saved_bytes"] > 2 * 7_615_616_512 * 0.8
+    # the flag the advice names runs as written
+    flagged = answer([*argv, "--no-ds3-gather-for-generation"], capsys)
+    assert flagged["phases"]["generate"]["gathered_weights"] < 2 * 7_615_616_512 / 10
+    for other in (["--zero", "2"], ["--zero", "3", "--use-vllm"]):
+        keys = {s["changes"][0]["key"] for s in answer([*argv, *other], capsys)["advice"]["singles"]}
+        assert "no_gather" not in keys, other
