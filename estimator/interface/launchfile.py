@@ -292,6 +292,17 @@ def translate_deepspeed(data: dict, where: str) -> LaunchSettings:
             f"zero_optimization.{part}.device",
         )
     _zero_knobs(where, zero, out)
+    if "reduce_bucket_size" in zero:  # "auto": HF fills hidden_size^2 (None); a number: itself
+        bucket = zero["reduce_bucket_size"]
+        key = "zero_optimization.reduce_bucket_size"
+        value = (
+            None
+            if bucket == "auto"
+            else _int(
+                where, key, int(bucket) if isinstance(bucket, float) and bucket.is_integer() else bucket
+            )
+        )
+        _set(out, "zero_reduce_bucket_size", value, key)
     if out.values.get("offload_param") and out.values["sharding"] != "zero3":
         raise LaunchFileError(
             f"{where}: zero_optimization.offload_param needs stage 3, got stage {clip(zero.get('stage'))}"
@@ -336,8 +347,9 @@ ZERO_KNOBS_ASSUMED = {  # key -> (DeepSpeed's default, None where HF fills it or
     "stage3_max_reuse_distance": (1e9, "1e9"),
     "stage3_max_live_parameters": (1e9, "1e9"),
     "stage3_prefetch_bucket_size": (None, "5e7 or 0.9 x hidden^2, the larger"),
+    "sub_group_size": (1e9, "1e9"),
+    "overlap_comm": (None, "one reduce bucket"),
     "stage3_param_persistence_threshold": (None, "norms and biases persist"),
-    "reduce_bucket_size": (None, "not counted"),
     "allgather_bucket_size": (None, "not counted"),
     "zero_hpz_partition_size": (1, "1"),
     "zero_quantized_weights": (False, "false"),

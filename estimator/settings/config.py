@@ -413,6 +413,17 @@ class RunConfig:
         group="hardware",
         since="0.2.0",
     )
+    zero_reduce_bucket_size: int | None = setting(
+        500_000_000,
+        "DeepSpeed ZeRO's reduce bucket in elements (zero_optimization.reduce_bucket_size: DeepSpeed's default "
+        '5e8 where no DeepSpeed JSON gives it; a JSON\'s "auto" is hidden_size^2)',
+        group="hardware",
+        minimum=1,
+        maximum=10**12,
+        metavar="N",
+        ours=True,
+        since="0.2.0",
+    )
     host_ram_gib: float | None = setting(
         None,
         "host RAM per node in GiB: checks what offload and loading need there",

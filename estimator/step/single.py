@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from estimator.model.architecture import Arch
 from estimator.settings.config import RunConfig
 from estimator.terms import activations as act
+from estimator.terms import deepspeed_buffers as ds
 from estimator.terms import generation as gen
 from estimator.terms import logprob_head as head
 from estimator.terms import moe_lora, release, vllm, weights
@@ -34,6 +35,9 @@ def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     }
     held = {k: shard(cfg, k, v) for k, v in held.items()}
     held["ddp_gradient_buckets"] = ddp_gradient_buckets(cfg, opt.gradients(cfg, arch))
+    # DeepSpeed's own: ZeRO-3's gradient partitions (the phases then count no sharded .grad) and reduce buckets
+    held["gradients"] = ds.grad_partitions(cfg, arch)
+    held["zero_reduce_buckets"] = ds.reduce_buckets(cfg, arch)
     # vLLM colocate: its whole budget, or what stays while it sleeps (terms/vllm.py)
     held["vllm"] = vllm.colocate_sleeping(cfg) if cfg.vllm_sleeps else vllm.colocate_footprint(cfg)
     return held
@@ -83,7 +87,7 @@ def generate_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         + act.fp32_head_cast_in_generation(cfg, arch),
     }
     out = dict(max(prefill, prefill_rotary, decode_layers, decode_head, key=lambda d: sum(d.values())))
-    out["gradients"] = shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch))
+    out["gradients"] = _phase_gradients(cfg, opt.gradients_during_generation(cfg, arch))
     gathered = _generation_gather(cfg, arch)
     if gathered:
         out["gathered_weights"] = gathered
@@ -110,11 +114,17 @@ def _generate_without_cache(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     out["autocast_weight_cache"] = act.autocast_weight_cache(cfg, arch, include_lm_head=head) + (
         act.fp32_head_cast_in_generation(cfg, arch) if head else 0
     )
-    out["gradients"] = shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch))
+    out["gradients"] = _phase_gradients(cfg, opt.gradients_during_generation(cfg, arch))
     gathered = _generation_gather(cfg, arch)
     if gathered:
         out["gathered_weights"] = gathered
     return out
+
+
+def _phase_gradients(cfg: RunConfig, full: int) -> int:
+    """A phase's `.grad` bytes, sharded as the run shards them; under ZeRO-3 (optimizer on the GPU) none: the
+    gradient partitions are resident (`ds.grad_partitions`)."""
+    return 0 if ds.grad_partitions_resident(cfg) else shard(cfg, "gradients", full)
 
 
 def _generation_gather(cfg: RunConfig, arch: Arch) -> int:
@@ -134,7 +144,7 @@ def score_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     common = {
         "autocast_weight_cache": act.autocast_weight_cache(cfg, arch, include_lm_head=False),
         "rollout_buffers": gen.rollout_buffers(cfg),
-        "gradients": shard(cfg, "gradients", opt.gradients_during_generation(cfg, arch)),
+        "gradients": _phase_gradients(cfg, opt.gradients_during_generation(cfg, arch)),
     }
     fetched = zero3_fetched_weights(cfg, arch, "forward", weights.policy_weights(cfg, arch))
     if fetched:
@@ -189,6 +199,9 @@ def layer_forward(cfg: RunConfig, arch: Arch, tokens: int) -> int:
         tokens * act.layer_forward_transient_per_token(cfg, arch),
         act.bnb_4bit_forward_transient(cfg, arch, tokens),
     )
+
+
+FORWARD_INSTANTS = ("head_forward", "last_layer_forward")  # train instants before any backward
 
 
 def train_instants(cfg: RunConfig, arch: Arch, tensors: str = opt.REAL) -> dict[str, dict[str, int]]:
@@ -272,6 +285,10 @@ def train_instants(cfg: RunConfig, arch: Arch, tensors: str = opt.REAL) -> dict[
         later = opt.micro_step_gradients(cfg, arch, name, tensors)
         if later is not None:
             comps["gradients"] = shard(cfg, "gradients", later)
+        if ds.grad_partitions_resident(
+            cfg
+        ):  # ZeRO-3: partitions resident, one module's full gradient in backward
+            comps["gradients"] = 0 if name in FORWARD_INSTANTS else ds.full_module_gradient(cfg, arch)
     return release.train_instants(cfg, arch, instants, saved + norm_saved)
 
 
@@ -283,10 +300,11 @@ def train_phase(cfg: RunConfig, arch: Arch, tensors: str = opt.REAL) -> tuple[di
 
 
 def optimizer_phase(cfg: RunConfig, arch: Arch) -> dict[str, int]:
-    """Full gradients + the optimizer's step temporaries."""
+    """Full gradients + the optimizer's step temporaries (under ZeRO, + the flattened fp32 gradient copies)."""
     return {
-        "gradients": shard(cfg, "gradients", opt.gradients(cfg, arch)),
-        "optimizer_temporaries": shard(cfg, "optimizer_temporaries", opt.optimizer_temporaries(cfg, arch)),
+        "gradients": _phase_gradients(cfg, opt.gradients(cfg, arch)),
+        "optimizer_temporaries": shard(cfg, "optimizer_temporaries", opt.optimizer_temporaries(cfg, arch))
+        + ds.optimizer_step_copies(cfg, arch),
         "rollout_buffers": gen.rollout_buffers(cfg),
     }
 

@@ -106,7 +106,7 @@ def optimizer_state(cfg: RunConfig, arch: Arch) -> int:
     raise ValueError(f"unknown optimizer {cfg.optim!r}")
 
 
-def _largest_trainable(cfg: RunConfig, arch: Arch) -> int:
+def largest_trainable(cfg: RunConfig, arch: Arch) -> int:
     """numel of the largest single trainable tensor (a LoRA A/B matrix, a decoder weight, the embedding or head)."""
     if cfg.use_peft:
         linears = [cfg.lora_r * max(lin.in_features, lin.out_features) for lin in lora_targets(cfg, arch)]
@@ -123,7 +123,7 @@ def optimizer_temporaries(cfg: RunConfig, arch: Arch) -> int:
     live for one tensor at a time: 2 × the largest (measured under TRL 0.23 on CPU). Fused and bnb kernels: 0."""
     if cfg.optim == "adamw_torch":
         if cfg.device == "cpu":
-            return 2 * _largest_trainable(cfg, arch) * nbytes(trainable_dtype(cfg))
+            return 2 * largest_trainable(cfg, arch) * nbytes(trainable_dtype(cfg))
         return gradients(cfg, arch)
     return 0
 

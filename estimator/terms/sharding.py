@@ -108,10 +108,13 @@ def fetches_parameters(cfg: RunConfig) -> bool:
     return cfg.sharding == "zero3" and (cfg.num_gpus > 1 or cfg.offload_param)
 
 
-def _modules(arch: Arch) -> tuple[list[tuple[str, int]], int]:
-    """One forward's module order as ZeRO-3's hooks see it, (module id, elements it gathers), and the elements
-    that persist (norms and biases, below the persistence threshold). A tied head is the embedding's parameter;
-    fused MoE experts are one module."""
+HEAD = "@head"  # TRL's fused log-prob head gathers the head's weight itself (GatheredParameters), outside the hooks
+
+
+def _modules(arch: Arch) -> tuple[list[tuple[str, int]], tuple[str, int], int]:
+    """One forward's module order as ZeRO-3's hooks see it up to the last decoder layer, (module id, elements it
+    gathers); the head as (id, elements), a tied head being the embedding's parameter; and the elements that
+    persist (norms and biases, below the persistence threshold). Fused MoE experts are one module."""
     weight = [lin for lin in arch.layer_linears if lin.is_nn_linear]
     experts = sum(
         lin.count * lin.in_features * lin.out_features for lin in arch.layer_linears if not lin.is_nn_linear
@@ -121,31 +124,33 @@ def _modules(arch: Arch) -> tuple[list[tuple[str, int]], int]:
         order += [(f"{layer}.{lin.name}", lin.count * lin.in_features * lin.out_features) for lin in weight]
         if experts:
             order.append((f"{layer}.experts", experts))
-    order.append(
-        ("embed", arch.embedding_params) if arch.tie_word_embeddings else ("head", arch.lm_head_params)
-    )
+    head = ("embed", arch.embedding_params) if arch.tie_word_embeddings else ("head", arch.lm_head_params)
     biases = sum(lin.count * lin.out_features for lin in arch.layer_linears if lin.bias)
     persistent = arch.num_layers * (arch.layer_norm_params + biases) + arch.final_norm_params
-    return order, persistent
+    return order, head, persistent
 
 
 def _pass_order(arch: Arch, kind: str, checkpointing: bool) -> list[tuple[str, int]]:
-    """The module order of one phase: "forward" (a no-grad pass), "decode" (two generated tokens' forwards, the
-    second reusing the first's parameters), "train" (forward, then backward in reverse; with gradient
-    checkpointing each layer's forward is recomputed just before its backward)."""
-    forward, _ = _modules(arch)
-    if kind == "forward":
-        return forward
+    """The module order of one phase. "decode": one generated token's forward, the head running as a module
+    (every top-level forward starts a new trace, `_start_of_forward_hook` -> `reset_step`, so nothing is kept
+    from one token to the next). "forward" (a no-grad scoring pass) and "train" (forward, then backward in
+    reverse; with gradient checkpointing each layer's forward recomputed just before its backward): TRL's fused
+    head reads the head's weight directly and gathers it with `GatheredParameters` (trl trainer/utils.py
+    `maybe_gather_lm_head_ctx`), so the hooks never see it; HEAD marks where it is gathered, at the turnaround."""
+    layers, head, _ = _modules(arch)
     if kind == "decode":
-        return forward + forward
+        return [*layers, head]
+    marker = (HEAD, head[1])
+    if kind == "forward":
+        return [*layers, marker]
     if not checkpointing:
-        return forward + forward[::-1]
-    per_layer = (len(forward) - 2) // max(arch.num_layers, 1)
-    backward = [forward[-1]]
+        return [*layers, marker, *layers[::-1]]
+    per_layer = (len(layers) - 1) // max(arch.num_layers, 1)
+    backward = [marker]
     for layer in reversed(range(arch.num_layers)):
-        mods = forward[1 + layer * per_layer : 1 + (layer + 1) * per_layer]
+        mods = layers[1 + layer * per_layer : 1 + (layer + 1) * per_layer]
         backward += mods + mods[::-1]
-    return forward + backward + [forward[0]]
+    return [*layers, *backward, layers[0]]
 
 
 @functools.cache
@@ -154,11 +159,15 @@ def zero3_live_elements(
 ) -> int:
     """Most parameter elements gathered at once over a phase's module order: each module's are fetched when it
     runs and kept after it only if the module recurs before `reuse` elements of the order have been traversed
-    (`__params_to_release`)."""
+    (`__params_to_release`); at HEAD the fused head's weight is gathered beside them unless it is already."""
     order = _pass_order(arch, kind, checkpointing)
+    head_id = "embed" if arch.tie_word_embeddings else "head"
     live: dict[str, int] = {}
     peak = 0
     for i, (module, n) in enumerate(order):
+        if module == HEAD:
+            peak = max(peak, sum(live.values()) + (0 if head_id in live else n))
+            continue
         live[module] = n
         peak = max(peak, sum(live.values()))
         traversed = 0
@@ -167,7 +176,7 @@ def zero3_live_elements(
                 break
             if later == module:
                 break
-            traversed += m
+            traversed += m if later != HEAD else 0
         else:
             del live[module]
             continue
@@ -181,7 +190,7 @@ def zero3_fetched_weights(cfg: RunConfig, arch: Arch, kind: str, full_weights: i
     the persistent ones + one prefetch bucket), at the policy's bytes per parameter; 0 when it fetches nothing."""
     if not fetches_parameters(cfg):
         return 0
-    _, persistent = _modules(arch)
+    _, _, persistent = _modules(arch)
     bucket = max(ZERO3_PREFETCH_BUCKET, int(0.9 * arch.hidden_size**2))
     live = zero3_live_elements(arch, kind, cfg.gradient_checkpointing) + persistent + bucket
     total = max(arch.total_params, 1)

@@ -167,14 +167,18 @@ def test_the_layout_leaves_offloaded_optimizer_state_off_the_gpu():
 
 
 def test_a_plan_says_each_setting_once_with_the_value_that_stands():
-    # micro-batches (bs 1, GA 8) then fewer generations (GA 7): the plan names --gradient-accumulation-steps once, 7
+    # smaller micro-batches (GA 8) then fewer generations (which sets GA again): the plan names
+    # --gradient-accumulation-steps once, with the value the run ends up with
     argv = ["--model", "14B", "--lora", "--gpu", "L4", "--reward-model", "1.5B"]
     code, text = _run(argv)
     plan_text = " ".join(text.split()).split("To fit the L4: ")[1].split(" -> ")[0]
     assert code == 1 and plan_text.count("--gradient-accumulation-steps") == 1
-    assert "--gradient-accumulation-steps 7" in plan_text
+    assert "--per-device-train-batch-size" in plan_text and "--num-generations" in plan_text
+    named = int(plan_text.split("--gradient-accumulation-steps ")[1].split()[0])
     flags = [f for part in plan_text.split(" + ") for f in flags_of(part)]
     assert _run([*argv, *flags])[0] == 0  # the plan's flags, as printed, reproduce it
+    code, out = _run([*argv, *flags, "--json"])
+    assert json.loads(out)["config"]["gradient_accumulation_steps"] == named
 
 
 def test_solve_finds_nothing_while_a_role_gpu_stays_over_whatever_the_value():

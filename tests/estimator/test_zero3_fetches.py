@@ -33,43 +33,54 @@ TOY = Arch(
 
 
 def test_release_rule_by_hand():
-    # order without checkpointing: E(100) 0a(10) 0b(20) 1a(10) 1b(20) H(100), then the reverse
-    # reuse 1e9 covers the whole trace: every module recurs in backward, all six stay: 260 at H's forward
+    # train order without checkpointing: E(100) 0a(10) 0b(20) 1a(10) 1b(20), then TRL's fused head gathers H(100)
+    # itself (outside the hooks: it is traversed as 0 elements), then the layers in reverse and E
+    # reuse 1e9 covers the whole trace: every module recurs, all stay: 160 + H = 260 at the head
     assert zero3_live_elements(TOY, "train", False) == 260
-    # reuse 25: each layer module sees >= 25 elements before its next use, so it goes; H recurs next and stays,
-    # then goes after its backward: never more than H alone
-    assert zero3_live_elements(TOY, "train", False, reuse=25) == 100
-    # reuse 150: ahead of 1b are H, H (200 >= 150 before 1b recurs): released; 1a likewise: H alone again
-    assert zero3_live_elements(TOY, "train", False, reuse=150) == 100
-    # reuse 250: ahead of 1b are H, H (200 < 250) then 1b: kept; of 1a: 1b H H 1b (240 < 250) then 1a: kept;
-    # of 0b: 1a 1b H H 1b 1a (250 >= 250 before 0b): released. At H's forward 1a + 1b + H = 130
-    assert zero3_live_elements(TOY, "train", False, reuse=250) == 130
+    # reuse 25: 1b recurs right after the head (0 traversed): kept; 1a sees 1b twice (40) first: released. At the
+    # head 1b + H = 120
+    assert zero3_live_elements(TOY, "train", False, reuse=25) == 120
+    # reuse 61: 1a sees 40 and 0b 1a 1b 1b 1a (60 < 61) before their backward: kept; 0a sees 70: released. At
+    # the head 0b + 1a + 1b + H = 150
+    assert zero3_live_elements(TOY, "train", False, reuse=61) == 150
+    # reuse 121: E sees 0a 0b 1a 1b 1b 1a 0b 0a (120 < 121): kept, and with it everything -> 260
+    assert zero3_live_elements(TOY, "train", False, reuse=121) == 260
 
 
 def test_gradient_checkpointing_recomputes_each_layer_before_its_backward():
-    # backward: H, then per layer (top first) its forward again and its reverse, then E:
-    # ... H | H 1a 1b 1b 1a 0a 0b 0b 0a E. With reuse 25: 1a (recomputed) sees 1b 1b (40) before its backward:
-    # released; 1b recurs next: kept, alone; H is the most at once
-    assert zero3_live_elements(TOY, "train", True, reuse=25) == 100
-    # reuse 1e9: everything recurs, and at H's forward all of it is gathered
+    # backward with checkpointing: H, then per layer (top first) its forward again and its reverse, then E:
+    # ... 1b | H | 1a 1b 1b 1a 0a 0b 0b 0a E. With reuse 25, 1a (forward) sees 1b (20) then itself in the
+    # recompute: kept; 1b sees itself next: kept -> 1a + 1b + H = 130 at the head
+    assert zero3_live_elements(TOY, "train", True, reuse=25) == 130
     assert zero3_live_elements(TOY, "train", True) == 260
+    # a scoring forward ends at the fused head: nothing recurs, the head is the largest at once
+    assert zero3_live_elements(TOY, "forward", False) == 100
+    # one generated token: the head runs as a module, each top-level forward is a new trace
+    assert zero3_live_elements(TOY, "decode", False) == 100
 
 
-def test_a_7b_under_zero3_holds_at_least_its_largest_module_gathered():
-    # Qwen2.5-7B: the untied head (152064 x 3584 = 545 M elements) must be whole to run; beside the 7.6 B total,
-    # DeepSpeed's 1e9 reuse distance keeps nothing else across the head's two uses
+def test_a_7b_under_zero3_holds_its_top_layers_and_the_head_at_the_turnaround():
+    # Qwen2.5-7B, checkpointing on: a decoder layer gathers 2 x 3584^2 (q, o) + 2 x 3584 x 512 (k, v)
+    # + 3 x 3584 x 18944 (MLP) = 233.0 M elements; the top two layers recur within 1e9 elements of their recompute
+    # (the third sees 2 x 466 M first), and the untied head (152064 x 3584 = 545 M) is gathered by the fused head
     arch = resolve_model("7B")
+    layer = 2 * 3584**2 + 2 * 3584 * 512 + 3 * 3584 * 18944
+    assert zero3_live_elements(arch, "train", True) == 2 * layer + 152064 * 3584
     cfg = RunConfig(model="7B", dtype="bfloat16", num_gpus=8, sharding="zero3")
     full = 2 * arch.total_params
     fetched = zero3_fetched_weights(cfg, arch, "train", full)
-    assert 2 * 152064 * 3584 <= fetched < 2 * (152064 * 3584 + 10**8)
+    assert 2 * (2 * layer + 152064 * 3584) < fetched < 2 * (2 * layer + 152064 * 3584 + 10**8)
     # one GPU without parameter offload: the partition is the parameter, nothing is fetched
     assert zero3_fetched_weights(cfg.with_(num_gpus=1), arch, "train", full) == 0
-    # a model below the reuse distance stays gathered through forward and backward: Qwen2.5-0.5B
+    # a model below the reuse distance stays gathered through forward and backward: Qwen2.5-0.5B (tied)
     small = resolve_model("0.5B")
-    assert zero3_live_elements(small, "train", False) == small.total_params - small.final_norm_params - (
-        small.num_layers * small.layer_norm_params
-    ) - small.num_layers * sum(lin.out_features for lin in small.layer_linears if lin.bias)
+    module_weights = (
+        small.total_params
+        - small.final_norm_params
+        - small.num_layers * small.layer_norm_params
+        - small.num_layers * sum(lin.out_features for lin in small.layer_linears if lin.bias)
+    )
+    assert zero3_live_elements(small, "train", False) == module_weights
 
 
 def test_ds3_gather_for_generation_off_fetches_module_by_module(tmp_path, capsys):

@@ -1,0 +1,55 @@
+"""DeepSpeed ZeRO's own buffers (DeepSpeed 0.19.8 stage3.py / stage_1_and_2.py / config.py), worked by hand for
+Qwen2.5-7B (7,615,616,512 parameters) in bf16 over 8 GPUs."""
+
+from __future__ import annotations
+
+import json
+
+from cli_json import estimate
+
+from estimator.settings.config import RunConfig
+from estimator.step.estimate import estimate as run_estimate
+
+P = 7_615_616_512
+SHARE = -(-P // 8)  # 951,952,064 elements per rank
+
+
+def phases(**kw) -> dict:
+    return run_estimate(RunConfig(model="7B", num_gpus=8, **kw)).phases
+
+
+def test_zero3_holds_its_gradient_partitions_and_reduce_bucket_in_every_phase():
+    got = phases(sharding="zero3")
+    for name, comps in got.items():
+        # grad_partitions_flat_buffer: one bf16 slot per partition element, never freed
+        assert comps["gradients"] >= SHARE * 2, name
+        # reduce_bucket_size 5e8 (DeepSpeed's default: accelerate's own DeepSpeed config names none), bf16
+        assert comps["zero_reduce_buckets"] == 500_000_000 * 2, name
+    assert got["generate"]["gradients"] == SHARE * 2  # nothing else holds .grad while generating
+    # the optimizer step flattens the partition (one sub-group: 952 M < 1e9) into bf16, then fp32
+    assert got["optimizer"]["optimizer_temporaries"] == SHARE * (2 + 4)
+
+
+def test_optimizer_offload_moves_the_partitions_and_the_step_to_the_host():
+    got = phases(sharding="zero3", offload_optimizer=True)
+    assert got["generate"].get("gradients", 0) == 0
+    assert got["optimizer"].get("optimizer_temporaries", 0) < SHARE * 6
+    assert got["generate"]["zero_reduce_buckets"] == 10**9  # the bucket stays on the GPU
+
+
+def test_zero2_keeps_one_reduce_bucket_and_copies_at_the_step():
+    got = phases(sharding="zero2")
+    assert got["generate"]["zero_reduce_buckets"] == 10**9
+    assert got["optimizer"]["optimizer_temporaries"] == SHARE * 6
+    assert got["generate"].get("gradients", 0) == 0  # ZeRO-2's partitions live from backward to the step
+
+
+def test_a_json_reduce_bucket_auto_is_hidden_squared(tmp_path, capsys):
+    # transformers fills "auto" with hidden_size^2 (integrations/deepspeed.py trainer_config_process)
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}}))
+    got = estimate(["--model", "7B", "--gpus", "8", "--config", str(path)], capsys)
+    assert got["phases"]["generate"]["zero_reduce_buckets"] == 3584**2 * 2
+    path.write_text(json.dumps({"zero_optimization": {"stage": 3, "reduce_bucket_size": 2e8}}))
+    got = estimate(["--model", "7B", "--gpus", "8", "--config", str(path)], capsys)
+    assert got["phases"]["generate"]["zero_reduce_buckets"] == 2 * 10**8 * 2
