@@ -5,8 +5,9 @@
 The counterpart of `sweeps.lease.pack`. Each call's tarballs hold the rows files as they stood on the lent machine:
 the tree it was given plus what it measured. A later call may have been given a tree without an earlier call's
 rows, so a `.jsonl` file is merged, never replaced: every line not already in the local file is appended, in the
-order it comes (a second unpack of the same tarballs adds nothing). Every other file (allocator streams, the
-min-card table, log tails) is written whole. Files are written atomically. A member that is not a plain file under
+order it comes (a second unpack of the same tarballs adds nothing), under the lock `records.append_row` takes, so
+rows a running sweep appends meanwhile are kept. Every other file (allocator streams, the min-card table, log
+tails) is written whole. Files are written atomically, through a symlink to its target, keeping their mode. A member that is not a plain file under
 `results/`, `outputs/` or `multirun/` (an absolute path, a `..`, a link) stops the unpack before anything is
 written, with one line naming it.
 """
@@ -18,6 +19,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from sweeps import records
 from sweeps.oneline import OneLineParser, shown
 
 ROOTS = ("results", "outputs", "multirun")  # where pack.PATTERNS collect from
@@ -79,25 +81,23 @@ def merged_lines(local: bytes, incoming: bytes) -> tuple[bytes, int]:
     return head + b"".join(line + b"\n" for line in added), len(added)
 
 
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".unpack.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
 def place(name: str, data: bytes, root: Path) -> Placed:
-    """Put one member in place under `root`: merge a .jsonl, write anything else."""
-    path = root / name
-    old = path.read_bytes() if path.exists() else None
+    """Put one member in place under `root`: merge a .jsonl (under the rows file's lock), write anything else;
+    both atomically, through a symlink to its target, keeping the file's mode."""
+    path = records.resolve_target(root / name)
+    path.parent.mkdir(parents=True, exist_ok=True)
     if name.endswith(".jsonl"):
-        new, added = merged_lines(old or b"", data)
-        if added:
-            _write(path, new)
+        with records.file_lock(records._lock_path(path)):
+            path = records.resolve_target(path)  # what it is now, under the lock
+            old = path.read_bytes() if path.exists() else b""
+            new, added = merged_lines(old, data)
+            if added:
+                records._replace_file(path, new)
         return Placed(name, f"merged {added} new line(s)" if added else "unchanged")
+    old = path.read_bytes() if path.exists() else None
     if old == data:
         return Placed(name, "unchanged")
-    _write(path, data)
+    records._replace_file(path, data)
     return Placed(name, "written")
 
 
