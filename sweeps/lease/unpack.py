@@ -7,15 +7,22 @@ the tree it was given plus what it measured. A later call may have been given a 
 rows, so a `.jsonl` file is merged, never replaced: every line not already in the local file is appended, in the
 order it comes (a second unpack of the same tarballs adds nothing), under the lock `records.append_row` takes, so
 rows a running sweep appends meanwhile are kept. Every other file (allocator streams, the min-card table, log
-tails) is written whole. Files are written atomically, through a symlink to its target, keeping their mode. A member that is not a plain file under
-`results/`, `outputs/` or `multirun/` (an absolute path, a `..`, a link) stops the unpack before anything is
-written, with one line naming it.
+tails) is written whole. Files are written atomically, through a symlink to its target, keeping their mode.
+
+Every tarball is checked before anything is written, and a problem is one line naming it: a lease that is not
+a regular file of at most 16 MiB, a gzip stream that is not whole (a wrong CRC, a cut trailer, a flipped bit), a
+member that is not a plain file under `results/`, `outputs/` or `multirun/` (an absolute path, a `..`, a link).
 """
 
 from __future__ import annotations
 
+import gzip
+import io
+import os
+import stat
 import sys
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -23,9 +30,17 @@ from sweeps import records
 from sweeps.oneline import OneLineParser, shown
 
 ROOTS = ("results", "outputs", "multirun")  # where pack.PATTERNS collect from
+MIB = 2**20
+MAX_TGZ = 16 * MIB  # the most a lease returns per file (pack's --cap-mib is at most 16)
+MAX_UNPACKED = 512 * MIB  # the most one tarball may hold once unzipped
+ACCEPTED = "accepted are the lease-N.tgz files a lease call returns"
 
 
-class UnsafeMember(ValueError):
+class BadLease(ValueError):
+    """A lease tarball, or what it would write, that this unpacker refuses; the message is one line."""
+
+
+class UnsafeMember(BadLease):
     """A tarball member this unpacker will not write."""
 
 
@@ -39,7 +54,7 @@ class Placed:
 
 def _number(path: Path) -> tuple[int, str]:
     n = path.name.removeprefix("lease-").removesuffix(".tgz")
-    return (int(n), "") if n.isdigit() else (1 << 30, n)
+    return (int(n), "") if n.isascii() and n.isdigit() else (1 << 30, n)
 
 
 def tarballs(paths: list[Path]) -> list[Path]:
@@ -53,19 +68,82 @@ def tarballs(paths: list[Path]) -> list[Path]:
     return out
 
 
+def _kind(mode: int) -> str:
+    for test, kind in records._KINDS:
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def _named(tgz: Path) -> str:
+    """`tgz` for a one-line message: its name first, so a long folder cut short never hides it."""
+    return f"{shown(tgz.name, 60)} in {shown(str(tgz.parent), 80)}"
+
+
+def read_tarball(tgz: Path) -> bytes:
+    """The bytes of `tgz`, a regular file of at most MAX_TGZ bytes. Opened without blocking, so a FIFO is refused
+    at once instead of waited on."""
+    try:
+        fd = os.open(tgz, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise BadLease(f"{_named(tgz)}: cannot be read ({exc.strerror or exc}); {ACCEPTED}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadLease(f"{_named(tgz)} is {_kind(st.st_mode)}, not a regular file; {ACCEPTED}")
+        if st.st_size > MAX_TGZ:
+            raise BadLease(f"{_named(tgz)} holds {st.st_size} bytes, over {MAX_TGZ // MIB} MiB; {ACCEPTED}")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_TGZ + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_TGZ:
+        raise BadLease(f"{_named(tgz)} grew over {MAX_TGZ // MIB} MiB while read; {ACCEPTED}")
+    return data
+
+
+def gunzip(tgz: Path, blob: bytes) -> bytes:
+    """`blob` unzipped to its end, every gzip member's CRC and length checked, at most MAX_UNPACKED bytes; a
+    stream that is not whole raises BadLease naming `tgz`."""
+    out = bytearray()
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(blob), mode="rb") as gz:
+            while chunk := gz.read(MIB):
+                out += chunk
+                if len(out) > MAX_UNPACKED:
+                    raise BadLease(f"{_named(tgz)} unzips to over {MAX_UNPACKED // MIB} MiB; {ACCEPTED}")
+    except (OSError, EOFError, zlib.error) as exc:
+        why = shown(str(exc) or type(exc).__name__, 100)
+        raise BadLease(f"{_named(tgz)} is not a whole gzip stream ({why}); {ACCEPTED}") from None
+    return bytes(out)
+
+
 def members(tgz: Path) -> list[tuple[str, bytes]]:
-    """(name, bytes) of every member, each checked (UnsafeMember names the first that is not a plain file under
-    ROOTS)."""
+    """(name, bytes) of every member, the whole gzip stream checked first (BadLease), then each member
+    (UnsafeMember names the first that is not a plain file under ROOTS)."""
+    raw = gunzip(tgz, read_tarball(tgz))
     out = []
-    with tarfile.open(tgz, "r:gz") as tar:
-        for info in tar.getmembers():
-            name = PurePosixPath(info.name)
-            parts = name.parts
-            if not info.isfile() or name.is_absolute() or ".." in parts or not parts or parts[0] not in ROOTS:
-                raise UnsafeMember(
-                    f"{tgz.name}: member {shown(info.name, 80)}: accepted are plain files under {', '.join(ROOTS)}/"
-                )
-            out.append((name.as_posix(), tar.extractfile(info).read()))
+    try:
+        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
+            for info in tar.getmembers():
+                name = PurePosixPath(info.name)
+                parts = name.parts
+                if (
+                    not info.isfile()
+                    or name.is_absolute()
+                    or ".." in parts
+                    or len(parts) < 2
+                    or parts[0] not in ROOTS
+                ):
+                    raise UnsafeMember(
+                        f"{tgz.name}: member {shown(info.name, 80)}: accepted are plain files under "
+                        f"{', '.join(ROOTS)}/"
+                    )
+                out.append((name.as_posix(), tar.extractfile(info).read()))
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise BadLease(
+            f"{_named(tgz)} is not a whole tar archive ({shown(str(exc), 80)}); {ACCEPTED}"
+        ) from None
     return out
 
 
@@ -102,9 +180,9 @@ def place(name: str, data: bytes, root: Path) -> Placed:
 
 
 def unpack(paths: list[Path], root: Path) -> list[Placed]:
-    """Every member of every tarball, checked first, then put in place in order."""
-    everything = [m for tgz in tarballs(paths) for m in members(tgz)]
-    return [place(name, data, root) for name, data in everything]
+    """Every member of every tarball, all checked first (BadLease), then put in place in order."""
+    items = [(tgz, name, data) for tgz in tarballs(paths) for name, data in members(tgz)]
+    return [place(name, data, root) for _, name, data in items]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,14 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         placed = unpack(args.paths, args.root)
-    except UnsafeMember as exc:
+    except BadLease as exc:
         print(f"unpack: {exc}", file=sys.stderr)
         return 2
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        print(
-            f"unpack: {shown(str(exc), 120)}; accepted are the lease-N.tgz files a lease call returns",
-            file=sys.stderr,
-        )
+    except OSError as exc:
+        print(f"unpack: {shown(str(exc), 160)}", file=sys.stderr)
         return 2
     for item in placed:
         print(f"unpack: {item.name}: {item.action}")

@@ -4,9 +4,14 @@ targets are found before anything is written, a failed write names its file and 
 that is not a regular file is refused at once."""
 
 import io
+import os
+import subprocess
+import sys
 import tarfile
 import threading
 from pathlib import Path
+
+import pytest
 
 from sweeps import records
 from sweeps.lease import unpack
@@ -67,3 +72,92 @@ def test_a_symlinked_rows_file_stays_a_link_and_its_target_keeps_its_mode(tmp_pa
     table.chmod(0o600)
     unpack.place("results/table.md", b"new", tmp_path / "repo")
     assert table.read_bytes() == b"new" and oct(table.stat().st_mode & 0o777) == oct(0o600)
+
+
+def _stored(tmp_path: Path) -> tuple[Path, bytes]:
+    """A lease whose rows are stored, not deflated (level 0): a changed byte of a row changes only the CRC."""
+    tgz = _tgz(
+        tmp_path / "lease/lease-0.tgz",
+        [("results/raw/a.jsonl", ROW + b'{"schema":1,"key":"k2","peak":123}\n')],
+        0,
+    )
+    return tgz, tgz.read_bytes()
+
+
+def _changed_digit(blob: bytes) -> bytes:
+    at = blob.index(b'"peak":123') + len(b'"peak":1')
+    return blob[:at] + b"9" + blob[at + 1 :]
+
+
+def _flipped_bit(blob: bytes) -> bytes:
+    at = len(blob) // 2
+    return blob[:at] + bytes([blob[at] ^ 0x10]) + blob[at + 1 :]
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        pytest.param(_changed_digit, id="changed-digit"),
+        pytest.param(lambda b: b[:-8] + bytes([b[-8] ^ 1]) + b[-7:], id="wrong-crc"),
+        pytest.param(lambda b: b[:-8], id="cut-trailer"),
+        pytest.param(lambda b: b[:-3], id="cut-length"),
+        pytest.param(_flipped_bit, id="flipped-bit"),
+        pytest.param(lambda b: b + b"garbage", id="trailing-garbage"),
+        pytest.param(lambda b: b[10:], id="no-header"),
+    ],
+)
+def test_a_gzip_stream_that_is_not_whole_is_refused_in_one_line_with_nothing_written(tmp_path, capsys, spoil):
+    tgz, blob = _stored(tmp_path)
+    tgz.write_bytes(spoil(blob))
+    root = tmp_path / "repo"
+    assert unpack.main([str(tgz), "--root", str(root)]) == 2
+    line = _one_line(capsys)
+    assert "lease-0.tgz" in line and "gzip" in line and "accepted" in line
+    assert _files(root) == []
+
+
+def test_a_bit_flipped_in_deflated_data_is_one_line_not_a_traceback(tmp_path, capsys):
+    rows = b"".join(b'{"schema":1,"key":"k%d","peak":%d}\n' % (i, i * 7919) for i in range(2000))
+    tgz = _tgz(tmp_path / "lease-0.tgz", [("results/raw/a.jsonl", rows)])
+    blob = tgz.read_bytes()
+    root = tmp_path / "repo"
+    for at in range(40, len(blob) - 8, max(1, len(blob) // 40)):
+        tgz.write_bytes(blob[:at] + bytes([blob[at] ^ 0x04]) + blob[at + 1 :])
+        assert unpack.main([str(tgz), "--root", str(root)]) == 2, at
+        _one_line(capsys)
+        assert _files(root) == []
+
+
+def test_a_tarball_that_unzips_past_the_bound_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(unpack, "MAX_UNPACKED", 64 * 1024)
+    tgz = _tgz(tmp_path / "lease-0.tgz", [("results/raw/big.bin", bytes(1 << 20))])
+    assert unpack.main([str(tgz), "--root", str(tmp_path / "repo")]) == 2
+    assert "unzips to over" in _one_line(capsys)
+    assert _files(tmp_path / "repo") == []
+
+
+def _unpack_in_a_child(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sweeps.lease.unpack", *args],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=30,  # a lease that is opened and waited on would hang here
+    )
+
+
+def test_a_fifo_named_as_a_lease_is_refused_at_once(tmp_path):
+    leases = tmp_path / "lease"
+    leases.mkdir()
+    os.mkfifo(leases / "lease-1.tgz")
+    for given in (leases, leases / "lease-1.tgz"):
+        done = _unpack_in_a_child([str(given), "--root", str(tmp_path / "repo")])
+        err = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(err) == 1 and "FIFO" in err[0] and "lease-1.tgz" in err[0], err
+
+
+def test_a_folder_named_as_a_lease_is_refused(tmp_path, capsys):
+    leases = tmp_path / "lease"
+    (leases / "lease-1.tgz").mkdir(parents=True)
+    assert unpack.main([str(leases), "--root", str(tmp_path / "repo")]) == 2
+    assert "not a regular file" in _one_line(capsys)
