@@ -9,9 +9,12 @@ order it comes (a second unpack of the same tarballs adds nothing), under the lo
 rows a running sweep appends meanwhile are kept. Every other file (allocator streams, the min-card table, log
 tails) is written whole. Files are written atomically, through a symlink to its target, keeping their mode.
 
-Every tarball is checked before anything is written, and a problem is one line naming it: a lease that is not
-a regular file of at most 16 MiB, a gzip stream that is not whole (a wrong CRC, a cut trailer, a flipped bit), a
-member that is not a plain file under `results/`, `outputs/` or `multirun/` (an absolute path, a `..`, a link).
+Everything is checked before anything is written, and a problem is one line naming it: a lease that is not a
+regular file of at most 16 MiB, a gzip stream that is not whole (a wrong CRC, a cut trailer, a flipped bit), a
+member that is not a plain file under `results/`, `outputs/` or `multirun/` (an absolute path, a `..`, a link),
+two members where one is the other's folder, a local file where a member needs a folder (or a folder where it
+needs a file), and too little free space. A write that still fails (the disk filled meanwhile) names the file and
+the error; what was placed before it stays, and a rerun places only what is missing.
 """
 
 from __future__ import annotations
@@ -42,6 +45,14 @@ class BadLease(ValueError):
 
 class UnsafeMember(BadLease):
     """A tarball member this unpacker will not write."""
+
+
+class PlaceFailed(OSError):
+    """Writing one file failed; `placed` are the files put in place before it."""
+
+    def __init__(self, message: str, placed: list[Placed]):
+        super().__init__(message)
+        self.placed = placed
 
 
 @dataclass(frozen=True)
@@ -159,6 +170,82 @@ def merged_lines(local: bytes, incoming: bytes) -> tuple[bytes, int]:
     return head + b"".join(line + b"\n" for line in added), len(added)
 
 
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _existing_folder(path: Path) -> Path:
+    """The nearest folder at or above `path` that exists."""
+    while not path.is_dir() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check(items: list[tuple[Path, str, bytes]], root: Path) -> None:
+    """Raise BadLease, before anything is written, when an item (tarball, name, bytes) cannot be put in place
+    under `root`: a member under another member, a local file or special file where a folder is needed, a
+    folder or special file where a file goes, a broken link on the way, or too little free space."""
+    names = {name: tgz for tgz, name, _ in items}
+    for tgz, name, _ in items:
+        parts = PurePosixPath(name).parts
+        for k in range(1, len(parts)):
+            above = "/".join(parts[:k])
+            if above in names:
+                raise BadLease(
+                    f"{tgz.name}: member {shown(name, 80)} lies under member {shown(above, 80)} "
+                    f"(of {names[above].name}), a file; {ACCEPTED}"
+                )
+        for k in range(len(parts)):
+            folder = root.joinpath(*parts[:k])
+            try:
+                mode = os.stat(folder).st_mode
+            except FileNotFoundError:
+                if os.path.lexists(folder):
+                    raise BadLease(f"{shown(str(folder), 100)} is a broken link where {shown(name, 80)} needs a "
+                                   f"folder; remove it or point it at a folder") from None  # fmt: skip
+                break
+            if not stat.S_ISDIR(mode):
+                raise BadLease(
+                    f"{shown(str(folder), 100)} is {_kind(mode) if not stat.S_ISREG(mode) else 'a file'} where "
+                    f"{shown(name, 80)} needs a folder; accepted is a folder there, or nothing"
+                )
+        try:
+            records.resolve_target(root / name)
+        except records.SpecialFile as exc:
+            raise BadLease(f"{shown(str(exc), 160)} (where {shown(name, 80)} goes)") from None
+    _check_space(items, root)
+
+
+def _check_space(items: list[tuple[Path, str, bytes]], root: Path) -> None:
+    """BadLease when a filesystem has too little free space for the files as they are replaced in order: each
+    new file is written beside the old one before the old one goes."""
+    grown: dict[int, int] = {}
+    need: dict[int, tuple[int, Path]] = {}
+    for _, name, data in items:
+        target = records.resolve_target(root / name)
+        folder = _existing_folder(target.parent)
+        dev = os.stat(folder).st_dev
+        old = _size(target)
+        new = (
+            old + len(data) if name.endswith(".jsonl") else len(data)
+        )  # a merge adds at most the incoming lines
+        step = grown.get(dev, 0) + new + 4096
+        if step > need.get(dev, (0, folder))[0]:
+            need[dev] = (step, folder)
+        grown[dev] = grown.get(dev, 0) + max(new - old, 0)
+    for step, folder in need.values():
+        vfs = os.statvfs(folder)
+        free = vfs.f_bavail * vfs.f_frsize
+        if step > free:
+            raise BadLease(
+                f"{shown(str(folder), 100)}: {free // 1024} KiB free, the lease needs about {step // 1024} KiB "
+                "there; free some space and rerun"
+            )
+
+
 def place(name: str, data: bytes, root: Path) -> Placed:
     """Put one member in place under `root`: merge a .jsonl (under the rows file's lock), write anything else;
     both atomically, through a symlink to its target, keeping the file's mode."""
@@ -180,9 +267,21 @@ def place(name: str, data: bytes, root: Path) -> Placed:
 
 
 def unpack(paths: list[Path], root: Path) -> list[Placed]:
-    """Every member of every tarball, all checked first (BadLease), then put in place in order."""
+    """Every member of every tarball, all checked first (BadLease), then put in place in order (PlaceFailed
+    names the file a write failed on, with what was placed before it)."""
     items = [(tgz, name, data) for tgz in tarballs(paths) for name, data in members(tgz)]
-    return [place(name, data, root) for _, name, data in items]
+    check(items, root)
+    placed: list[Placed] = []
+    for _, name, data in items:
+        try:
+            placed.append(place(name, data, root))
+        except OSError as exc:
+            raise PlaceFailed(
+                f"{shown(str(root / name), 100)}: {exc.strerror or shown(str(exc), 80)}; placed before it: "
+                f"{len(placed)} of {len(items)} (a rerun places only what is missing)",
+                placed,
+            ) from None
+    return placed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,6 +304,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         placed = unpack(args.paths, args.root)
     except BadLease as exc:
+        print(f"unpack: {exc}", file=sys.stderr)
+        return 2
+    except PlaceFailed as exc:
+        for item in exc.placed:
+            print(f"unpack: {item.name}: {item.action}")
         print(f"unpack: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

@@ -5,6 +5,8 @@ that is not a regular file is refused at once."""
 
 import io
 import os
+import resource
+import signal
 import subprocess
 import sys
 import tarfile
@@ -134,6 +136,101 @@ def test_a_tarball_that_unzips_past_the_bound_is_refused(tmp_path, capsys, monke
     assert unpack.main([str(tgz), "--root", str(tmp_path / "repo")]) == 2
     assert "unzips to over" in _one_line(capsys)
     assert _files(tmp_path / "repo") == []
+
+
+def test_a_member_under_another_member_is_refused_before_anything_is_written(tmp_path, capsys):
+    tgz = _tgz(
+        tmp_path / "lease-1.tgz",
+        [("results/raw/b.txt", b"B"), ("results/raw/a.jsonl", ROW), ("results/raw/a.jsonl/x", b"y")],
+    )
+    root = tmp_path / "repo"
+    assert unpack.main([str(tgz), "--root", str(root)]) == 2
+    line = _one_line(capsys)
+    assert "'results/raw/a.jsonl/x'" in line and "'results/raw/a.jsonl'" in line
+    assert _files(root) == []
+
+
+def test_a_member_named_as_a_result_folder_is_refused(tmp_path, capsys):
+    root = tmp_path / "repo"
+    (root / "results").mkdir(parents=True)
+    tgz = _tgz(tmp_path / "lease-1.tgz", [("results/raw/b.txt", b"B"), ("results", b"oops")])
+    assert unpack.main([str(tgz), "--root", str(root)]) == 2
+    assert "'results'" in _one_line(capsys)
+    assert _files(root) == ["results"]
+
+
+@pytest.mark.parametrize("where", ["results/raw", "results"])
+def test_a_local_file_where_a_folder_is_needed_is_refused_before_anything_is_written(tmp_path, capsys, where):
+    root = tmp_path / "repo"
+    (root / where).parent.mkdir(parents=True, exist_ok=True)
+    (root / where).write_bytes(b"a file")
+    before = _files(root)
+    tgz = _tgz(tmp_path / "lease-1.tgz", [("outputs/x.log", b"log"), ("results/raw/a.jsonl", ROW)])
+    assert unpack.main([str(tgz), "--root", str(root)]) == 2
+    line = _one_line(capsys)
+    assert repr(str(root / where)) in line and "needs a folder" in line
+    assert _files(root) == before
+
+
+def test_a_local_folder_where_a_file_goes_is_refused_before_anything_is_written(tmp_path, capsys):
+    root = tmp_path / "repo"
+    (root / "results/raw/a.jsonl").mkdir(parents=True)
+    tgz = _tgz(tmp_path / "lease-1.tgz", [("outputs/x.log", b"log"), ("results/raw/a.jsonl", ROW)])
+    assert unpack.main([str(tgz), "--root", str(root)]) == 2
+    assert "a directory" in _one_line(capsys)
+    assert not (root / "outputs").exists()
+
+
+def test_too_little_free_space_is_found_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    class Full:
+        f_bavail, f_frsize = 256, 4096  # 1 MiB free
+
+    monkeypatch.setattr(unpack.os, "statvfs", lambda path: Full)
+    tgz = _tgz(
+        tmp_path / "lease-1.tgz",
+        [
+            ("results/raw/a.txt", b"a"),
+            ("results/raw/big.bin", os.urandom(3 << 20)),
+            ("results/raw/c.txt", b"c"),
+        ],
+    )
+    root = tmp_path / "repo"
+    assert unpack.main([str(tgz), "--root", str(root)]) == 2
+    assert "KiB free" in _one_line(capsys)
+    assert _files(root) == []
+
+
+def _limited(limit: int):
+    def run():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return run
+
+
+def test_a_write_that_fails_names_its_file_and_the_error_and_leaves_no_temp_file(tmp_path):
+    tgz = _tgz(
+        tmp_path / "lease-1.tgz",
+        [
+            ("results/raw/a.txt", b"a"),
+            ("results/raw/big.bin", os.urandom(3 << 20)),
+            ("results/raw/c.txt", b"c"),
+        ],
+    )
+    root = tmp_path / "repo"
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeps.lease.unpack", str(tgz), "--root", str(root)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        preexec_fn=_limited(1 << 20),  # a file past 1 MiB fails as on a full disk, after a.txt is placed
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and "big.bin" in err[0] and os.strerror(27) in err[0], err
+    assert "results/raw/a.txt: written" in done.stdout
+    assert _files(root) == ["results", "results/raw", "results/raw/a.txt"]  # no temp file left
 
 
 def _unpack_in_a_child(args: list[str]) -> subprocess.CompletedProcess:
