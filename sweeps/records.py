@@ -181,6 +181,8 @@ def _complete_lines(old: bytes, path: Path) -> bytes:
     tail = old[cut:]
     try:
         json.loads(tail)
+    except RecursionError:
+        return old + b"\n"  # whole JSON nested too deep to parse here: kept as it is, never a row
     except ValueError:
         if tail.strip():
             number = old.count(b"\n") + 1
@@ -224,7 +226,7 @@ def replace_row(path: str | os.PathLike, row: dict) -> bool:
         for old in path.read_bytes().splitlines(keepends=True) if path.exists() else []:
             try:
                 same = json.loads(old).get("key") == row["key"]
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 same = False  # an unreadable line is kept as it is
             if same and not found:
                 out.append(line)
@@ -328,7 +330,7 @@ def recover_unsaved(path: str | os.PathLike) -> tuple[int, list[str]]:
                 if kept.get("results") != str(target):
                     continue
                 append_row(target, kept["row"])
-            except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
+            except (OSError, ValueError, KeyError, AttributeError, TypeError, RecursionError) as exc:
                 problems.append(f"{f}: {getattr(exc, 'strerror', None) or exc}")
                 continue
             f.unlink(missing_ok=True)
@@ -440,10 +442,10 @@ def read_index(path: Path) -> tuple[list[dict], int]:
     rows, bad = [], 0
     if not path.exists():
         return rows, bad
-    for line in path.read_text().splitlines():
+    for line in path.read_bytes().splitlines():
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             bad += 1
             continue
         if isinstance(row, dict) and isinstance(row.get("config"), dict):

@@ -258,3 +258,40 @@ def test_gpu_locks_are_per_user_and_removed(tmp_path, monkeypatch):
     with measure.claim_gpu([0]):
         pass
     assert [p.name for p in (tmp_path / "t").iterdir()] == [f"grpo-vram-{os.getuid()}"]
+
+
+DEEP = b"[" * 200_000 + b"]" * 200_000  # whole JSON, nested deeper than the parser's recursion limit
+
+
+def test_a_deeply_nested_last_line_is_kept_and_the_row_appended(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(json.dumps(ROW).encode() + b"\n" + DEEP)
+    records.append_row(path, {**ROW, "key": "b"})
+    lines = path.read_bytes().splitlines()
+    assert lines[1] == DEEP and json.loads(lines[2])["key"] == "b"
+    assert records.replace_row(path, {**ROW, "key": "b", "status": "oom"})
+    assert path.read_bytes().splitlines()[1] == DEEP
+    loaded = records.read_rows(path)
+    assert [r["key"] for r in loaded.rows] == ["a", "b"] and len(loaded.skipped) == 1
+    index = tmp_path / "index.jsonl"
+    index.write_bytes(b'{"config": {}}\n' + DEEP + b"\n")
+    assert records.read_index(index) == ([{"config": {}}], 1)
+
+
+def test_a_measurement_whose_append_fails_in_any_way_is_kept(tmp_path, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from sweeps.runner import measure
+
+    def _parser_fails(*_args, **_kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(records, "append_row", _parser_fails)
+    path = tmp_path / "r.jsonl"
+    job = SimpleNamespace(results_path=path, key="a", config=SimpleNamespace(model="tiny"))
+    assert measure.store_row(job, {**ROW}, tmp_path)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "RecursionError" in line and "r.jsonl.unsaved" in line
+    monkeypatch.undo()
+    assert records.recover_unsaved(path) == (1, [])
+    assert _keys(path) == ["a"]
