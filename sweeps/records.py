@@ -387,6 +387,10 @@ class Loaded:
         return out
 
 
+# fields every reader indexes as a mapping when present: any other type is a bad row, skipped like a corrupt line
+_OBJECT_FIELDS = ("config", "variant", "model", "observed", "versions", "device")
+
+
 def row_problem(obj) -> str | None:
     """Why `obj` cannot be read as a row of a schema this code knows (None when it can)."""
     if not isinstance(obj, dict):
@@ -396,6 +400,10 @@ def row_problem(obj) -> str | None:
         return f"unknown schema version {schema!r} (this code reads {', '.join(map(str, SCHEMAS))})"
     if not isinstance(obj.get("key"), str) or not obj["key"]:
         return "key is not a non-empty string"
+    for name in _OBJECT_FIELDS:
+        value = obj.get(name)
+        if value is not None and not isinstance(value, dict):
+            return f"{name} is neither null nor an object"
     return None
 
 
