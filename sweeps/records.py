@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -357,7 +357,7 @@ def _fsync_dir(directory: Path) -> None:
 
 @dataclass(frozen=True)
 class Skipped:
-    """A line of a results file that was not read as a row, and why."""
+    """A line of a results file that was not read as a row, and why (line 0: the whole file was not read)."""
 
     path: str
     line: int
@@ -378,6 +378,9 @@ class Loaded:
         for s in self.skipped:
             by_path.setdefault(s.path, []).append(s)
         for path, items in by_path.items():
+            if items[0].line == 0:  # the whole file was not read
+                out.append(f"skipped {path}: {items[0].reason}")
+                continue
             reasons = Counter(s.reason for s in items)
             first = {}
             for s in items:
@@ -407,9 +410,22 @@ def row_problem(obj) -> str | None:
     return None
 
 
-def _read_jsonl(path: Path, loaded: Loaded) -> None:
-    """Rows of one .jsonl file into `loaded`; blank lines are ignored, every other unreadable line is counted."""
-    with open(path, "rb") as f:
+def _read_jsonl(path: Path, loaded: Loaded, check: Callable[[dict], str | None] | None = None) -> None:
+    """Rows of one .jsonl file into `loaded`; blank lines are ignored, every other unreadable line is counted. A
+    path that is not a regular file (a FIFO, a device, a socket) or cannot be opened is noted, never read: opened
+    without blocking, so a FIFO with no writer never hangs the reader."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        loaded.skipped.append(Skipped(str(path), 0, f"not read ({exc.strerror or exc})"))
+        return
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
+        loaded.skipped.append(Skipped(str(path), 0, f"not read ({kind}, not a regular file)"))
+        return
+    with os.fdopen(fd, "rb") as f:
         for n, raw in enumerate(f, 1):
             line = raw.strip()
             if not line:
@@ -419,23 +435,27 @@ def _read_jsonl(path: Path, loaded: Loaded) -> None:
             except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                 loaded.skipped.append(Skipped(str(path), n, "corrupt (not JSON)"))
                 continue
-            problem = row_problem(obj)
+            problem = row_problem(obj) or (check(obj) if check else None)
             if problem:
                 loaded.skipped.append(Skipped(str(path), n, problem))
             else:
                 loaded.rows.append(obj)
 
 
-def read_rows(path_or_dir: str | os.PathLike | Iterable[str | os.PathLike]) -> Loaded:
+def read_rows(
+    path_or_dir: str | os.PathLike | Iterable[str | os.PathLike],
+    check: Callable[[dict], str | None] | None = None,
+) -> Loaded:
     """Rows of a .jsonl file, of every .jsonl in a directory (sorted), or of several such paths, plus what was
-    skipped: corrupt lines, rows of an unknown schema version, rows without a string key."""
+    skipped: corrupt lines, rows of an unknown schema version, rows without a string key, and files that are
+    not regular files (noted with line 0). `check`, when given, names what else makes a row unreadable."""
     loaded = Loaded()
     paths = [path_or_dir] if isinstance(path_or_dir, (str, os.PathLike)) else list(path_or_dir)
     for path in paths:
         p = Path(path)
         files = sorted(p.glob("*.jsonl")) if p.is_dir() else [p] if p.exists() else []
         for f in files:
-            _read_jsonl(f, loaded)
+            _read_jsonl(f, loaded, check)
     return loaded
 
 
@@ -450,6 +470,8 @@ def read_index(path: Path) -> tuple[list[dict], int]:
     rows, bad = [], 0
     if not path.exists():
         return rows, bad
+    if not path.is_file():  # a FIFO or a device is never read (a FIFO would block)
+        return rows, 1
     for line in path.read_bytes().splitlines():
         try:
             row = json.loads(line)

@@ -203,3 +203,13 @@ def test_a_real_limit_holds_the_reserved_total():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.split()[0] == "oom", out.stderr[-2000:]
     assert int(out.stdout.split()[1]) <= 512 << 20
+
+
+def test_a_kept_run_that_is_not_a_run_is_skipped_with_a_note(tmp_path, fake_child_path, capsys):
+    path = _kept(tmp_path, (512 * MIB, "ok"), (170 * MIB, "oom"))
+    good = records.load_rows(path)[0]
+    records.append_row(path, {**good, "trial": {**good["trial"], "limit_bytes": "lots"}, "written_at": None})
+    assert cli.main(_args(tmp_path)) == 0
+    err = capsys.readouterr().err
+    assert "1 trial.limit_bytes is not a positive integer (first: line 3)" in err
+    assert records.load_rows(tmp_path / "res" / "mincard.jsonl")[0]["mincard"]["min_torch_bytes"] == 192 * MIB

@@ -295,3 +295,29 @@ def test_a_measurement_whose_append_fails_in_any_way_is_kept(tmp_path, monkeypat
     monkeypatch.undo()
     assert records.recover_unsaved(path) == (1, [])
     assert _keys(path) == ["a"]
+
+
+def test_a_fifo_among_the_result_files_is_noted_not_read(tmp_path):
+    (tmp_path / "b.jsonl").write_text(json.dumps(ROW) + "\n")
+    os.mkfifo(tmp_path / "a.jsonl")
+    code = textwrap.dedent(f"""
+        from sweeps.report import accuracy_cli
+        raise SystemExit(accuracy_cli.main([{str(tmp_path)!r}]))
+    """)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("reading a folder holding a FIFO hung (it opened the pipe)")
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"skipped {tmp_path / 'a.jsonl'}: not read (a FIFO (named pipe), not a regular file)" in done.stderr
+    )
+    loaded = records.read_rows(tmp_path)
+    assert [r["key"] for r in loaded.rows] == ["a"]
+    assert records.read_index(tmp_path / "a.jsonl") == ([], 1)
