@@ -159,7 +159,15 @@ def test_a_gpu_search_asks_for_a_stream_until_its_key_is_in_the_stream_index(tmp
 
 @pytest.mark.parametrize(
     ("extra", "named"),
-    [(["--k", "0"], "--k=0"), (["--rows", "r99"], "'r99'"), (["--resolution", "2"], "--resolution=2.0")],
+    [
+        (["--k", "0"], "--k=0"),
+        (["--rows", "r99"], "'r99'"),
+        (["--resolution", "2"], "--resolution=2.0"),
+        (["--k", "100000000000"], "--k=100000000000"),
+        (["--cap-gib", "1e300"], "--cap-gib=1e+300"),
+        (["--device-total-bytes", str(1 << 60)], f"--device-total-bytes={1 << 60}"),
+        (["--rows", ""], "--rows=''"),
+    ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, named):
     assert cli.main(_args(tmp_path, *extra)) == 2
