@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -181,6 +181,8 @@ def _complete_lines(old: bytes, path: Path) -> bytes:
     tail = old[cut:]
     try:
         json.loads(tail)
+    except RecursionError:
+        return old + b"\n"  # whole JSON nested too deep to parse here: kept as it is, never a row
     except ValueError:
         if tail.strip():
             number = old.count(b"\n") + 1
@@ -224,7 +226,7 @@ def replace_row(path: str | os.PathLike, row: dict) -> bool:
         for old in path.read_bytes().splitlines(keepends=True) if path.exists() else []:
             try:
                 same = json.loads(old).get("key") == row["key"]
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 same = False  # an unreadable line is kept as it is
             if same and not found:
                 out.append(line)
@@ -328,7 +330,7 @@ def recover_unsaved(path: str | os.PathLike) -> tuple[int, list[str]]:
                 if kept.get("results") != str(target):
                     continue
                 append_row(target, kept["row"])
-            except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
+            except (OSError, ValueError, KeyError, AttributeError, TypeError, RecursionError) as exc:
                 problems.append(f"{f}: {getattr(exc, 'strerror', None) or exc}")
                 continue
             f.unlink(missing_ok=True)
@@ -355,7 +357,7 @@ def _fsync_dir(directory: Path) -> None:
 
 @dataclass(frozen=True)
 class Skipped:
-    """A line of a results file that was not read as a row, and why."""
+    """A line of a results file that was not read as a row, and why (line 0: the whole file was not read)."""
 
     path: str
     line: int
@@ -376,6 +378,9 @@ class Loaded:
         for s in self.skipped:
             by_path.setdefault(s.path, []).append(s)
         for path, items in by_path.items():
+            if items[0].line == 0:  # the whole file was not read
+                out.append(f"skipped {path}: {items[0].reason}")
+                continue
             reasons = Counter(s.reason for s in items)
             first = {}
             for s in items:
@@ -383,6 +388,10 @@ class Loaded:
             parts = ", ".join(f"{n} {r} (first: line {first[r]})" for r, n in sorted(reasons.items()))
             out.append(f"skipped {len(items)} line(s) of {path}: {parts}")
         return out
+
+
+# fields every reader indexes as a mapping when present: any other type is a bad row, skipped like a corrupt line
+_OBJECT_FIELDS = ("config", "variant", "model", "observed", "versions", "device")
 
 
 def row_problem(obj) -> str | None:
@@ -394,12 +403,29 @@ def row_problem(obj) -> str | None:
         return f"unknown schema version {schema!r} (this code reads {', '.join(map(str, SCHEMAS))})"
     if not isinstance(obj.get("key"), str) or not obj["key"]:
         return "key is not a non-empty string"
+    for name in _OBJECT_FIELDS:
+        value = obj.get(name)
+        if value is not None and not isinstance(value, dict):
+            return f"{name} is neither null nor an object"
     return None
 
 
-def _read_jsonl(path: Path, loaded: Loaded) -> None:
-    """Rows of one .jsonl file into `loaded`; blank lines are ignored, every other unreadable line is counted."""
-    with open(path, "rb") as f:
+def _read_jsonl(path: Path, loaded: Loaded, check: Callable[[dict], str | None] | None = None) -> None:
+    """Rows of one .jsonl file into `loaded`; blank lines are ignored, every other unreadable line is counted. A
+    path that is not a regular file (a FIFO, a device, a socket) or cannot be opened is noted, never read: opened
+    without blocking, so a FIFO with no writer never hangs the reader."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        loaded.skipped.append(Skipped(str(path), 0, f"not read ({exc.strerror or exc})"))
+        return
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
+        loaded.skipped.append(Skipped(str(path), 0, f"not read ({kind}, not a regular file)"))
+        return
+    with os.fdopen(fd, "rb") as f:
         for n, raw in enumerate(f, 1):
             line = raw.strip()
             if not line:
@@ -409,23 +435,27 @@ def _read_jsonl(path: Path, loaded: Loaded) -> None:
             except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                 loaded.skipped.append(Skipped(str(path), n, "corrupt (not JSON)"))
                 continue
-            problem = row_problem(obj)
+            problem = row_problem(obj) or (check(obj) if check else None)
             if problem:
                 loaded.skipped.append(Skipped(str(path), n, problem))
             else:
                 loaded.rows.append(obj)
 
 
-def read_rows(path_or_dir: str | os.PathLike | Iterable[str | os.PathLike]) -> Loaded:
+def read_rows(
+    path_or_dir: str | os.PathLike | Iterable[str | os.PathLike],
+    check: Callable[[dict], str | None] | None = None,
+) -> Loaded:
     """Rows of a .jsonl file, of every .jsonl in a directory (sorted), or of several such paths, plus what was
-    skipped: corrupt lines, rows of an unknown schema version, rows without a string key."""
+    skipped: corrupt lines, rows of an unknown schema version, rows without a string key, and files that are
+    not regular files (noted with line 0). `check`, when given, names what else makes a row unreadable."""
     loaded = Loaded()
     paths = [path_or_dir] if isinstance(path_or_dir, (str, os.PathLike)) else list(path_or_dir)
     for path in paths:
         p = Path(path)
         files = sorted(p.glob("*.jsonl")) if p.is_dir() else [p] if p.exists() else []
         for f in files:
-            _read_jsonl(f, loaded)
+            _read_jsonl(f, loaded, check)
     return loaded
 
 
@@ -440,10 +470,12 @@ def read_index(path: Path) -> tuple[list[dict], int]:
     rows, bad = [], 0
     if not path.exists():
         return rows, bad
-    for line in path.read_text().splitlines():
+    if not path.is_file():  # a FIFO or a device is never read (a FIFO would block)
+        return rows, 1
+    for line in path.read_bytes().splitlines():
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             bad += 1
             continue
         if isinstance(row, dict) and isinstance(row.get("config"), dict):

@@ -70,23 +70,33 @@ def _parser() -> OneLineParser:
     return p
 
 
+# Bounds no card nears: a PiB of device memory, and limits per round far past the few a search runs at once
+# (the search enumerates each round's limits, so a huge --k never ends).
+MAX_BYTES = 1 << 50
+MAX_K = 64
+
+
 def _check(args) -> None:
     """Each number in its range (BadInput, one line)."""
     checks = [
-        ("--k", args.k, args.k >= 1, "integers >= 1"),
+        ("--k", args.k, 1 <= args.k <= MAX_K, f"integers from 1 to {MAX_K}"),
         ("--resolution", args.resolution, 0 < args.resolution < 1, "numbers in (0, 1)"),
         ("--max-concurrent", args.max_concurrent, args.max_concurrent >= 1, "integers >= 1"),
         ("--context-gib", args.context_gib, 0 <= args.context_gib < 1e6, "numbers of GiB >= 0"),
         ("--usable-fraction", args.usable_fraction, 0 < args.usable_fraction <= 1, "numbers in (0, 1]"),
     ]
-    for flag, value, optional in (
-        ("--budget-s", args.budget_s, "seconds > 0"),
-        ("--cap-gib", args.cap_gib, "GiB > 0"),
-        ("--device-total-bytes", args.device_total_bytes, "integers > 0"),
-        ("--simulated-need-bytes", args.simulated_need_bytes, "integers > 0"),
+    for flag, value, top, optional in (
+        ("--budget-s", args.budget_s, float("inf"), "seconds > 0"),
+        ("--cap-gib", args.cap_gib, MAX_BYTES / GIB, f"GiB > 0, at most {MAX_BYTES // GIB}"),
+        ("--device-total-bytes", args.device_total_bytes, MAX_BYTES, f"integers from 1 to {MAX_BYTES}"),
+        ("--simulated-need-bytes", args.simulated_need_bytes, MAX_BYTES, f"integers from 1 to {MAX_BYTES}"),
     ):
         if value is not None:
-            checks.append((flag, value, 0 < value < float("inf"), optional))
+            checks.append((flag, value, 0 < value <= top and value < float("inf"), optional))
+    if args.rows is not None and not [r for r in args.rows.split(",") if r.strip()]:
+        raise BadInput(
+            f"--rows={args.rows!r}: accepted values are comma-separated row names (leave it out for all)"
+        )
     for flag, value, ok, accepted in checks:
         if not ok or value != value:
             raise BadInput(f"{flag}={value!r}: accepted values are {accepted}")

@@ -4,6 +4,7 @@ limits already tried: one JSON line per run in `<results dir>/trials/<sweep>.jso
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from sweeps import records
@@ -71,16 +72,43 @@ def record(path: str | Path, line: dict) -> None:
     records.append_row(path, line)
 
 
+def _is_bytes(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def trial_problem(line: dict) -> str | None:
+    """Why a kept line cannot be read as a finished run (None when it can): its `trial` must be an object with a
+    positive integer `limit_bytes` and peaks that are positive integers or null."""
+    t = line.get("trial")
+    if not isinstance(t, dict):
+        return "trial is not an object"
+    if not _is_bytes(t.get("limit_bytes")):
+        return "trial.limit_bytes is not a positive integer"
+    for name in ("peak_allocated_bytes", "peak_reserved_bytes"):
+        if t.get(name) is not None and not _is_bytes(t[name]):
+            return f"trial.{name} is neither null nor a positive integer"
+    return None
+
+
+_NOTED: set[str] = set()
+
+
 def load(path: str | Path, key: str, versions: dict | None) -> list[dict]:
-    """The kept lines of `key` under the same package versions (`records.versions_match`), oldest first."""
-    return [
+    """The kept lines of `key` under the same package versions (`records.versions_match`), oldest first. Lines
+    that are not runs are skipped, said once per file and reason on stderr (`records.Loaded.report_lines`)."""
+    loaded = records.read_rows(path, check=trial_problem)
+    kept = [
         line
-        for line in records.load_rows(path)
+        for line in loaded.rows
         if line.get("key") == key
-        and isinstance(line.get("trial"), dict)
         and line["trial"].get("status") in ("ok", "oom")
         and records.versions_match(line.get("versions"), versions)
     ]
+    for note in loaded.report_lines():
+        if note not in _NOTED:
+            _NOTED.add(note)
+            print(f"grpo-vram-mincard: {note}; those runs are tried again", file=sys.stderr, flush=True)
+    return kept
 
 
 def as_trial(line: dict) -> Trial:

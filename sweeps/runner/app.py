@@ -18,7 +18,15 @@ from omegaconf import DictConfig, OmegaConf
 from estimator.settings.config import RunConfig
 from sweeps.oneline import shown
 from sweeps.runner import schema
-from sweeps.runner.job import BadInput, first_line, name_problem, printable, resolution_problem, to_job
+from sweeps.runner.job import (
+    REQUIRED_NODES,
+    BadInput,
+    first_line,
+    name_problem,
+    printable,
+    resolution_problem,
+    to_job,
+)
 from sweeps.runner.measure import CURRENT, check_writable, run_job
 
 
@@ -218,6 +226,49 @@ def _override_args(args: list[str]) -> list[str]:
     return out
 
 
+@functools.cache
+def group_options(group: str) -> tuple[str, ...]:
+    """The options of the config group `group` (conf/<group>/*.yaml, the schema's, Hydra's own plugins); empty
+    when `group` is no config group."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    schema.register()
+    with initialize_config_dir(config_dir=str(Path(__file__).parent / "conf"), version_base="1.3"):
+        return tuple(GlobalHydra.instance().config_loader().get_group_options(group))
+
+
+def _check_node(o) -> None:
+    """An override of a whole node or config group: an empty key, deleting or nulling a top-level node, and an
+    option a config group does not have are one line (BadInput) instead of Hydra's traceback or option list."""
+    from hydra.core.override_parser.types import RangeSweep
+
+    key = o.key_or_group
+    line = o.input_line or key
+    if not key:
+        raise BadInput(f"the override {shown(line)} has no key; accepted: key=value")
+    top = key.split(".")[0].split("/")[0]
+    if "." not in key and (o.is_delete() or (not o.is_sweep_override() and o.value() is None)):
+        if top in REQUIRED_NODES or top in default_config():
+            raise BadInput(
+                f"{shown(line)}: {top} is required and cannot be deleted or set to null; accepted: set its "
+                f"keys ({top}.<key>=value)" + (" or pick an option" if group_options(top) else "")
+            )
+        return
+    if "." in key or (top == "hydra" and "/" not in key):
+        return
+    options = group_options(key)
+    if not options:
+        return
+    if o.is_sweep_override() and isinstance(o.value(), RangeSweep):
+        values = [o.value()]
+    else:
+        values = _values_to_check(o)
+    for value in values:
+        if not isinstance(value, str) or value not in options:
+            raise BadInput(f"{_kv(key, value)}: no such {key} option; accepted: {', '.join(options)}")
+
+
 def check_overrides(args: list[str]) -> None:
     """The command line checked before Hydra composes or runs anything (BadInput, one line, for each):
     a sweep of more than MAX_JOBS jobs (counted from its range()/choice() sizes, never enumerated), an interval()
@@ -245,6 +296,8 @@ def check_overrides(args: list[str]) -> None:
                 f"cannot parse the override {shown(arg)} ({why[:200]}); accepted: key=value in Hydra's override "
                 "syntax (quote a value holding special characters or a nested ${...}: key='...')"
             ) from None
+    for o in overrides:
+        _check_node(o)
     sweeper_plugin = any(o.key_or_group == "hydra/sweeper" for o in overrides)
     sizes = []
     for o in overrides:

@@ -112,9 +112,15 @@ def _check_processes(settings: dict) -> None:
         )
 
 
-def _positive_int(value, what: str, minimum: int = 1) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise BadInput(f"{what}={value!r}: accepted values are integers >= {minimum}")
+def _positive_int(value, what: str, minimum: int = 1, maximum: int | None = None) -> int:
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        accepted = f"integers >= {minimum}" if maximum is None else f"integers from {minimum} to {maximum}"
+        raise BadInput(f"{what}={shown(value, 40)}: accepted values are {accepted}")
     return value
 
 
@@ -176,10 +182,16 @@ def _sweep_settings(s: dict) -> dict:
     }
 
 
+# Upper bounds a measurement never nears: a run reaches its steady state at step 2 and sweeps run a few steps on
+# 64 prompts; the child builds every prompt in memory up front, so a runaway count is refused, not run for hours.
+MAX_STEPS = 10_000
+MAX_NUM_PROMPTS = 100_000
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeding accept 0 .. 2**32 - 1
+
 RUN_CHECKS = {
-    "steps": lambda v: _positive_int(v, "run.steps", minimum=2),
-    "num_prompts": lambda v: _positive_int(v, "run.num_prompts"),
-    "seed": lambda v: _positive_int(v, "run.seed", minimum=0),
+    "steps": lambda v: _positive_int(v, "run.steps", minimum=2, maximum=MAX_STEPS),
+    "num_prompts": lambda v: _positive_int(v, "run.num_prompts", maximum=MAX_NUM_PROMPTS),
+    "seed": lambda v: _positive_int(v, "run.seed", minimum=0, maximum=MAX_SEED),
     "force_length": lambda v: _flag(v, "run.force_length"),
 }
 
@@ -223,12 +235,21 @@ def deepspeed_variant(config: RunConfig, variant: dict) -> None:
         variant["deepspeed"] = ds
 
 
+# the config's nodes every job reads as a mapping: deleting or nulling one is refused, not a TypeError
+REQUIRED_NODES = ("model", "device", "probe", "sweep", "run", "trainer")
+
+
 def to_job(cfg: DictConfig) -> Job:
     """Map the composed Hydra config to a RunConfig + variant (raises BadInput on a value we cannot run)."""
     try:
         c = OmegaConf.to_container(cfg, resolve=True)
     except Exception as exc:  # an interpolation that cannot be resolved (a resolver failed, a variable unset)
         raise BadInput(resolution_problem(exc)) from None
+    for node in REQUIRED_NODES:
+        if not isinstance(c.get(node), dict):
+            raise BadInput(
+                f"{node}={shown(c.get(node), 40)}: the {node} settings are required; accepted: set its keys"
+            )
     fields = set(RunConfig.field_names())
     settings: dict = {}
     for group in ("trainer", "method"):
@@ -236,7 +257,13 @@ def to_job(cfg: DictConfig) -> Job:
             if k not in fields:
                 raise BadInput(f"{group}.{k}: not a run setting; accepted keys are the RunConfig fields")
             settings[k] = v
-    settings["model"] = str(c["model"]["name"])
+    name = c["model"].get("name")
+    if name is None or not str(name).strip():
+        raise BadInput(
+            f"model.name={shown(name, 40)}: accepted values are a model size (e.g. 0.5B), a catalog name, an HF "
+            "id or a config.json path"
+        )
+    settings["model"] = str(name)
     settings["device"] = c["device"]["type"]
     _check_settings(settings)
     # what the runner can run with TRL 1.16: the chunked head; DeepSpeed ZeRO on one GPU; several GPUs as DDP
@@ -285,7 +312,12 @@ def to_job(cfg: DictConfig) -> Job:
         variant["inject_failure"] = inject
     if tiny.is_tiny(config.model):
         variant["tiny_model"] = tiny.spec_dict(config.model)
-    probes = list(c["probe"]["names"])
+    names = c["probe"].get("names")
+    if not isinstance(names, list):
+        raise BadInput(
+            f"probe.names={shown(names, 40)}: accepted values are a list of probe names ([] for none), e.g. [host]"
+        )
+    probes = list(names)
     for p in probes:
         _check(p, ("tensors", "torch_cuda", "nvml", "host", "history"), "probe")
     if "history" in probes and config.num_gpus > 1:

@@ -306,12 +306,13 @@ def signals_deferred():
 def store_row(job: Job, row: dict, workdir: Path) -> bool:
     """Append the row; when that fails (disk full, folder made read-only, the file replaced by a device), keep
     it with records.save_unsaved and say where in one stderr line. False when it could be kept nowhere (the work
-    dir, holding the child's result.json, must then stay)."""
+    dir, holding the child's result.json, must then stay). Any failure of the append keeps the row: a
+    measurement is never lost to a results file this code cannot parse."""
     try:
         records.append_row(job.results_path, row)
         return True
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
+    except Exception as exc:
+        reason = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
         kept = records.save_unsaved(job.results_path, row)
         where = (
             f"kept it in {kept} (the next run of this sweep appends it)"

@@ -121,3 +121,40 @@ def test_main_reports_skipped_lines(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("skipped 2 line(s) of ")
     assert "1 corrupt (not JSON) (first: line 2)" in err[0] and "unknown schema version 99" in err[0]
+
+
+WRONG_TYPES = {
+    "versions": "x",
+    "config": "x",
+    "observed": [1, 2],
+    "model": "x",
+    "device": 5,
+    "variant": 3,
+}
+
+
+def test_rows_whose_objects_have_another_type_are_skipped_everywhere(tmp_path, capsys):
+    row = _tiny_row()
+    bad = [{**row, "key": f"bad-{name}", name: value} for name, value in WRONG_TYPES.items()]
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [row, *bad]))
+    assert [records.row_problem(r) for r in bad] == [
+        f"{name} is neither null nor an object" for name in WRONG_TYPES
+    ]
+    loaded = records.read_rows(tmp_path)
+    assert [r["key"] for r in loaded.rows] == [row["key"]] and len(loaded.skipped) == len(bad)
+    assert accuracy_cli.main([str(tmp_path)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"skipped {len(bad)} line(s) of ")
+
+
+def test_a_rerun_skips_a_row_whose_versions_are_not_an_object(tmp_path, capsys):
+    from sweeps.runner import measure
+
+    path = tmp_path / "s.jsonl"
+    rows = [
+        {"schema": 1, "key": "a", "status": "ok", "versions": "x"},
+        {"schema": 1, "key": "b", "status": "ok"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert measure.skip_keys(path, {}) == {"b"}
+    assert "versions is neither null nor an object" in capsys.readouterr().err

@@ -159,7 +159,15 @@ def test_a_gpu_search_asks_for_a_stream_until_its_key_is_in_the_stream_index(tmp
 
 @pytest.mark.parametrize(
     ("extra", "named"),
-    [(["--k", "0"], "--k=0"), (["--rows", "r99"], "'r99'"), (["--resolution", "2"], "--resolution=2.0")],
+    [
+        (["--k", "0"], "--k=0"),
+        (["--rows", "r99"], "'r99'"),
+        (["--resolution", "2"], "--resolution=2.0"),
+        (["--k", "100000000000"], "--k=100000000000"),
+        (["--cap-gib", "1e300"], "--cap-gib=1e+300"),
+        (["--device-total-bytes", str(1 << 60)], f"--device-total-bytes={1 << 60}"),
+        (["--rows", ""], "--rows=''"),
+    ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, named):
     assert cli.main(_args(tmp_path, *extra)) == 2
@@ -203,3 +211,13 @@ def test_a_real_limit_holds_the_reserved_total():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.split()[0] == "oom", out.stderr[-2000:]
     assert int(out.stdout.split()[1]) <= 512 << 20
+
+
+def test_a_kept_run_that_is_not_a_run_is_skipped_with_a_note(tmp_path, fake_child_path, capsys):
+    path = _kept(tmp_path, (512 * MIB, "ok"), (170 * MIB, "oom"))
+    good = records.load_rows(path)[0]
+    records.append_row(path, {**good, "trial": {**good["trial"], "limit_bytes": "lots"}, "written_at": None})
+    assert cli.main(_args(tmp_path)) == 0
+    err = capsys.readouterr().err
+    assert "1 trial.limit_bytes is not a positive integer (first: line 3)" in err
+    assert records.load_rows(tmp_path / "res" / "mincard.jsonl")[0]["mincard"]["min_torch_bytes"] == 192 * MIB

@@ -258,3 +258,66 @@ def test_gpu_locks_are_per_user_and_removed(tmp_path, monkeypatch):
     with measure.claim_gpu([0]):
         pass
     assert [p.name for p in (tmp_path / "t").iterdir()] == [f"grpo-vram-{os.getuid()}"]
+
+
+DEEP = b"[" * 200_000 + b"]" * 200_000  # whole JSON, nested deeper than the parser's recursion limit
+
+
+def test_a_deeply_nested_last_line_is_kept_and_the_row_appended(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(json.dumps(ROW).encode() + b"\n" + DEEP)
+    records.append_row(path, {**ROW, "key": "b"})
+    lines = path.read_bytes().splitlines()
+    assert lines[1] == DEEP and json.loads(lines[2])["key"] == "b"
+    assert records.replace_row(path, {**ROW, "key": "b", "status": "oom"})
+    assert path.read_bytes().splitlines()[1] == DEEP
+    loaded = records.read_rows(path)
+    assert [r["key"] for r in loaded.rows] == ["a", "b"] and len(loaded.skipped) == 1
+    index = tmp_path / "index.jsonl"
+    index.write_bytes(b'{"config": {}}\n' + DEEP + b"\n")
+    assert records.read_index(index) == ([{"config": {}}], 1)
+
+
+def test_a_measurement_whose_append_fails_in_any_way_is_kept(tmp_path, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from sweeps.runner import measure
+
+    def _parser_fails(*_args, **_kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(records, "append_row", _parser_fails)
+    path = tmp_path / "r.jsonl"
+    job = SimpleNamespace(results_path=path, key="a", config=SimpleNamespace(model="tiny"))
+    assert measure.store_row(job, {**ROW}, tmp_path)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "RecursionError" in line and "r.jsonl.unsaved" in line
+    monkeypatch.undo()
+    assert records.recover_unsaved(path) == (1, [])
+    assert _keys(path) == ["a"]
+
+
+def test_a_fifo_among_the_result_files_is_noted_not_read(tmp_path):
+    (tmp_path / "b.jsonl").write_text(json.dumps(ROW) + "\n")
+    os.mkfifo(tmp_path / "a.jsonl")
+    code = textwrap.dedent(f"""
+        from sweeps.report import accuracy_cli
+        raise SystemExit(accuracy_cli.main([{str(tmp_path)!r}]))
+    """)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("reading a folder holding a FIFO hung (it opened the pipe)")
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"skipped {tmp_path / 'a.jsonl'}: not read (a FIFO (named pipe), not a regular file)" in done.stderr
+    )
+    loaded = records.read_rows(tmp_path)
+    assert [r["key"] for r in loaded.rows] == ["a"]
+    assert records.read_index(tmp_path / "a.jsonl") == ([], 1)

@@ -86,6 +86,19 @@ BAD = [
     ("run.seed=1,2", True, "--multirun"),
     ("trainer.beta=[1", False, "cannot parse"),
     ("sweep.name=a\x1bb", False, "\\x1b"),
+    ("~sweep", True, "sweep is required"),
+    ("sweep=null", False, "sweep is required"),
+    ("probe.names=null", True, "probe.names=None: accepted values are a list of probe names"),
+    ("model=nosuch", False, "model=nosuch: no such model option; accepted: llama3.1-8b"),
+    ("+experiment=nosuch", True, "experiment=nosuch: no such experiment option; accepted: ddp,"),
+    ("trainer=nosuch", True, "trainer=nosuch: no such trainer option; accepted: default"),
+    ("hydra/launcher=nosuch", False, "no such hydra/launcher option; accepted: basic,"),
+    ("=", True, "has no key"),
+    ("model.name=", True, "model.name=''"),
+    ("run.seed=4294967296", True, "run.seed=4294967296: accepted values are integers from 0 to 4294967295"),
+    ("run.seed=99999999999999999999999", True, "run.seed=99999999999999999999999: accepted values"),
+    ("run.num_prompts=1000000000", True, "run.num_prompts=1000000000: accepted values are integers from 1"),
+    ("run.steps=99999999999999999999999", True, "run.steps=99999999999999999999999: accepted values"),
 ]
 
 
