@@ -79,8 +79,11 @@ def _cut_quoted(m: re.Match) -> str:
     return quote + (body if len(body) <= 60 else body[:57] + "...") + quote
 
 
-def _int(text: str) -> int:
+def int_flag(text: str) -> int:
+    """An argparse `type` for a whole number in ASCII digits: one line naming the value otherwise."""
     try:
+        if not text.isascii():  # int() also reads other scripts' digits ('٣' is 3)
+            raise ValueError(text)
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid integer {clip(text)}; accepted: a whole number") from None
@@ -88,6 +91,8 @@ def _int(text: str) -> int:
 
 def _float(text: str) -> float:
     try:
+        if not text.isascii():
+            raise ValueError(text)
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid number {clip(text)}; accepted: a decimal number") from None
@@ -175,11 +180,11 @@ def _add(group: argparse._ArgumentGroup, f: Field) -> None:
         kw["choices"] = f.meta.choices
         if f.kind != "str":
             kw.update(
-                type={"int": _int, "float": _float}[f.kind],
+                type={"int": int_flag, "float": _float}[f.kind],
                 metavar="{" + ",".join(map(str, f.meta.choices)) + "}",
             )
     else:
-        kw.update(type={"int": _int, "float": _float, "str": str}[f.kind], metavar=f.meta.metavar)
+        kw.update(type={"int": int_flag, "float": _float, "str": str}[f.kind], metavar=f.meta.metavar)
     group.add_argument(*names, **kw)
     trl = [n for n in trl_spellings(f) if n not in group._option_string_actions]
     hidden = {**kw, "help": argparse.SUPPRESS}

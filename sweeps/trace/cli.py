@@ -49,7 +49,7 @@ def _print_row(row: dict) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The command and its subcommands; `one` takes the run settings' flags (the same schema-derived flags as
     `vram-estimate`)."""
-    from estimator.interface.flags import OneLineParser, add_run_flags
+    from estimator.interface.flags import OneLineParser, add_run_flags, int_flag
 
     p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}", parser_class=OneLineParser)
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, help="jsonl file for the rows (default: the grid's, under results/traced/)"
     )
     g.add_argument("--timeout", type=float, help="seconds per config (default: the grid's)")
-    g.add_argument("--limit", type=int, help="only the first N configs of the grid")
+    g.add_argument("--limit", type=int_flag, help="only the first N configs of the grid")
 
     r = sub.add_parser("retrace", help="retrace the rows a tracer fix or an upstream release changes")
     r.add_argument("paths", nargs="+", type=Path, help="traced .jsonl files")
@@ -80,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="FIELD (truthy) or FIELD=JSON_VALUE a row's config must meet (repeatable)",
     )
-    r.add_argument("--timeout", type=int, default=600, help="seconds per row before it is left as it was")
+    r.add_argument(
+        "--timeout", type=int_flag, default=600, help="seconds per row before it is left as it was"
+    )
     r.add_argument(
         "--beside",
         action="store_true",
@@ -129,6 +131,13 @@ def _one(a: argparse.Namespace) -> int:
     except FlagError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    if cfg.num_gpus > 1:
+        from sweeps.trace.distributed import untraced_reason
+
+        reason = untraced_reason(cfg)
+        if reason is not None:
+            print(f"{PROG}: error: --gpus {cfg.num_gpus}: {reason}", file=sys.stderr)
+            return 2
     for note in notes:
         print(f"{PROG}: note: {note}", file=sys.stderr)
     row = make_row(cfg, a.sweep)

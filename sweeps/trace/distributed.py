@@ -167,6 +167,21 @@ def prepare_fsdp2(model: torch.nn.Module, mesh, layout: Layout, mixed_precision:
     return fsdp2_prepare_model(accelerator, model)
 
 
+def untraced_reason(cfg: RunConfig) -> str | None:
+    """Why a config over several ranks cannot be traced here, or None (checked before a trace starts)."""
+    if cfg.sharding != "fsdp":
+        return (
+            f"sharding {cfg.sharding!r} is not traced on CPU: only FSDP2 runs on a fake process group "
+            "(DeepSpeed's CPU accelerator builds its own ops, and ZeRO's step reads .item())"
+        )
+    if cfg.load_in_4bit or cfg.beta != 0.0:
+        return "the FSDP2 trace covers full fine-tuning and LoRA with beta = 0"
+    if cfg.offload_param:
+        # on a cpu mesh FSDP2's host<->device copies are no-ops, so the GPU side of offload cannot be observed
+        return "CPU offload is not traceable on a cpu device mesh"
+    return None
+
+
 def run(cfg: RunConfig, layout: Layout, steps: int = 2, decode_k: int = 2) -> single.TraceResult:
     """Trace `steps` GRPO steps of `cfg` as rank 0 of `layout.world_size` FSDP2 ranks."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -174,16 +189,11 @@ def run(cfg: RunConfig, layout: Layout, steps: int = 2, decode_k: int = 2) -> si
 
     from sweeps.trace import fake_model, patches
 
-    if cfg.sharding != "fsdp":
-        raise NotImplementedError(
-            f"sharding {cfg.sharding!r} is not traced on CPU: only FSDP2 runs on a fake process group "
-            "(DeepSpeed's CPU accelerator builds its own ops, and ZeRO's step reads .item())"
-        )
-    if cfg.load_in_4bit or cfg.beta != 0.0:
-        raise NotImplementedError("the FSDP2 trace covers full fine-tuning and LoRA with beta = 0")
-    if layout.cpu_offload:
-        # on a cpu mesh FSDP2's host<->device copies are no-ops, so the GPU side of offload cannot be observed
-        raise NotImplementedError("CPU offload is not traceable on a cpu device mesh")
+    reason = untraced_reason(cfg)
+    if reason is None and layout.cpu_offload:
+        reason = "CPU offload is not traceable on a cpu device mesh"
+    if reason is not None:
+        raise NotImplementedError(reason)
     conf = fake_model.hf_config(cfg.model, cfg.attn_implementation)
     t0 = time.perf_counter()
     with (

@@ -92,10 +92,11 @@ def test_layout_rejects_bad_values():
         Layout(2, "HYBRID_SHARD")
 
 
-def test_trace_cli_records_zero_as_skipped_with_the_reason(capsys):
-    """`grpo-vram-trace one --gpus 2 --zero 2` routes to the rank-0 tracer, which cannot run DeepSpeed and says why."""
+def test_trace_cli_refuses_zero_up_front_with_the_reason(capsys):
+    """`grpo-vram-trace one --gpus 2 --zero 2`: the rank-0 tracer cannot run DeepSpeed; one line says why, exit 2
+    (a grid records such a config as a skipped row instead: `distributed.run`)."""
     from sweeps.trace.cli import main
 
-    assert main(["one", "--model", "0.5B", "--gpus", "2", "--zero", "2"]) == 1
-    out = capsys.readouterr().out
-    assert "skipped" in out and "zero2" in out and "DeepSpeed" in out
+    assert main(["one", "--model", "0.5B", "--gpus", "2", "--zero", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "zero2" in err and "DeepSpeed" in err
