@@ -1099,7 +1099,7 @@ def _trace() -> list[Case]:
         ("model-nan-json", ("--model", "{tmp}/n/config.json")),
         ("vllm-tp3", ("--use-vllm", "--vllm-tensor-parallel-size", "3")),
         ("control-chars", ("--model", "x\x1b[31m\r\ny")),
-        ("unicode-digit-ok", ("--num-generations", "\u0664")),
+        ("unicode-digit", ("--num-generations", "\u0664")),  # int() reads it as 4; flags take ASCII digits
     ]
     files = (("m/config.json", Special("fifo")), ("n/config.json", NAN_JSON))
     out = []
@@ -1115,7 +1115,7 @@ def _trace() -> list[Case]:
                 expect="accepted" if ok else "refused",
                 files=files,
                 prog="grpo-vram-trace",
-                needle="did you mean" if name == "flag-typo" else "",
+                needle={"flag-typo": "did you mean", "unicode-digit": "invalid integer"}.get(name, ""),
                 subprocess=not ok,
             )
         )
