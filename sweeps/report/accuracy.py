@@ -23,7 +23,7 @@ from estimator.terms.optimizer import REAL
 from estimator.units import MIB
 from sweeps import records
 from sweeps.report.frames import method_of, model_label, summarize_config
-from sweeps.runner.predict import arch_for, predict, tensors_of
+from sweeps.runner.predict import arch_for, config_of, predict, tensors_of
 from sweeps.trace.grids import SPLITS, split_of
 
 SOURCES = ("traced", "measured-cpu", "measured-gpu")
@@ -179,7 +179,7 @@ def accuracy_frame(
     out = []
     for r in compared_rows(rows, release):
         obs = r["observed"]
-        config = r["config"]
+        config = config_of(r)
         pred, err = predictor(config, (r.get("model") or {}).get("config"), tensors_of(r))
         predicted = pred["peak_allocated_bytes"] if pred else None
         if predicted is not None and r.get("source") == "measured-gpu":

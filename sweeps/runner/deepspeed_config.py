@@ -45,10 +45,12 @@ def ds_config(cfg: RunConfig) -> dict | None:
     """The DeepSpeed config dict for `cfg` (None without ZeRO), with HF's recommended "auto" values."""
     if not uses_deepspeed(cfg.sharding):
         return None
-    # bucket sizes "auto": transformers' trainer_config_finalize sets reduce_bucket_size to hidden², and at ZeRO-3
-    # the prefetch bucket to 0.9 · hidden² and the persistence threshold to 10 · hidden (DeepSpeed's own defaults,
-    # 5e8-element buckets, would hold a ~1 GiB bf16 reduce buffer that no user config copied from HF's docs has)
-    zero: dict = {"stage": STAGES[cfg.sharding], "overlap_comm": True, "reduce_bucket_size": "auto"}
+    # the reduce bucket is the run's setting (`zero_reduce_bucket_size`): DeepSpeed's 5e8 elements by default, what
+    # accelerate's own DeepSpeed config leaves it at, or "auto" (None), which transformers' trainer_config_finalize
+    # sets to hidden²; overlap_comm is left at DeepSpeed's default (on at stage 3 only), as accelerate leaves it.
+    # At ZeRO-3 the prefetch bucket and the persistence threshold are HF's "auto" (0.9 · hidden², 10 · hidden).
+    bucket = "auto" if cfg.zero_reduce_bucket_size is None else cfg.zero_reduce_bucket_size
+    zero: dict = {"stage": STAGES[cfg.sharding], "reduce_bucket_size": bucket}
     if cfg.sharding == "zero3":
         zero["stage3_prefetch_bucket_size"] = "auto"
         zero["stage3_param_persistence_threshold"] = "auto"

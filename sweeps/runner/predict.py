@@ -27,6 +27,16 @@ def tensors_of(row: dict) -> str:
     return DISPATCH if row.get("source") in DISPATCH_SOURCES else REAL
 
 
+def config_of(row: dict) -> dict:
+    """A row's run settings, with the one the runner recorded only in its DeepSpeed config: rows made before
+    `zero_reduce_bucket_size` existed ran with reduce_bucket_size "auto" (None)."""
+    config = dict(row["config"])
+    zero = ((row.get("variant") or {}).get("deepspeed") or {}).get("zero_optimization") or {}
+    if "zero_reduce_bucket_size" not in config and zero.get("reduce_bucket_size") == "auto":
+        config["zero_reduce_bucket_size"] = None
+    return config
+
+
 def predict(
     config: dict, hf_config: dict | None = None, tensors: str = REAL
 ) -> tuple[dict | None, str | None]:

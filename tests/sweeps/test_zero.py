@@ -41,8 +41,7 @@ def test_zero2_with_optimizer_offload():
         "fp16": {"enabled": "auto"},
         "zero_optimization": {
             "stage": 2,
-            "overlap_comm": True,
-            "reduce_bucket_size": "auto",
+            "reduce_bucket_size": 500_000_000,  # DeepSpeed's default, as accelerate leaves it
             "offload_optimizer": CPU_PINNED,
         },
         "gradient_clipping": "auto",
@@ -58,8 +57,7 @@ def test_zero3_with_optimizer_and_parameter_offload():
         "fp16": {"enabled": "auto"},
         "zero_optimization": {
             "stage": 3,
-            "overlap_comm": True,
-            "reduce_bucket_size": "auto",
+            "reduce_bucket_size": 500_000_000,  # DeepSpeed's default, as accelerate leaves it
             "stage3_prefetch_bucket_size": "auto",
             "stage3_param_persistence_threshold": "auto",
             "offload_optimizer": CPU_PINNED,
@@ -76,8 +74,7 @@ def test_zero3_without_offload_leaves_the_optimizer_to_the_trainer():
     assert "optimizer" not in out
     assert out["zero_optimization"] == {
         "stage": 3,
-        "overlap_comm": True,
-        "reduce_bucket_size": "auto",
+        "reduce_bucket_size": 500_000_000,  # DeepSpeed's default, as accelerate leaves it
         "stage3_prefetch_bucket_size": "auto",
         "stage3_param_persistence_threshold": "auto",
     }
@@ -306,3 +303,14 @@ def test_a_real_zero_run_on_deepspeeds_cpu_accelerator(tmp_path, case):
     # the engine's step ran under the optimizer label, between the training steps
     assert {"generate", "train", "optimizer"} <= set(host["phases"])
     assert result["model"]["params"] == 2_002_048 == result["model"]["trainable_params"]
+
+
+def test_a_row_that_ran_with_an_auto_reduce_bucket_is_predicted_with_it():
+    from sweeps.runner.predict import config_of
+
+    auto = {"deepspeed": {"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}}}
+    row = {"config": RunConfig(sharding="zero2").to_dict(), "variant": auto}
+    assert config_of(row)["zero_reduce_bucket_size"] is None  # HF's fill: hidden_size^2
+    given = {"config": {**row["config"], "zero_reduce_bucket_size": 10**6}, "variant": auto}
+    assert config_of(given)["zero_reduce_bucket_size"] == 10**6
+    assert "zero_reduce_bucket_size" not in config_of({"config": RunConfig().to_dict()})
