@@ -122,22 +122,20 @@ def fsdp_option(value, config, where: str, out: FileSettings, base: Path | None)
     out.values["sharding"], out.sources["sharding"] = ("none" if strategy == "NO_SHARD" else "fsdp"), "fsdp"
     if strategy == "SHARD_GRAD_OP" or (explicit and strategy != "NO_SHARD"):
         out.values["fsdp_sharding_strategy"], out.sources["fsdp_sharding_strategy"] = strategy, key
-    if "cpu_offload" in fs:
-        offload = str_to_bool(fs["cpu_offload"])
-        if offload is None:
-            raise ConfigFileError(
-                f"{where}: fsdp_config.cpu_offload must be true or false, got {clip(fs['cpu_offload'])}"
-            )
-        if offload:
-            out.values["offload_param"], out.sources["offload_param"] = True, "fsdp_config.cpu_offload"
-    if "activation_checkpointing" in fs:
-        ac = str_to_bool(fs["activation_checkpointing"])
-        if ac is None:
-            raise ConfigFileError(
-                f"{where}: fsdp_config.activation_checkpointing must be true or false, got {clip(fs['activation_checkpointing'])}"
-            )
-        if ac:
-            out.fsdp_checkpointing = f"{where} fsdp_config.activation_checkpointing"
+    if _fsdp_flag(fs, "cpu_offload", where):
+        out.values["offload_param"], out.sources["offload_param"] = True, "fsdp_config.cpu_offload"
+    if _fsdp_flag(fs, "activation_checkpointing", where):
+        out.fsdp_checkpointing = f"{where} fsdp_config.activation_checkpointing"
+
+
+def _fsdp_flag(fs: dict, key: str, where: str) -> bool:
+    """fsdp_config's `key` as transformers' str_to_bool reads it (False when absent); one line when it is not one."""
+    if key not in fs:
+        return False
+    value = str_to_bool(fs[key])
+    if value is None:
+        raise ConfigFileError(f"{where}: fsdp_config.{key} must be true or false, got {clip(fs[key])}")
+    return value
 
 
 def json_dict(value, key: str, where: str):
