@@ -292,6 +292,9 @@ def translate_deepspeed(data: dict, where: str) -> LaunchSettings:
             f"zero_optimization.{part}.device",
         )
     _zero_knobs(where, zero, out)
+    if "overlap_comm" in zero:
+        key = "zero_optimization.overlap_comm"
+        _set(out, "zero_overlap_comm", _bool(where, key, zero["overlap_comm"]), key)
     if "reduce_bucket_size" in zero:  # "auto": HF fills hidden_size^2 (None); a number: itself
         bucket = zero["reduce_bucket_size"]
         key = "zero_optimization.reduce_bucket_size"
@@ -348,7 +351,6 @@ ZERO_KNOBS_ASSUMED = {  # key -> (DeepSpeed's default, None where HF fills it or
     "stage3_max_live_parameters": (1e9, "1e9"),
     "stage3_prefetch_bucket_size": (None, "5e7 or 0.9 x hidden^2, the larger"),
     "sub_group_size": (1e9, "1e9"),
-    "overlap_comm": (None, "one reduce bucket"),
     "stage3_param_persistence_threshold": (None, "norms and biases persist"),
     "allgather_bucket_size": (None, "not counted"),
     "zero_hpz_partition_size": (1, "1"),

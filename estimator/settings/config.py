@@ -424,6 +424,14 @@ class RunConfig:
         ours=True,
         since="0.2.0",
     )
+    zero_overlap_comm: bool | None = setting(
+        None,
+        "DeepSpeed ZeRO's zero_optimization.overlap_comm (default: DeepSpeed's, on at stage 3 only); at ZeRO-2 it "
+        "doubles the reduce bucket",
+        group="hardware",
+        ours=True,
+        since="0.2.0",
+    )
     host_ram_gib: float | None = setting(
         None,
         "host RAM per node in GiB: checks what offload and loading need there",

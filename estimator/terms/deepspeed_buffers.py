@@ -5,7 +5,8 @@
   `reduce_bucket_size` elements (DeepSpeed's default 5e8; HF fills a JSON's "auto" with hidden_size^2) in the
   communication dtype (the model's 16-bit dtype under bf16) before they are reduce-scattered. ZeRO-3 allocates one
   per dtype when the optimizer is set up (`stage3.py` "IPG"), ZeRO-2 one at every backward's start, two with
-  `overlap_comm` (off by default below stage 3; `setup_buckets`); both stay allocated.
+  `overlap_comm` (off by default below stage 3, `config.py` `overlap_comm_valid`; `setup_buckets`); both stay
+  allocated.
 - ZeRO-3's gradient partitions: `grad_partitions_flat_buffer`, one slot per parameter partition in the gradient
   accumulation dtype, allocated with the optimizer and never freed (`zero_grad` only drops `.grad`), on the GPU
   unless the optimizer is offloaded. Meanwhile a module's full gradient exists in backward until it is copied
@@ -45,7 +46,8 @@ def reduce_buckets(cfg: RunConfig, arch: Arch) -> int:
     """The reduce buckets each rank keeps (module docstring); 0 without ZeRO."""
     if not _zero(cfg):
         return 0
-    buffers = 1  # ZeRO-3: one per dtype; ZeRO-2: one without overlap_comm, its default below stage 3
+    overlap = cfg.zero_overlap_comm if cfg.zero_overlap_comm is not None else cfg.sharding == "zero3"
+    buffers = 2 if cfg.sharding == "zero2" and overlap else 1  # ZeRO-3 keeps one per dtype either way
     return buffers * reduce_bucket_elements(cfg, arch) * _grad_bytes(cfg)
 
 

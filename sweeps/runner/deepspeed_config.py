@@ -51,6 +51,8 @@ def ds_config(cfg: RunConfig) -> dict | None:
     # At ZeRO-3 the prefetch bucket and the persistence threshold are HF's "auto" (0.9 · hidden², 10 · hidden).
     bucket = "auto" if cfg.zero_reduce_bucket_size is None else cfg.zero_reduce_bucket_size
     zero: dict = {"stage": STAGES[cfg.sharding], "reduce_bucket_size": bucket}
+    if cfg.zero_overlap_comm is not None:
+        zero["overlap_comm"] = cfg.zero_overlap_comm
     if cfg.sharding == "zero3":
         zero["stage3_prefetch_bucket_size"] = "auto"
         zero["stage3_param_persistence_threshold"] = "auto"

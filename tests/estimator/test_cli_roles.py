@@ -109,6 +109,7 @@ def test_every_setting_is_a_flat_immutable_value():
         "int",
         "float",
         "str",
+        "bool | None",
         "int | None",
         "float | None",
         "str | None",

@@ -53,3 +53,12 @@ def test_a_json_reduce_bucket_auto_is_hidden_squared(tmp_path, capsys):
     path.write_text(json.dumps({"zero_optimization": {"stage": 3, "reduce_bucket_size": 2e8}}))
     got = estimate(["--model", "7B", "--gpus", "8", "--config", str(path)], capsys)
     assert got["phases"]["generate"]["zero_reduce_buckets"] == 2 * 10**8 * 2
+
+
+def test_zero2_with_overlap_comm_keeps_two_buckets(tmp_path, capsys):
+    # stage_1_and_2.py setup_buckets: a second buffer with overlap_comm (a common JSON's "overlap_comm": true)
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"zero_optimization": {"stage": 2, "overlap_comm": True}}))
+    got = estimate(["--model", "7B", "--gpus", "8", "--config", str(path)], capsys)
+    assert got["phases"]["generate"]["zero_reduce_buckets"] == 2 * 500_000_000 * 2
+    assert phases(sharding="zero3", zero_overlap_comm=True)["generate"]["zero_reduce_buckets"] == 10**9
