@@ -223,8 +223,8 @@ def _check_runnable(settings: dict) -> None:
 
 def deepspeed_variant(config: RunConfig, variant: dict) -> None:
     """A ZeRO run's variant names its DeepSpeed config and, at ZeRO-3, whether generation gathers the parameters
-    (trainer.ds3_gather_for_generation, GRPOConfig's setting; recorded in the variant too, as rows made before the
-    setting was a run setting recorded it)."""
+    (trainer.ds3_gather_for_generation, GRPOConfig's setting; a ZeRO-3 row's variant records it too, so the keys of
+    rows whose config leaves it out stay the same)."""
     key = deepspeed_config.GATHER_KEY
     if config.sharding == "zero3":
         variant[key] = config.ds3_gather_for_generation

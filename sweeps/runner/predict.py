@@ -28,8 +28,8 @@ def tensors_of(row: dict) -> str:
 
 
 def config_of(row: dict) -> dict:
-    """A row's run settings, with the one the runner recorded only in its DeepSpeed config: rows made before
-    `zero_reduce_bucket_size` existed ran with reduce_bucket_size "auto" (None)."""
+    """A row's run settings, with one a row may record only in its DeepSpeed config: a config without
+    `zero_reduce_bucket_size` whose DeepSpeed config says reduce_bucket_size "auto" ran with HF's fill (None)."""
     config = dict(row["config"])
     zero = ((row.get("variant") or {}).get("deepspeed") or {}).get("zero_optimization") or {}
     if "zero_reduce_bucket_size" not in config and zero.get("reduce_bucket_size") == "auto":
