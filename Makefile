@@ -128,9 +128,10 @@ wheelhouse:
 
 # The trimmed wheels a bare, offline GPU machine with torch's CUDA build needs for the GPU measurements (.whl/,
 # git-ignored, ~25 MB: the lock's transformers, TRL, PEFT, datasets, Hydra, bitsandbytes with one CUDA library,
-# DeepSpeed without prebuilt ops and its requirements). How a lease uses them: docs/gpu-lease.md.
-lease-wheels:
-	bash sweeps/lease/wheels.sh .whl
+# DeepSpeed without prebuilt ops and its requirements). How a lease uses them: docs/gpu-lease.md. The source-only
+# ones are built without isolation, so by the project's pip, whose locked setuptools has bdist_wheel.
+lease-wheels: $(ESTIMATOR_STAMP)
+	PIP="$(PY) -m pip" bash sweeps/lease/wheels.sh .whl
 
 # What a lease brought back, in place: LEASE names the folders (or lease-N.tgz files) its calls returned, in any
 # order; rows files are merged line by line, streams and tables written (sweeps/lease/unpack.py). Then
