@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import re
@@ -14,7 +15,7 @@ _CANDIDATE_WORDS = (" the", " a", " 1", " x", " w0", " and")
 def gsm8k(split: str = "train", n: int | None = None) -> list[dict]:
     """GSM8K rows as {"prompt", "answer"} (answer = the number after '####'), first `n` of the split."""
     rows = []
-    with open(GSM8K_DIR / f"{split}.jsonl", encoding="utf-8") as f:
+    with gzip.open(GSM8K_DIR / f"{split}.jsonl.gz", "rt", encoding="utf-8") as f:
         for line in f:
             item = json.loads(line)
             answer = item["answer"].split("####")[-1].strip().replace(",", "")

@@ -145,7 +145,7 @@ def test_the_scan_finds_the_files_the_estimator_reads_at_every_call():
         "estimator/catalog/Qwen--Qwen2.5-7B-Instruct.json",  # catalog.py: CATALOG_DIR.glob("*.json")
         "sweeps/trace/upstream.json",
         "sweeps/runner/conf/config.yaml",  # app.py: @hydra.main(config_path="conf")
-        "sweeps/runner/data/gsm8k/train.jsonl",  # data.py: GSM8K_DIR / f"{split}.jsonl"
+        "sweeps/runner/data/gsm8k/train.jsonl.gz",  # data.py: GSM8K_DIR / f"{split}.jsonl.gz"
     } <= found
     assert not any(f.startswith("results/") for f in found)
 
