@@ -5,7 +5,9 @@ the traced streams of the same configs (results/streams/), written as results/st
         [--out results/streams/GPU_STREAMS.md] [--trace-missing] [--no-need]
 
 Per real stream (`index.jsonl` there, one line per run): the traced stream whose config matches (the estimator's
-settings, the library versions aside); with `--trace-missing` a config without one is traced first
+settings, the library versions aside), in the traced folder or one of its subfolders (`make tables` traces the
+lineups' configs into results/streams/mincard/ and gpu-validate/); with `--trace-missing` a config without one is
+traced first
 (`sweeps.trace.streams.record`, CPU only, minutes per config). The analysis is `sweeps.report.stream_diff`.
 Without any real stream it says so on one line and exits 0, the report untouched.
 """
@@ -27,6 +29,18 @@ REPO = Path(__file__).resolve().parents[2]
 GPU_DIR = REPO / "results" / "streams" / "gpu"
 TRACED_DIR = REPO / "results" / "streams"
 OUT = TRACED_DIR / "GPU_STREAMS.md"
+
+
+def traced_rows(traced_dir: Path, gpu: Path | None = None) -> list[dict]:
+    """The traced index rows of `traced_dir` and of its subfolders (not `gpu`, the real streams), each with the
+    folder its stream lies in under "_dir"."""
+    rows = []
+    for index in [traced_dir / "index.jsonl", *sorted(traced_dir.glob("*/index.jsonl"))]:
+        if gpu is not None and index.parent.resolve() == gpu.resolve():
+            continue
+        found, _ = read_index(index)
+        rows += [{**r, "_dir": index.parent} for r in found]
+    return rows
 
 
 def traced_for(real: dict, traced: list[dict]) -> dict | None:
@@ -100,7 +114,7 @@ def _fidelity(traced: dict, result: dict) -> list[str]:
     """(a): the simulator replaying the real stream against torch's own reserved peak."""
     f = result["fidelity"]
     return [
-        f"Traced stream `{traced['stream']}` (traced, {traced.get('steps')} steps, cut to the real "
+        f"Traced stream `{_rel(Path(traced.get('_dir', TRACED_DIR)) / traced['stream'])}` (traced, {traced.get('steps')} steps, cut to the real "
         f"{result['steps']}).",
         "",
         "**(a) Simulator fidelity on the real stream**: simulated peak reserved "
@@ -208,7 +222,7 @@ def _reserves(r: dict, t: dict) -> list[str]:
 def report(gpu: Path, traced_dir: Path, trace_missing: bool = False, need: bool = True) -> tuple[str, int]:
     """The markdown for every real stream in `gpu`, and how many were compared with a traced stream."""
     reals, bad = read_index(gpu / "index.jsonl")
-    traced, _ = read_index(traced_dir / "index.jsonl")
+    traced = traced_rows(traced_dir, gpu)
     lines = [
         "# Real allocation streams (measured-gpu) against traced ones",
         "",
@@ -229,7 +243,7 @@ def report(gpu: Path, traced_dir: Path, trace_missing: bool = False, need: bool 
         if match is not None:
             events = load_stream(gpu / real["stream"])
             result = stream_diff.compare(
-                events, _traced_events(traced_dir, match), real["torch_reserved"], need=need
+                events, _traced_events(match.get("_dir", traced_dir), match), real["torch_reserved"], need=need
             )
             compared += 1
         lines += section(real, match, result)
@@ -261,7 +275,8 @@ def _trace(real: dict, traced_dir: Path) -> dict | None:
     steps = int((real.get("variant") or {}).get("steps", 2))
     streams.record(cfg, traced_dir, steps)
     rows, _ = read_index(traced_dir / "index.jsonl")
-    return traced_for(real, rows)
+    found = traced_for(real, rows)
+    return None if found is None else {**found, "_dir": traced_dir}
 
 
 def main(argv: list[str] | None = None) -> int:
