@@ -25,6 +25,16 @@ def _largest_param(arch: Arch) -> int:
     return max([arch.embedding_params] + [lin.params for lin in arch.layer_linears])
 
 
+def moved(cfg: RunConfig) -> set[str]:
+    """The GPU components CPU offload takes to the host (empty without offload)."""
+    o = settings(cfg)
+    if not (o.optimizer or o.param):
+        return set()
+    if cfg.sharding == "fsdp":
+        return off.fsdp_gpu_moved()
+    return off.ds_gpu_moved(3 if cfg.sharding == "zero3" else 2, o)
+
+
 def apply(cfg: RunConfig, arch: Arch, phases: dict[str, dict[str, int]]) -> tuple[dict, list[str]]:
     """The GPU components with the offloaded states removed and the staging buffers added; notes."""
     o = settings(cfg)
@@ -38,7 +48,8 @@ def apply(cfg: RunConfig, arch: Arch, phases: dict[str, dict[str, int]]) -> tupl
     else:
         stage = 3 if cfg.sharding == "zero3" else 2
         moved = off.ds_gpu_moved(stage, o)
-        staging = off.ds_grad_staging(_largest_param(arch)) if o.optimizer else 0
+        # stage_1_and_2.py's GPU staging buffer; stage3.py has none (its gradients go through the bucket)
+        staging = off.ds_grad_staging(_largest_param(arch)) if o.optimizer and stage < 3 else 0
         note = "ZeRO-Offload: " + ", ".join(sorted(moved)) + " on the host (estimated, not traced)"
     out = {}
     for phase, comps in phases.items():
@@ -63,7 +74,9 @@ def host_ram(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     else:
         stage = 3 if cfg.sharding == "zero3" else 2
         t = trainable_params(cfg, arch)
-        per_rank = off.ds_host_per_rank(t, arch.total_params, n, stage, o, _largest_param(arch))
+        per_rank = off.ds_host_blocks(
+            off.ds_host_per_rank(t, arch.total_params, n, stage, o, _largest_param(arch)), o
+        )
     return {
         "training": off.host_ram_node(per_rank, n),
         "loading": loading,

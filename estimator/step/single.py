@@ -37,7 +37,7 @@ def resident(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     held["ddp_gradient_buckets"] = ddp_gradient_buckets(cfg, opt.gradients(cfg, arch))
     # DeepSpeed's own: ZeRO-3's gradient partitions (the phases then count no sharded .grad) and reduce buckets
     held["gradients"] = ds.grad_partitions(cfg, arch)
-    held["zero_reduce_buckets"] = ds.reduce_buckets(cfg, arch)
+    held["zero_reduce_buckets"] = ds.reduce_buckets(cfg, arch) if ds.reduce_buckets_resident(cfg) else 0
     # vLLM colocate: its whole budget, or what stays while it sleeps (terms/vllm.py)
     held["vllm"] = vllm.colocate_sleeping(cfg) if cfg.vllm_sleeps else vllm.colocate_footprint(cfg)
     return held
@@ -289,13 +289,26 @@ def train_instants(cfg: RunConfig, arch: Arch, tensors: str = opt.REAL) -> dict[
             cfg
         ):  # ZeRO-3: partitions resident, one module's full gradient in backward
             comps["gradients"] = 0 if name in FORWARD_INSTANTS else ds.full_module_gradient(cfg, arch)
+        if name not in ds.instants_before_first_gradient(cfg, arch, FORWARD_INSTANTS):
+            # ZeRO-2's bucket from the first gradient on; an offloaded gradient's copies
+            if not ds.reduce_buckets_resident(cfg):
+                comps["zero_reduce_buckets"] = ds.reduce_buckets(cfg, arch)
+            transient = ds.offload_backward_transient(cfg, arch)
+            if transient:
+                comps["offload_gradient_copies"] = transient
+    epilogue = ds.offload_epilogue(cfg, arch)
+    if epilogue:  # the backward's end: the last gradient leaves for the host after the activations are gone
+        instants["offload_epilogue"] = {**epilogue, "rollout_buffers": buffers}
     return release.train_instants(cfg, arch, instants, saved + norm_saved)
 
 
 def train_phase(cfg: RunConfig, arch: Arch, tensors: str = opt.REAL) -> tuple[dict[str, int], str]:
-    """The largest training instant and its name."""
-    instants = train_instants(cfg, arch, tensors)
-    name = max(instants, key=lambda k: sum(instants[k].values()))
+    """The largest training instant and its name, counted on the GPU: without what CPU offload moves to the host
+    (`estimator/step/offload.py`), so an offloaded run's peak is the instant that peaks on its GPU."""
+    from estimator.step.offload import moved
+
+    instants, gone = train_instants(cfg, arch, tensors), moved(cfg)
+    name = max(instants, key=lambda k: sum(v for c, v in instants[k].items() if c not in gone))
     return instants[name], name
 
 

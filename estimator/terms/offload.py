@@ -83,7 +83,8 @@ def ds_host_per_rank(
         out["optimizer_state"] = ds_host_optimizer_state(trainable, n)
         out["gradients"] = ds_host_gradients(trainable, n)
         out["bit16_partition"] = ds_host_bit16_partition(trainable, n, stage)
-        out["grad_staging"] = ds_grad_staging(largest)
+        if stage in (1, 2):  # stage_1_and_2.py's pinned twin of the GPU staging buffer
+            out["grad_staging"] = ds_grad_staging(largest)
     if off.param and stage == 3:
         out["weights"] = ds_host_params(params, n)
     return out
@@ -132,6 +133,24 @@ def model_load_host(params: int, load_bytes: int, ranks_per_node: int, efficient
     """Node host bytes while loading: every process holds the whole model (P · bytes · ranks), or only rank 0 with
     `fsdp_cpu_ram_efficient_loading` / `zero3_init_flag`."""
     return params * load_bytes * (1 if efficient_loading else ranks_per_node)
+
+
+def pinned_block(nbytes: int) -> int:
+    """What one pinned tensor of `nbytes` takes: torch's CachingHostAllocator rounds every page-locked allocation up
+    to a power of two (`c10::llvm::PowerOf2Ceil` in ATen/core/CachingHostAllocator.h, torch 2.11-2.13, below its
+    default unlimited `pinned_max_round_threshold`), and the block is pinned whole: a 6.2 GB fp32 partition takes
+    8 GiB."""
+    return 1 << (nbytes - 1).bit_length() if nbytes > 0 else 0
+
+
+def ds_host_blocks(
+    per_rank: dict[str, int], off: Offload, unpinned: tuple[str, ...] = ("optimizer_state",)
+) -> dict[str, int]:
+    """One DeepSpeed rank's host bytes as allocated: each pinned buffer (`pin_memory`, all but `unpinned`) in its
+    power-of-two block (`pinned_block`); DeepSpeed pins each state as one flat buffer."""
+    if not off.pin_memory:
+        return dict(per_rank)
+    return {k: v if k in unpinned else pinned_block(v) for k, v in per_rank.items()}
 
 
 def host_ram_node(per_rank: dict[str, int], ranks_per_node: int) -> int:

@@ -63,8 +63,13 @@ def test_zero2_optimizer_offload_leaves_the_gpu_and_lands_on_the_host():
         assert comps["offload_staging"] == 2 * vh  # one bf16 staging buffer of the largest parameter
     assert off_gpu.peak_allocated_bytes < on_gpu.peak_allocated_bytes
     t = arch.total_params  # all trainable (full fine-tuning)
-    per_rank = 16 * -(-t // 4) + 2 * -(-t // 4) + 2 * 2 * vh  # fp32 master+grads+m+v, bf16 copy, staging twin
-    assert host_ram(cfg.with_(offload_optimizer=True), arch)["training"] == 4 * (per_rank - 2 * vh)
+    share = -(-t // 4)
+    # pinned, each in its power-of-two block (torch's CachingHostAllocator): fp32 master and gradient partitions
+    # (1.54e9 B -> 2**31 each), the bf16 copy (0.77e9 B -> 2**30), the staging twin (0.47e9 B -> 2**29); AdamW's
+    # m and v unpinned (8 bytes an element)
+    assert 2**30 < 4 * share <= 2**31 and 2**29 < 2 * share <= 2**30 and 2**28 < 2 * vh <= 2**29
+    per_rank = 2 * 2**31 + 2**30 + 2**29 + 8 * share
+    assert host_ram(cfg.with_(offload_optimizer=True), arch)["training"] == 4 * per_rank
 
 
 def test_offload_flag_combinations_refused_in_one_line():
@@ -110,3 +115,18 @@ def test_zero3_param_offload_gathers_every_weight_onto_the_gpu_for_generation():
     ]
     assert four["gathered_weights"] == 2 * params
     assert four["weights"] == 2 * -(-params // 4)
+
+
+def test_pinned_buffers_take_power_of_two_blocks():
+    # torch's CachingHostAllocator: PowerOf2Ceil of each pinned request; a 1.5437e9-element fp32 partition
+    # (6,174,857,216 B) takes 2**33 B
+    assert off.pinned_block(6_174_857_216) == 2**33
+    assert (
+        off.pinned_block(2**30) == 2**30 and off.pinned_block(2**30 + 1) == 2**31 and off.pinned_block(0) == 0
+    )
+    host = {"master_weights": 6_174_857_216, "optimizer_state": 12_349_714_432}
+    assert off.ds_host_blocks(host, off.Offload(optimizer=True)) == {
+        "master_weights": 2**33,
+        "optimizer_state": 12_349_714_432,
+    }
+    assert off.ds_host_blocks(host, off.Offload(optimizer=True, pin_memory=False)) == host
