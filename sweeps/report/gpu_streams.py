@@ -243,7 +243,10 @@ def report(gpu: Path, traced_dir: Path, trace_missing: bool = False, need: bool 
         if match is not None:
             events = load_stream(gpu / real["stream"])
             result = stream_diff.compare(
-                events, _traced_events(match.get("_dir", traced_dir), match), real["torch_reserved"], need=need
+                events,
+                _traced_events(match.get("_dir", traced_dir), match),
+                real["torch_reserved"],
+                need=need,
             )
             compared += 1
         lines += section(real, match, result)
