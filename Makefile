@@ -127,7 +127,7 @@ wheelhouse:
 	@echo "$(WHEEL_DIR)/: $$(ls $(WHEEL_DIR) | wc -l) files, $$(du -sh $(WHEEL_DIR) | cut -f1) for Python $(WHEEL_PYTHON) on glibc $(WHEEL_GLIBC) $(WHEEL_ARCH)"
 
 # The trimmed wheels a bare, offline GPU machine with torch's CUDA build needs for the GPU measurements (.whl/,
-# git-ignored, ~25 MB: the lock's transformers, TRL, PEFT, datasets, Hydra, bitsandbytes with one CUDA library,
+# git-ignored, ~18 MB: the lock's transformers (its catalog model folders), TRL, PEFT, datasets, Hydra, bitsandbytes with one CUDA library,
 # DeepSpeed without prebuilt ops and its requirements). How a lease uses them: docs/gpu-lease.md. The source-only
 # ones are built without isolation, so by the project's pip, whose locked setuptools has bdist_wheel.
 lease-wheels: $(ESTIMATOR_STAMP)

@@ -4,7 +4,8 @@
 # accelerate, psutil, ninja, numpy, pandas, pyarrow, xxhash, fsspec, huggingface_hub and tokenizers already there.
 # Downloads the lock's versions of what is missing into $1 (default .whl/), builds the source-only ones (antlr4,
 # DeepSpeed with no ops prebuilt: they are built on the machine with its nvcc), and keeps only the one CUDA
-# library of bitsandbytes the machine's torch uses (LEASE_CUDA, default 130), since what travels is capped.
+# library of bitsandbytes the machine's torch uses (LEASE_CUDA, default 130) and transformers' model folders the
+# catalog's models use (sweeps/lease/trim_transformers.py), since what travels is capped.
 # Usage: sweeps/lease/wheels.sh [DIR]    (LEASE_PYTHON=3.12 LEASE_CUDA=130 DEEPSPEED=0.19.8 to change)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,4 +42,6 @@ for w in "$DIR"/bitsandbytes-*.whl; do
   zip -q -d "$w" $(unzip -Z1 "$w" | grep -E 'libbitsandbytes_(cuda|rocm|xpu|mps)[0-9a-z]*\.(so|dylib|dll)$' \
     | grep -v "cuda${CUDA}\.so$") >/dev/null
 done
+# transformers: the model folders the catalog's models (and what they and TRL import) use
+PYTHONPATH=. python3 -m sweeps.lease.trim_transformers "$DIR"/transformers-*.whl
 echo "$DIR/: $(ls "$DIR" | wc -l) wheels, $(du -sh "$DIR" | cut -f1) (Python $PY, bitsandbytes CUDA $CUDA, DeepSpeed $DEEPSPEED)"
