@@ -52,9 +52,13 @@ def traced(tmp_path_factory):
         num_gpus=2,
         sharding="fsdp",
     )
-    before = set(Path(tempfile.gettempdir()).glob("grpo-vram-trace-*"))
-    result = distributed.run(cfg, distributed.Layout(2, "FULL_SHARD"))
-    left = set(Path(tempfile.gettempdir()).glob("grpo-vram-trace-*")) - before
+    # a temp folder of its own, so another process tracing at the same time cannot leave a folder in the count
+    saved, tempfile.tempdir = tempfile.tempdir, str(tmp_path_factory.mktemp("tmp"))
+    try:
+        result = distributed.run(cfg, distributed.Layout(2, "FULL_SHARD"))
+        left = set(Path(tempfile.gettempdir()).glob("grpo-vram-trace-*"))
+    finally:
+        tempfile.tempdir = saved
     return result, left
 
 
