@@ -7,7 +7,8 @@
 #   mincard   the min-card lineup (grpo-vram-mincard): each configuration's smallest torch limit; its baseline run
 #             (resumed without a stream: its largest passing limit once more) records torch's own allocator stream
 #             (the history probe) and the host probe
-#   zero      DeepSpeed ZeRO-2/3 with CPU offload (+experiment=zero-offload), after building DeepSpeed's CPU Adam op
+#   zero      DeepSpeed ZeRO-2/3 with CPU offload (+experiment=zero-offload), after building DeepSpeed's CPU Adam op,
+#             with torch's allocator history (the reserve above DeepSpeed's tensors has no traced stream to learn from)
 #   validate  the gpu-validate rows never measured (r10 r13 r14 r15), r15 (a tied full fine-tune) with the history
 #             probe, with and without cast_lm_head_to_fp32
 # SECONDS (default 540) is the stage's whole budget, install and packing included; the call's limit is 600.
@@ -70,7 +71,7 @@ zero)
     echo "call.sh: DeepSpeed's CPU Adam op did not build; the rows record why" >&2
   # shellcheck disable=SC2086
   timeout --signal=TERM "$(($(left) - reserve))" \
-    bash -c "$(declare -f sweep); py=$py; sweep --multirun +experiment=zero-offload ${STAGE_ARGS:-}"
+    bash -c "$(declare -f sweep); py=$py; sweep --multirun +experiment=zero-offload probe=history ${STAGE_ARGS:-}"
   ;;
 validate)
   # shellcheck disable=SC2086
