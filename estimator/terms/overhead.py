@@ -35,6 +35,9 @@ CUBLAS_WORKSPACE_DEFAULT = 4096 * 1024 * 2 + 16 * 1024 * 8  # ":4096:2:16:8 defa
 # ---- NCCL (NVIDIA/nccl#964, #986) ------------------------------------------------------------------------------------------
 NCCL_2_RANKS = 544 * MIB  # nccl#964: 4xA100 NVLink, one 4 MB all-reduce per group: 544 MB for 2-rank groups
 NCCL_LARGER = 688 * MIB  # nccl#964: 688 MB for larger groups (MB read as MiB: errs high by 4.9 %)
+# NVIDIA/nccl PR #2366 (NCCL 2.28, CUDA 13.0, one RTX 3090): a single-rank communicator's initialization memory with
+# runtime connect, NCCL's default (996 MiB without it)
+NCCL_1_RANK = 484 * MIB
 
 
 def cuda_context_bytes(lazy_loading: bool = True) -> int:
@@ -71,11 +74,17 @@ def cublaslt_workspace_bytes(sm: tuple[int, int] = (9, 0), total_bytes: int | No
     return 1 * MIB
 
 
+def _single_rank_deepspeed(cfg: RunConfig) -> bool:
+    """DeepSpeed on one GPU: `deepspeed.init_distributed` brings up torch.distributed with NCCL all the same, and
+    ZeRO's reductions run their collectives over that one-rank group."""
+    return cfg.num_gpus == 1 and cfg.sharding in ("zero2", "zero3")
+
+
 def nccl_communicators(cfg: RunConfig) -> int:
-    """Communicators a rank holds: the data-parallel / ZeRO / FSDP group when num_gpus > 1, plus the weight-sync
-    group to a vLLM server (`vllm_mode="server"`; not TRL 0.14-0.15's in-process vLLM device, which loads weights
-    without NCCL). Colocated vLLM with TP 1 adds none."""
-    n = 1 if cfg.num_gpus > 1 else 0
+    """Communicators a rank holds: the data-parallel / ZeRO / FSDP group when num_gpus > 1 (a one-rank group under
+    DeepSpeed on one GPU), plus the weight-sync group to a vLLM server (`vllm_mode="server"`; not TRL 0.14-0.15's
+    in-process vLLM device, which loads weights without NCCL). Colocated vLLM with TP 1 adds none."""
+    n = 1 if cfg.num_gpus > 1 or _single_rank_deepspeed(cfg) else 0
     if cfg.use_vllm and cfg.vllm_mode == "server" and cfg.release.vllm_modes != ("separate_device",):
         n += 1
     return n
@@ -83,9 +92,14 @@ def nccl_communicators(cfg: RunConfig) -> int:
 
 def nccl_bytes(cfg: RunConfig) -> int:
     """NCCL buffers per GPU: 544 MiB per communicator for 2 ranks, 688 MiB for larger groups (nccl#964, 4xA100
-    NVLink; NVLS or many channels use more, nccl#986). 0 on one GPU without a vLLM server."""
+    NVLink; NVLS or many channels use more, nccl#986), 484 MiB for DeepSpeed's one-rank group on one GPU (nccl PR
+    #2366). 0 on one GPU without DeepSpeed or a vLLM server."""
+    if cfg.device != "cuda":
+        return 0
     per = NCCL_2_RANKS if cfg.num_gpus <= 2 else NCCL_LARGER
-    return nccl_communicators(cfg) * per if cfg.device == "cuda" else 0
+    if _single_rank_deepspeed(cfg):  # the one-rank group, then a vLLM server's group as before
+        return NCCL_1_RANK + (nccl_communicators(cfg) - 1) * per
+    return nccl_communicators(cfg) * per
 
 
 def server_weight_sync_nccl(server_gpus: int) -> int:
@@ -125,7 +139,10 @@ def non_tensor_items(
         ),
     ]
     if nccl_communicators(cfg):
-        items.append(NonTensorItem(f"NCCL x{nccl_communicators(cfg)}", nccl_bytes(cfg), False, "nccl#964"))
+        source = (
+            "nccl PR #2366" if _single_rank_deepspeed(cfg) and nccl_communicators(cfg) == 1 else "nccl#964"
+        )
+        items.append(NonTensorItem(f"NCCL x{nccl_communicators(cfg)}", nccl_bytes(cfg), False, source))
     return items
 
 

@@ -39,6 +39,12 @@ def test_nccl_per_communicator():
     assert overhead.nccl_bytes(RunConfig(num_gpus=2)) == 544 * MIB
     assert overhead.nccl_bytes(RunConfig(num_gpus=8)) == 688 * MIB
     assert overhead.nccl_bytes(RunConfig(num_gpus=8, use_vllm=True, vllm_mode="server")) == 2 * 688 * MIB
+    # DeepSpeed on one GPU brings up a one-rank NCCL group: 484 MiB at NCCL's defaults (nccl PR #2366)
+    assert overhead.nccl_bytes(RunConfig(num_gpus=1, sharding="zero2")) == 484 * MIB
+    assert (
+        overhead.nccl_bytes(RunConfig(num_gpus=1, sharding="zero3", use_vllm=True, vllm_mode="server"))
+        == (484 + 544) * MIB
+    )
     items = {i.name: i for i in overhead.non_tensor_items(RunConfig(num_gpus=4))}
     assert items["NCCL x1"].bytes == 688 * MIB and not items["NCCL x1"].in_reserved
     assert items["cuBLAS workspace"].in_reserved
