@@ -122,12 +122,13 @@ def breakdown_markdown(parts: list[dict]) -> str:
         "## Where each fit figure's distance from the measured minimum comes from",
         "",
         "Parts that sum to fit figure − measured minimum (GiB, and % of the minimum). GPU need: the measured minimum",
-        "less the GPU's `max_memory_allocated` at the baseline limit and the estimated workspaces (measured-gpu).",
+        "less the GPU's `max_memory_allocated` at the baseline limit (whole blocks) and the estimated workspaces",
+        "(measured-gpu). Tensor peak: the estimated one less that `max_memory_allocated`.",
         "Reserve model: the fitted model that sets the need (step, or generation where generate sets the peak), its",
         "least-squares value and its safety margin (worst leave-one-out under-prediction), in % of the estimated",
         "peak (estimated).",
         "",
-        "| config | GPU need above the tensors | reserve model: value + margin | tensor peak | model value vs GPU need | "
+        "| config | GPU need above the tensors | reserve model: value + margin | tensor peak vs GPU's | model value vs GPU need | "
         "margin | band | fit figure − minimum |",
         "|---|---:|---|---:|---:|---:|---:|---:|",
     ]
