@@ -219,9 +219,52 @@ def _predict(
 
 def fitted_from(fit: dict, x: dict[str, float]) -> float:
     """One fitted model's fraction at features `x`: intercept + coefficients · x, + its LOO margin, at least 0."""
-    central = fit["intercept"] + sum(fit["coef"][k] * x[k] for k in fit["coef"])
-    margin = max(0.0, -min(fit["loo_errors"]))
-    return max(0.0, central + margin)
+    return max(0.0, central_of(fit, x) + margin_of(fit))
+
+
+def central_of(fit: dict, x: dict[str, float]) -> float:
+    """One fitted model's least-squares value at features `x` (intercept + coefficients · x), no margin."""
+    return fit["intercept"] + sum(fit["coef"][k] * x[k] for k in fit["coef"])
+
+
+def margin_of(fit: dict) -> float:
+    """One fitted model's safety margin: its worst leave-one-out under-prediction (0 where none is low)."""
+    return max(0.0, -min(fit["loo_errors"]))
+
+
+def need_parts(
+    cfg: RunConfig, peak_allocated: int, variant: str = "default", shares: Shares = UNKNOWN
+) -> dict:
+    """Where the fallback's need fraction (`need` where no stream of `cfg` was simulated) comes from, in fractions
+    of `peak_allocated`: per model, its least-squares value alone ("central") and with its margin ("fraction", the
+    generation model's capped at `working_cap` times generation's working memory and taken over generation's
+    total), and "model", the one that sets the need (the larger). The same arithmetic as `_predict`, kept apart
+    so that a report can say how much of a figure is the models' margins."""
+    fits, key = _table()["fit"], "need:" + variant
+    out: dict = {}
+    step = fits.get(key)
+    if not step:
+        return out
+    x = features(cfg, peak_allocated)
+    out["step"] = {
+        "central": max(0.0, central_of(step, x)),
+        "margin": margin_of(step),
+        "fraction": fitted_from(step, x),
+    }
+    out["model"] = "step"
+    gen = fits.get("generation:" + key)
+    if gen and not cfg.use_vllm and shares.generation_total:
+        g = generation_features(shares, peak_allocated)
+        cap = gen.get("working_cap", math.inf) * shares.generation_working
+        out["generation"] = {
+            "central": shares.generation_total * (1 + min(max(0.0, central_of(gen, g)), cap)) - 1,
+            "margin": margin_of(gen),
+            "cap": cap,
+            "fraction": shares.generation_total * (1 + min(fitted_from(gen, g), cap)) - 1,
+        }
+        if out["generation"]["fraction"] > out["step"]["fraction"]:
+            out["model"] = "generation"
+    return out
 
 
 def variant_for(alloc_conf: str = "", torch_empty_cache_steps: int | None = None) -> str:

@@ -12,6 +12,10 @@ a third figure: the smallest limit the allocator simulation passes the traced st
 workspaces the trace does not hold (traced, simulated). Beside the measured minimum it tells the trace's and the
 simulator's error apart from the estimator's own.
 
+A second table splits each row's distance from the measured minimum into its parts (`breakdown`): the tensor
+peak's error against the GPU's `max_memory_allocated`, the reserve model's least-squares value against what the GPU
+needed above its tensors and workspaces, the model's safety margin, and the band.
+
 `--lineup` adds a forecast for the lineup's configurations not measured yet (`+experiment=mincard`): the fit figure
 beside each one's trace's need, both made on CPU before the GPU measures them (with `--trace-missing`, traced first).
 """
@@ -51,6 +55,93 @@ def estimated_figures(row: dict) -> tuple[int, int] | None:
     ):  # an estimator that cannot size the row leaves it out of the comparison, never the report
         return None
     return est.need_bytes - est.outside_allocator_bytes, est.fit_bytes - est.outside_allocator_bytes
+
+
+def breakdown(row: dict) -> dict | None:
+    """The row's fit figure less its measured minimum, in bytes, split into parts that sum to it: `tensors`, the
+    estimated tensor peak less the GPU's `max_memory_allocated` at its baseline limit (measured-gpu); `central`,
+    the reserve model's least-squares extra (the model that sets the need: step or generation, no margin) less
+    what the GPU needed above its tensors and workspaces (the measured minimum less that peak and the estimated
+    workspaces); `margin`, the model's safety margin (its worst leave-one-out under-prediction; with the generation
+    model, its cap too); `band`, the validated band on the tensor peak. None where the estimator cannot size the
+    row, where the need is a simulation of the config's own stream (no model), or without a baseline peak."""
+    from estimator.step.estimate import estimate
+    from estimator.terms import allocator_reserve as allocator_term
+
+    try:
+        cfg = RunConfig.from_dict(row["config"])
+        est = estimate(cfg, arch_for(cfg, (row.get("model") or {}).get("config")))
+    except Exception:  # an estimator that cannot size the row leaves it out, as `estimated_figures` does
+        return None
+    gpu_peak = ((row.get("mincard") or {}).get("baseline") or {}).get("peak_allocated_bytes")
+    variant = allocator_term.config_variant(cfg)
+    if not gpu_peak or allocator_term.simulated(cfg, variant) is not None or est.need_extra_bytes is None:
+        return None
+    if est.need_extra_bytes != est.allocator_overhead_bytes and not cfg.generation_use_cache:
+        return (
+            None  # generation without a cache: the reserve's segments sit above the models (not split here)
+        )
+    shares = allocator_term.shares_of(est.phases)
+    parts = allocator_term.need_parts(cfg, est.peak_allocated_bytes, variant, shares)
+    if not parts:
+        return None
+    model = parts[parts["model"]]
+    peak = est.peak_allocated_bytes
+    measured = row["mincard"]["min_torch_bytes"]
+    gpu_need = measured - gpu_peak - est.in_reserved_bytes
+    central = int(model["central"] * peak)
+    return {
+        "config": label(row["config"]),
+        "key": row["key"],
+        "model": parts["model"],
+        "measured_bytes": measured,
+        "gpu_peak_bytes": gpu_peak,
+        "gpu_need_bytes": gpu_need,
+        "peak_bytes": peak,
+        "workspace_bytes": est.in_reserved_bytes,
+        "central_fraction": model["central"],
+        "margin_fraction": model["fraction"] - model["central"],
+        "tensors": peak - gpu_peak,
+        "central": central - gpu_need,
+        "margin": est.need_extra_bytes - central,
+        "band": est.band_bytes,
+        "fit_torch_bytes": est.fit_bytes - est.outside_allocator_bytes,
+    }
+
+
+def breakdown_markdown(parts: list[dict]) -> str:
+    """The breakdowns as a markdown section, GiB and points of the measured minimum."""
+    if not parts:
+        return ""
+
+    def cell(b: int, measured: int) -> str:
+        return f"{b / GIB:+.2f} GiB ({100 * b / measured:+.1f} %)"
+
+    lines = [
+        "",
+        "## Where each fit figure's distance from the measured minimum comes from",
+        "",
+        "Parts that sum to fit figure − measured minimum (GiB, and % of the minimum). GPU need: the measured minimum",
+        "less the GPU's `max_memory_allocated` at the baseline limit (whole blocks) and the estimated workspaces",
+        "(measured-gpu). Tensor peak: the estimated one less that `max_memory_allocated`.",
+        "Reserve model: the fitted model that sets the need (step, or generation where generate sets the peak), its",
+        "least-squares value and its safety margin (worst leave-one-out under-prediction), in % of the estimated",
+        "peak (estimated).",
+        "",
+        "| config | GPU need above the tensors | reserve model: value + margin | tensor peak vs GPU's | model value vs GPU need | "
+        "margin | band | fit figure − minimum |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for p in parts:
+        m = p["measured_bytes"]
+        total = p["tensors"] + p["central"] + p["margin"] + p["band"]
+        lines.append(
+            f"| {p['config']} | {p['gpu_need_bytes'] / GIB:.2f} GiB ({100 * p['gpu_need_bytes'] / p['peak_bytes']:.1f} % "
+            f"of the peak) | {p['model']}: {100 * p['central_fraction']:.1f} % + {100 * p['margin_fraction']:.1f} % | "
+            f"{cell(p['tensors'], m)} | {cell(p['central'], m)} | {cell(p['margin'], m)} | {cell(p['band'], m)} | "
+            f"{cell(total, m)} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def simulated_figure(row: dict, streams: dict[str, Path]) -> int | None:
@@ -295,7 +386,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.lineup:
             print(preview_line(forecast))
         if args.markdown:
-            text = markdown(table(rows, simulated=simulated)) + preview_markdown(forecast)
+            finished = records.latest_rows(r for r in rows if r.get("source") == SOURCE)
+            parts = [b for r in finished if r.get("status") == "ok" and (b := breakdown(r)) is not None]
+            text = (
+                markdown(table(rows, simulated=simulated))
+                + breakdown_markdown(parts)
+                + preview_markdown(forecast)
+            )
             Path(args.markdown).write_text(text)
 
     return row_traces.guarded("mincard", body)

@@ -211,3 +211,26 @@ def test_a_fitted_reserve_is_never_below_the_need_and_names_the_model_that_set_i
     step_only = allocator_term.need(cfg, 30 * 2**30, shares=allocator_term.NO_GENERATION)
     assert "step model" in step_only.source
     assert "generation-regime model" in allocator_term.need(cfg, 30 * 2**30, shares=at_peak).source
+
+
+@pytest.mark.skipif(not SAMPLED, reason="no sampled rows in results/streams")
+def test_need_parts_is_the_fallbacks_own_arithmetic():
+    # The split a report prints (least-squares value, margin, the model that sets the need) gives back the need
+    # fraction the estimator uses, in both regimes; a value is never above the same model with its margin.
+    from sweeps.trace.streams import shares
+
+    seen = set()
+    for row in SAMPLED[:40]:
+        cfg = RunConfig.from_dict(row["config"])
+        peak = row["simulated"]["default"]["peak_allocated"]
+        where = shares(cfg)
+        parts = allocator_term.need_parts(cfg, peak, shares=where)
+        fallback = allocator_term.predicted_fraction(
+            allocator_term._table()["fit"], "need:default", cfg, peak, where
+        )
+        assert parts[parts["model"]]["fraction"] == pytest.approx(fallback, abs=1e-12)
+        for model in ("step", "generation"):
+            if model in parts:
+                assert parts[model]["central"] <= parts[model]["fraction"] + 1e-12
+        seen.add(parts["model"])
+    assert seen == {"step", "generation"}
