@@ -289,18 +289,30 @@ def eager_backward_transient_per_token(cfg: RunConfig, arch: Arch, seq_len: int)
     """Eager attention's backward at `_softmax_backward_data`, beyond the recomputed layer's saved tensors.
 
     Live then: the fp32 incoming gradient (the backward of `.to(query.dtype)`) and the result, fp32 (heads·L·8),
-    or fp16 with CUDA's `half_to_float` softmax, whose backward writes the input dtype (heads·L·(4 + a));
-    already released by autograd: the a-byte weights cast (the value matmul's backward ran) and what the ops
-    after attention saved, whose backward ran first: o_proj's LoRA, the post-attention norms, the MLP and its
-    LoRA (`released_before_attention_backward_per_token`). What the ops before attention saved (input_layernorm,
-    q/k/v's LoRA, q_norm / k_norm) is still held. The excess is heads·L·(8 − a) (4 with `half_to_float`) −
-    released, or 0.
+    or fp16 with CUDA's `half_to_float` softmax, whose backward writes the input dtype (heads·L·(4 + a)); on CUDA
+    also `softmax_backward_cuda_out`'s `tmp = grad * output` (`softmax_backward_cuda_tmp_bytes`, fp32), made
+    after the result and freed when the kernel returns; already released by autograd: the a-byte weights cast
+    (the value matmul's backward ran) and what the ops after attention saved, whose backward ran first: o_proj's
+    LoRA, the post-attention norms, the MLP and its LoRA (`released_before_attention_backward_per_token`). What
+    the ops before attention saved (input_layernorm, q/k/v's LoRA, q_norm / k_norm) is still held. The excess is
+    heads·L·(8 − a + tmp) (4 + tmp with `half_to_float`) − released, or 0.
     """
     if cfg.attn_implementation != "eager":
         return 0
     released = released_before_attention_backward_per_token(cfg, arch, seq_len)
     excess = 4 if softmax_half_to_float(cfg) else 8 - compute_bytes(cfg)
+    excess += softmax_backward_cuda_tmp_bytes(cfg)
     return max(0, arch.num_heads * seq_len * excess - released)
+
+
+def softmax_backward_cuda_tmp_bytes(cfg: RunConfig) -> int:
+    """Bytes per score element of the temporary CUDA's softmax backward makes: `softmax_backward_cuda_out`
+    (aten/src/ATen/native/cuda/SoftMax.cu) computes `Tensor tmp = grad * output;` before its kernel, after the
+    structured op allocated the result, and frees it on return. Both operands are the softmax's dtype, fp32 for
+    eager attention's `softmax(dtype=float32)`, so 4. The CPU kernel (`softmax_backward_cpu_out`) reads `grad`
+    and `output` directly and a FakeTensor trace runs the meta kernel, the result only: 0 off CUDA (the tracer
+    makes the temporary for CUDA runs, sweeps/trace/patches.py `CudaSoftmaxBackward`)."""
+    return 4 if cfg.device == "cuda" else 0
 
 
 def released_before_attention_backward_per_token(cfg: RunConfig, arch: Arch, seq_len: int) -> int:

@@ -22,6 +22,9 @@
   https://github.com/huggingface/peft/blob/v0.21.2/src/peft/tuners/lora/bnb.py#L543); a trace of a CUDA run
   autocasts on CPU tensors, so the bare call answers with the CPU autocast that stands for CUDA's (the bare
   call's CPU answer, False under bf16 autocast, would make the traced QLoRA layers cast where a GPU's do not).
+* autograd's `_softmax_backward_data` (eager attention's softmax): CUDA's kernel first makes `tmp = grad * output`,
+  a gradient-sized temporary the CPU and meta kernels do not; `CudaSoftmaxBackward`, entered inside the storage
+  probe for the training phase of a CUDA run, makes and frees it after the result as CUDA does.
 * TRL's metric-only `nanmin`/`nanmax` branch on data (`isnan(t).all()`): replaced by `min`/`max`.
 * fused LM head, GPU path (`fused-gpu`): on CUDA with Triton, TRL scores only the completion positions
   (`hidden_states[mask]`, a compact `[N_valid, H]` copy, then `masked_scatter` back) and folds each
@@ -171,6 +174,25 @@ class CudaIndexBackward(TorchDispatchMode):
         out = func(*args, **kwargs)
         if func is torch.ops.aten.new_zeros.default:
             self._zeros = weakref.ref(out)
+        return out
+
+
+class CudaSoftmaxBackward(TorchDispatchMode):
+    """Make the temporary CUDA's softmax backward makes: torch 2.13 `softmax_backward_cuda_out`
+    (aten/src/ATen/native/cuda/SoftMax.cu) runs `Tensor tmp = grad * output;` after the structured op allocated
+    the result and passes `tmp` to its kernel, which frees it on return; the CPU kernel and the meta kernel a
+    FakeTensor trace runs allocate the result only. Eager attention's `softmax(dtype=float32)` backward is where
+    it shows: one fp32 [B, heads, L, L] more at the layer's backward peak (the estimator's
+    `activations.softmax_backward_cuda_tmp_bytes`).
+
+    Entered above the storage probe (inside it), so the probe sees the result, then `tmp` made and freed, in the
+    GPU's order. The values are the CPU kernel's; only the extra allocation is added."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.ops.aten._softmax_backward_data.default:
+            tmp = torch.ops.aten.mul.Tensor(args[0], args[1])
+            del tmp
         return out
 
 

@@ -317,7 +317,7 @@ def run_steps(
     """
     from trl.models.utils import unwrap_model_for_generation
 
-    from sweeps.trace import generate
+    from sweeps.trace import generate, patches
 
     policy = trainer.model
     n_micro = cfg.resolved_steps_per_generation
@@ -347,7 +347,9 @@ def run_steps(
             buffered = None
             buffered = _micro_batches(_score(trainer, cfg, ids, max_micro), n_micro)
             del ids
-        with probe.phase("train"):
+        # a CUDA run's softmax backward makes a temporary the CPU kernels do not: made inside the probe, so it counts
+        softmax_tmp = patches.CudaSoftmaxBackward() if cfg.device == "cuda" else nullcontext()
+        with probe.phase("train"), softmax_tmp:
             trained = cfg.gradient_accumulation_steps
             if max_micro is not None:
                 trained = min(trained, max_micro)

@@ -311,3 +311,22 @@ def test_uncached_score_segments_is_every_distinct_rounded_size(g, p, c):
         allocation_size(round_size(per * n * n, s), s) for n in range(p, p + c) if per * n * n >= 10 * 2**20
     }
     assert gen.uncached_score_segments(cfg, arch) == 2 * sum(sizes)
+
+
+def test_cuda_softmax_backward_temporary_worked_by_hand():
+    """Qwen3-4B (32 query heads), eager, 16 sequences of 740 + 284 = 1024 tokens: CUDA's `softmax_backward_cuda_out`
+    makes `tmp = grad * output`, fp32 like eager's `softmax(dtype=float32)` output, [16, 32, 1024, 1024] x 4 B =
+    2 GiB beside the layer's backward peak; a CPU run has none."""
+    kw = dict(
+        model="Qwen/Qwen3-4B", use_peft=True, lora_r=16, attn_implementation="eager",
+        per_device_train_batch_size=16, num_generations=16, max_prompt_length=740, max_completion_length=284,
+        gradient_checkpointing=True, steps_per_generation=5,
+    )  # fmt: skip
+    cuda, cpu = RunConfig(**kw), RunConfig(device="cpu", **kw)
+    arch = resolve_model(cuda.model)
+    assert arch.num_heads == 32
+    tmp = 16 * 32 * 1024 * 1024 * 4
+    assert tmp == 2 * 2**30
+    per_token = act.eager_backward_transient_per_token
+    assert 16 * 1024 * (per_token(cuda, arch, 1024) - per_token(cpu, arch, 1024)) == tmp
+    assert act.softmax_backward_cuda_tmp_bytes(cpu) == 0

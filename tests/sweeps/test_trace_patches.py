@@ -200,3 +200,44 @@ def test_index_put_outside_index_backward_keeps_its_copy():
         later = torch.ops.aten.index_put.default(fresh, [torch.tensor([2])], torch.tensor([3.0]), True)
     assert base.tolist() == [0.0, 0.0, 0.0, 0.0] and out.tolist() == [0.0, 5.0, 0.0, 0.0]
     assert fresh.tolist() == [0.0, 0.0, 0.0, 0.0] and later.tolist() == [0.0, 0.0, 3.0, 0.0]
+
+
+def _softmax_backward_peak(cuda: bool) -> tuple[int, list[tuple]]:
+    """Peak live bytes (in [B, h, L, L] fp32 units) of eager attention's `softmax(scores, dtype=float32)` and its
+    backward on bf16 scores, under the probe, on FakeTensors; and the probe's event stream."""
+    from contextlib import nullcontext
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from sweeps.probes.tensors import LiveStorageMode
+    from sweeps.trace.patches import CudaSoftmaxBackward
+
+    b, h, n = 2, 4, 128
+    with FakeTensorMode():
+        scores = torch.empty(b, h, n, n, dtype=torch.bfloat16, requires_grad=True)
+        probe = LiveStorageMode(record_events=True)
+        with probe, CudaSoftmaxBackward() if cuda else nullcontext():
+            p = torch.nn.functional.softmax(
+                scores, dim=-1, dtype=torch.float32
+            )  # fp32 copy 1 (freed), saved 1
+            g = torch.ones_like(p)  # 1
+            (gs,) = torch.autograd.grad(p, scores, g)  # result 1, CUDA's tmp 1, then the bf16 cast 1/2
+            del p, g, gs
+    return probe.result()["peak_bytes"] // (b * h * n * n * 4), probe.events
+
+
+def test_softmax_backward_makes_cudas_grad_times_output_temporary():
+    """Hand count, torch 2.13 aten/src/ATen/native/cuda/SoftMax.cu `softmax_backward_cuda_out`: at the kernel the
+    saved fp32 output, the fp32 incoming gradient and the fp32 result are live (3 units); CUDA also holds
+    `tmp = grad * output` (a 4th), made after the result and freed before the op returns. The CPU / meta kernel
+    holds 3."""
+    peak, _ = _softmax_backward_peak(cuda=False)
+    assert peak == 3
+    peak, events = _softmax_backward_peak(cuda=True)
+    assert peak == 4
+    unit = 2 * 4 * 128 * 128 * 4
+    big = [e for e in events if e[0] == "a" and e[2] == unit]
+    # the input's fp32 copy, the output, the gradient, the result, then tmp, freed before anything else happens
+    assert len(big) == 5
+    at = events.index(big[4])
+    assert events[at - 1] == big[3] and events[at + 1] == ("f", big[4][1])
