@@ -75,9 +75,21 @@ def section(real: dict, traced: dict | None, result: dict | None) -> list[str]:
             "No traced stream of this config: rerun with `--trace-missing` (CPU, minutes).",
             "",
         ]
+    spg = (real.get("config") or {}).get("steps_per_generation") or 1
+    window = (
+        [
+            f"With steps_per_generation {spg} the real run trains up to {spg} micro-batches per generation and the "
+            "trace generates every step, so the cut streams hold different numbers of training micro-steps: the "
+            "phases' peaks compare, the size-class counts of `train` and `optimizer` do not.",
+            "",
+        ]
+        if spg > 1
+        else []
+    )
     return [
         *lines,
         *_fidelity(traced, result),
+        *window,
         *_phase_table(real.get("torch_reserved", {}), result["real"], result["traced"]),
         *_size_classes(result["profile"]),
         *_unmatched(result["unmatched"]),

@@ -181,3 +181,30 @@ def test_what_each_stream_holds_at_its_peak_by_hand():
     ]
     md = "\n".join(gpu_streams._at_peak(d))
     assert "| 0.00 | 2 | 3 | -0.000 |" in md and "real 0.000 GiB in train (measured-gpu)" in md
+
+
+def test_a_traced_stream_in_a_lineup_subfolder_is_found(tmp_path):
+    # `make tables` traces the lineups' configs into results/streams/mincard/: the report must not trace them again
+    gpu, tr = _folders(tmp_path)
+    sub = tr / "mincard"
+    sub.mkdir()
+    (tr / "t1.txt.gz").rename(sub / "t1.txt.gz")
+    (tr / "index.jsonl").rename(sub / "index.jsonl")
+    out = tmp_path / "GPU.md"
+    assert gpu_streams.main(["--gpu", str(gpu), "--traced", str(tr), "--out", str(out), "--no-need"]) == 0
+    text = out.read_text()
+    assert "mincard/t1.txt.gz" in text and "No traced stream" not in text
+
+
+def test_steps_per_generation_says_the_windows_differ(tmp_path):
+    gpu, tr = _folders(tmp_path)
+    row = json.loads((gpu / "index.jsonl").read_text().splitlines()[0])
+    row["config"]["steps_per_generation"] = 4
+    (gpu / "index.jsonl").write_text(json.dumps(row) + "\n")
+    full = RunConfig.from_dict({**CONFIG, "steps_per_generation": 4}).to_dict()
+    (tr / "index.jsonl").write_text(
+        json.dumps({"key": "t1", "stream": "t1.txt.gz", "steps": 2, "config": full}) + "\n"
+    )
+    out = tmp_path / "GPU.md"
+    assert gpu_streams.main(["--gpu", str(gpu), "--traced", str(tr), "--out", str(out), "--no-need"]) == 0
+    assert "With steps_per_generation 4" in out.read_text()
