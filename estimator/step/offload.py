@@ -60,6 +60,15 @@ def apply(cfg: RunConfig, arch: Arch, phases: dict[str, dict[str, int]]) -> tupl
     return out, [note]
 
 
+def _param_partitions(arch: Arch, n: int) -> tuple[int, ...]:
+    """Bytes of each sizeable parameter's 16-bit partition on one of `n` ranks: the embedding, an untied head and
+    every decoder linear (norms and biases are a few KiB each)."""
+    numels = [arch.embedding_params] + ([] if arch.tie_word_embeddings else [arch.lm_head_params])
+    for lin in arch.layer_linears:
+        numels += [lin.count * lin.in_features * lin.out_features] * arch.num_layers
+    return tuple(2 * off.partition(x, n) for x in numels)
+
+
 def host_ram(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     """Host bytes of the node in training (per rank × ranks) and while loading: {'training': ..., 'loading': ...}."""
     o = settings(cfg)
@@ -75,12 +84,16 @@ def host_ram(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         stage = 3 if cfg.sharding == "zero3" else 2
         t = trainable_params(cfg, arch)
         per_rank = off.ds_host_blocks(
-            off.ds_host_per_rank(t, arch.total_params, n, stage, o, _largest_param(arch)), o
+            off.ds_host_per_rank(t, arch.total_params, n, stage, o, _largest_param(arch)),
+            o,
+            stage,
+            _param_partitions(arch, n),
         )
+    unpinned = ("optimizer_state", "master_weights") if cfg.sharding == "zero3" else ("optimizer_state",)
     return {
         "training": off.host_ram_node(per_rank, n),
         "loading": loading,
-        "pinned": off.pinned_bytes(per_rank, o) * n,
+        "pinned": off.pinned_bytes(per_rank, o, unpinned) * n,
     }
 
 

@@ -7,9 +7,12 @@ Sources, at the versions read:
   `initialize_optimizer_states` gives it an fp32 host gradient partition, pinned; `DeepSpeedCPUAdam` keeps exp_avg / exp_avg_sq in fp32 beside the partition on the host; gradients
   leave the GPU per parameter through `temp_grad_buffer_for_gpu_offload` and its pinned host twin
   `temp_grad_buffer_for_cpu_offload`, each `largest_param_numel` elements of the 16-bit dtype.
-* DeepSpeed 0.19.8 `stage3.py` / `partition_parameters.py` (ZeRO-3, `offload_param.device: cpu`): each rank's
-  16-bit parameter partition lives on the host, pinned (`Init._partition_param`); the fp32 partitions and
-  optimizer state as for ZeRO-2 (`DeepSpeedZeroOptimizer_Stage3._create_fp32_partitions`).
+* DeepSpeed 0.19.8 `stage3.py` / `partition_parameters.py` (ZeRO-3): with `offload_optimizer` the fp32 master
+  partition is a plain host copy (`_create_fp32_partitions`: `.to(cpu, fp32).clone()`, not pinned), its fp32
+  gradient one pinned buffer per sub-group of at most `sub_group_size` elements (`initialize_optimizer_states`),
+  and the 16-bit gradient partitions one pinned flat buffer (`grad_partitions_flat_buffer`); with `offload_param`
+  each parameter's 16-bit partition is pinned on its own when it is partitioned (`Init._partition_param`), then
+  copied into one pinned flat buffer per parameter group (`_create_param_groups_fp16_flat_cpu_memory`).
 * torch 2.13 FSDP2 `CPUOffloadPolicy(pin_memory=True)` (`FSDPParam._init_sharded_param` pins the
   padded shard, `foreach_reduce` copies each reduced gradient shard to the host): the sharded parameters (fp32 under accelerate's mixed precision) and the reduce-scattered gradient
   shards live on the host, pinned; the optimizer steps on the host parameters, so its state is on the host.
@@ -73,6 +76,15 @@ def ds_grad_staging(largest_param_numel: int) -> int:
     return 2 * largest_param_numel
 
 
+SUB_GROUP_SIZE = 1_000_000_000  # DeepSpeed's zero_optimization.sub_group_size (elements)
+
+
+def sub_groups(numel: int, size: int = SUB_GROUP_SIZE) -> list[int]:
+    """ZeRO-3's optimizer sub-groups of a partition of `numel` elements (`_create_fp16_sub_groups` closes one at
+    `size` elements; the parameter that crosses it stays in it, which this split ignores)."""
+    return [size] * (numel // size) + ([numel % size] if numel % size else [])
+
+
 def ds_host_per_rank(
     trainable: int, params: int, n: int, stage: int, off: Offload, largest: int
 ) -> dict[str, int]:
@@ -83,6 +95,8 @@ def ds_host_per_rank(
         out["optimizer_state"] = ds_host_optimizer_state(trainable, n)
         out["gradients"] = ds_host_gradients(trainable, n)
         out["bit16_partition"] = ds_host_bit16_partition(trainable, n, stage)
+        if stage == 3:  # grad_partitions_flat_buffer: the 16-bit gradient partitions
+            out["bit16_gradients"] = 2 * partition(trainable, n)
         if stage in (1, 2):  # stage_1_and_2.py's pinned twin of the GPU staging buffer
             out["grad_staging"] = ds_grad_staging(largest)
     if off.param and stage == 3:
@@ -144,13 +158,26 @@ def pinned_block(nbytes: int) -> int:
 
 
 def ds_host_blocks(
-    per_rank: dict[str, int], off: Offload, unpinned: tuple[str, ...] = ("optimizer_state",)
+    per_rank: dict[str, int], off: Offload, stage: int = 2, param_partitions: tuple[int, ...] = ()
 ) -> dict[str, int]:
-    """One DeepSpeed rank's host bytes as allocated: each pinned buffer (`pin_memory`, all but `unpinned`) in its
-    power-of-two block (`pinned_block`); DeepSpeed pins each state as one flat buffer."""
+    """One DeepSpeed rank's host bytes as allocated: each pinned buffer (`pin_memory`) in its power-of-two block
+    (`pinned_block`). Not pinned: AdamW's state, and under ZeRO-3 the fp32 master copy. ZeRO-3 pins the fp32
+    gradient per sub-group, and with parameter offload each parameter's partition (`param_partitions`, bytes) on its
+    own before the flat copy; torch's host allocator keeps those blocks cached, so they stay in the process."""
     if not off.pin_memory:
         return dict(per_rank)
-    return {k: v if k in unpinned else pinned_block(v) for k, v in per_rank.items()}
+    unpinned = ("optimizer_state", "master_weights") if stage == 3 else ("optimizer_state",)
+    out = {}
+    for k, v in per_rank.items():
+        if k in unpinned:
+            out[k] = v
+        elif k == "gradients" and stage == 3:
+            out[k] = sum(pinned_block(4 * g) for g in sub_groups(v // 4))
+        else:
+            out[k] = pinned_block(v)
+    if stage == 3 and off.param and param_partitions:
+        out["weight_partitions"] = sum(pinned_block(b) for b in param_partitions)
+    return out
 
 
 def host_ram_node(per_rank: dict[str, int], ranks_per_node: int) -> int:
@@ -161,7 +188,8 @@ def host_ram_node(per_rank: dict[str, int], ranks_per_node: int) -> int:
 def pinned_bytes(
     per_rank: dict[str, int], off: Offload, unpinned: tuple[str, ...] = ("optimizer_state",)
 ) -> int:
-    """Page-locked bytes of one rank (cannot be swapped; `ulimit -l` and containers cap them): all but `unpinned`."""
+    """Page-locked bytes of one rank (cannot be swapped; `ulimit -l` and containers cap them): all but `unpinned`
+    (ZeRO-3 leaves its fp32 master copy unpinned too: `ds_host_blocks`)."""
     if not off.pin_memory:
         return 0
     return sum(v for k, v in per_rank.items() if k not in unpinned)

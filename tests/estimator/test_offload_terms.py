@@ -130,3 +130,23 @@ def test_pinned_buffers_take_power_of_two_blocks():
         "optimizer_state": 12_349_714_432,
     }
     assert off.ds_host_blocks(host, off.Offload(optimizer=True, pin_memory=False)) == host
+
+
+def test_zero3_host_blocks_by_hand():
+    # ZeRO-3, 1.5e9 trainable on one rank, optimizer and parameter offload: fp32 master (6e9 B) and AdamW's state
+    # unpinned; fp32 gradients pinned per 1e9-element sub-group (4e9 -> 2**32, 2e9 -> 2**31); the bf16 gradient
+    # partitions (3e9 -> 2**32) and the flat bf16 parameters (3e9 -> 2**32); two parameters' own partitions
+    # (3 MB -> 2**22 each)
+    t = 1_500_000_000
+    per = off.ds_host_per_rank(t, t, 1, 3, off.Offload(optimizer=True, param=True), 10)
+    got = off.ds_host_blocks(per, off.Offload(optimizer=True, param=True), 3, (3_000_000, 3_000_000))
+    assert got == {
+        "master_weights": 6_000_000_000,
+        "optimizer_state": 12_000_000_000,
+        "gradients": 2**32 + 2**31,
+        "bit16_partition": 0,
+        "bit16_gradients": 2**32,
+        "weights": 2**32,
+        "weight_partitions": 2 * 2**22,
+    }
+    assert off.sub_groups(2_500_000_000) == [10**9, 10**9, 5 * 10**8]
