@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
-from gpu_validate_rows import ok_rows, row_id
+from measured_rows import ok_rows, row_id
 
 from sweeps.report.replay import replay_frame, replay_lines
 

@@ -5,7 +5,7 @@ the estimator, so these tests fail if an estimator change moves a prediction bel
 from __future__ import annotations
 
 import pytest
-from gpu_validate_rows import ok_rows, row_id
+from measured_rows import assert_allocated_covered, ok_rows, row_id
 
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
@@ -23,17 +23,8 @@ def test_rows_are_real_gpu_measurements():
 
 @pytest.mark.parametrize("row", ok_rows(), ids=row_id)
 def test_estimate_with_band_covers_measured_allocated(row):
-    # torch.cuda.max_memory_allocated counts the tensors, the cuBLAS / cuBLASLt workspaces allocated through the
-    # caching allocator (the estimate's in_reserved items), and whole blocks where a remainder of 1 MiB or less
-    # is not split off (`allocated_bytes` grows by the block's size; tests/accuracy/test_gpu_allocated_replay.py
-    # shows those three in each row). The tensor estimate plus the workspaces and the band every fit verdict adds
-    # covers it; and the estimate is not loose: the tensors and the workspaces within 3 % of the measurement
     cfg = RunConfig.from_dict(row["config"])
-    est = estimate(cfg, arch_for(cfg))
-    observed = row["observed"]["peak_bytes"]
-    allocated = est.peak_allocated_bytes + est.in_reserved_bytes
-    assert allocated + est.band_bytes >= observed
-    assert abs(allocated - observed) / observed < 0.03
+    assert_allocated_covered(estimate(cfg, arch_for(cfg)), row["observed"]["peak_bytes"])
 
 
 @pytest.mark.parametrize("row", ok_rows(), ids=row_id)

@@ -7,26 +7,19 @@ GPU lease has written rows, the parametrized test has no case and pytest reports
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
+from measured_rows import method_of, rows_of
 
 from sweeps.report.mincard import breakdown, estimated_figures
 
-ROWS = Path(__file__).resolve().parents[2] / "results" / "raw" / "mincard.jsonl"
-
 
 def _rows() -> list[dict]:
-    if not ROWS.exists():
-        return []
-    rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r.get("status") == "ok" and (r.get("mincard") or {}).get("min_torch_bytes")]
+    return [r for r in rows_of("mincard") if (r.get("mincard") or {}).get("min_torch_bytes")]
 
 
 def _id(row: dict) -> str:
     c = row["config"]
-    method = "qlora" if c.get("load_in_4bit") else "lora" if c.get("use_peft") else "full"
+    method = method_of(c)
     return f"{c['model'].split('/')[-1]}-{method}-p{c.get('max_prompt_length')}"
 
 

@@ -5,28 +5,21 @@ under-estimated. The measured numbers come from torch's counters on that GPU, no
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
+from measured_rows import method_of, rows_of
 
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import estimate
 from sweeps.runner.predict import arch_for
 
-ROWS = Path(__file__).resolve().parents[2] / "results" / "raw" / "mincard.jsonl"
-
 
 def _rows() -> list[dict]:
-    if not ROWS.exists():
-        return []
-    rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r.get("status") == "ok" and (r.get("observed") or {}).get("phases")]
+    return [r for r in rows_of("mincard") if (r.get("observed") or {}).get("phases")]
 
 
 def _id(row: dict) -> str:
     c = row["config"]
-    method = "qlora" if c.get("load_in_4bit") else "lora" if c.get("use_peft") else "full"
+    method = method_of(c)
     return (
         f"{c['model'].split('/')[-1]}-{method}-{c.get('attn_implementation')}-p{c.get('max_prompt_length')}"
     )
