@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from estimator.model.architecture import Arch
 from estimator.settings.config import RunConfig
+from estimator.step.offload import moved as offload_moved
 from estimator.terms import activations as act
 from estimator.terms import deepspeed_buffers as ds
 from estimator.terms import generation as gen
@@ -305,9 +306,7 @@ def train_instants(cfg: RunConfig, arch: Arch, tensors: str = opt.REAL) -> dict[
 def train_phase(cfg: RunConfig, arch: Arch, tensors: str = opt.REAL) -> tuple[dict[str, int], str]:
     """The largest training instant and its name, counted on the GPU: without what CPU offload moves to the host
     (`estimator/step/offload.py`), so an offloaded run's peak is the instant that peaks on its GPU."""
-    from estimator.step.offload import moved
-
-    instants, gone = train_instants(cfg, arch, tensors), moved(cfg)
+    instants, gone = train_instants(cfg, arch, tensors), offload_moved(cfg)
     name = max(instants, key=lambda k: sum(v for c, v in instants[k].items() if c not in gone))
     return instants[name], name
 
