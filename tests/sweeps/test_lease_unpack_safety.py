@@ -181,12 +181,9 @@ def test_a_local_folder_where_a_file_goes_is_refused_before_anything_is_written(
     assert not (root / "outputs").exists()
 
 
-def test_too_little_free_space_is_found_before_anything_is_written(tmp_path, capsys, monkeypatch):
-    class Full:
-        f_bavail, f_frsize = 256, 4096  # 1 MiB free
-
-    monkeypatch.setattr(unpack.os, "statvfs", lambda path: Full)
-    tgz = _tgz(
+def _big_in_the_middle(tmp_path):
+    """A lease of three files whose middle one (3 MiB) does not fit where the other two would."""
+    return _tgz(
         tmp_path / "lease-1.tgz",
         [
             ("results/raw/a.txt", b"a"),
@@ -194,6 +191,14 @@ def test_too_little_free_space_is_found_before_anything_is_written(tmp_path, cap
             ("results/raw/c.txt", b"c"),
         ],
     )
+
+
+def test_too_little_free_space_is_found_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    class Full:
+        f_bavail, f_frsize = 256, 4096  # 1 MiB free
+
+    monkeypatch.setattr(unpack.os, "statvfs", lambda path: Full)
+    tgz = _big_in_the_middle(tmp_path)
     root = tmp_path / "repo"
     assert unpack.main([str(tgz), "--root", str(root)]) == 2
     assert "KiB free" in _one_line(capsys)
@@ -209,14 +214,7 @@ def _limited(limit: int):
 
 
 def test_a_write_that_fails_names_its_file_and_the_error_and_leaves_no_temp_file(tmp_path):
-    tgz = _tgz(
-        tmp_path / "lease-1.tgz",
-        [
-            ("results/raw/a.txt", b"a"),
-            ("results/raw/big.bin", os.urandom(3 << 20)),
-            ("results/raw/c.txt", b"c"),
-        ],
-    )
+    tgz = _big_in_the_middle(tmp_path)
     root = tmp_path / "repo"
     done = subprocess.run(
         [sys.executable, "-m", "sweeps.lease.unpack", str(tgz), "--root", str(root)],
