@@ -4,6 +4,7 @@ limits already tried: one JSON line per run in `<results dir>/trials/<sweep>.jso
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -22,13 +23,37 @@ def trials_path(results_path: str | Path) -> Path:
     return results_path.parent / "trials" / results_path.name
 
 
+# torch's OutOfMemoryError text (CUDACachingAllocator.cpp, `DeviceCachingAllocator::malloc`): "Tried to allocate
+# <size>. GPU <n> has a total capacity of <size> of which <size> is free." -- sizes as c10's format_size prints them
+_SIZE = r"([0-9]+(?:\.[0-9]+)?) (bytes|B|KiB|MiB|GiB|TiB)"
+_ASKED = re.compile(r"Tried to allocate " + _SIZE)
+_FREE = re.compile(r"of which " + _SIZE + r" is free")
+_UNITS = {"bytes": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def _bytes(match: re.Match) -> float:
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def device_was_full(error: str) -> bool:
+    """Whether torch's OOM text says the card itself had less free than the allocation asked for: the process's
+    limit is then not what failed it (another process on the card took the memory), so the run bounds nothing.
+    Under `set_per_process_memory_fraction` a limit's own failure comes before any cudaMalloc (`alloc_block`
+    refuses a segment that would pass the cap), so the card still shows the room the allocation wanted."""
+    asked, free = _ASKED.search(error), _FREE.search(error)
+    return asked is not None and free is not None and _bytes(free) < _bytes(asked)
+
+
 def status_of(result: dict) -> str:
-    """`ok`, `oom` (out of memory under the limit, whoever reported it) or `error` (a crash, a timeout: no bound)."""
+    """`ok`, `oom` (out of memory under the limit, whoever reported it) or `error` (a crash, a timeout, an OOM the
+    card's other processes caused: no bound)."""
     status = result.get("status")
-    if status in ("ok", "oom"):
+    text = str(result.get("error") or "")
+    if status == "ok":
         return status
-    text = str(result.get("error") or "").lower()
-    return "oom" if any(m in text for m in OOM_MARKERS) else "error"
+    if status != "oom" and not any(m in text.lower() for m in OOM_MARKERS):
+        return "error"
+    return "error" if device_was_full(text) else "oom"
 
 
 def peaks(result: dict) -> tuple[int | None, int | None]:
