@@ -50,6 +50,12 @@ def _parser() -> OneLineParser:
     p.add_argument(
         "--usable-fraction", type=float, default=0.95, help="share of the card the runs may use (0.95)"
     )
+    p.add_argument(
+        "--leave-gib",
+        type=float,
+        default=0.0,
+        help="GiB of the card left to other work running beside the search, e.g. another lease stage (0)",
+    )
     p.add_argument("--device-total-bytes", type=int, help="the card's memory (default: NVML's total)")
     p.add_argument("--cap-gib", type=float, help="every baseline's limit (default: 2 x the estimator's need)")
     p.add_argument(
@@ -84,6 +90,7 @@ def _check(args) -> None:
         ("--max-concurrent", args.max_concurrent, args.max_concurrent >= 1, "integers >= 1"),
         ("--context-gib", args.context_gib, 0 <= args.context_gib < 1e6, "numbers of GiB >= 0"),
         ("--usable-fraction", args.usable_fraction, 0 < args.usable_fraction <= 1, "numbers in (0, 1]"),
+        ("--leave-gib", args.leave_gib, 0 <= args.leave_gib < 1e6, "numbers of GiB >= 0"),
     ]
     for flag, value, top, optional in (
         ("--budget-s", args.budget_s, float("inf"), "seconds > 0"),
@@ -230,12 +237,16 @@ def _card(todo: list, args) -> schedule.Card:
     if len(devices) != 1:
         raise BadInput(f"device: the rows run on {sorted(devices)}; accepted: one device for the lineup")
     card = schedule.Card(
-        usable_bytes=int(device_total(devices.pop(), args.device_total_bytes) * args.usable_fraction),
+        usable_bytes=int(device_total(devices.pop(), args.device_total_bytes) * args.usable_fraction)
+        - int(args.leave_gib * GIB),
         context_bytes=int(args.context_gib * GIB),
         max_concurrent=args.max_concurrent,
     )
     if card.max_limit <= 0:
-        raise BadInput(f"--context-gib={args.context_gib!r}: leaves no memory for torch on this card")
+        raise BadInput(
+            f"--context-gib={args.context_gib!r}, --leave-gib={args.leave_gib!r}: leave no memory for torch on "
+            "this card; accepted: smaller values"
+        )
     return card
 
 
@@ -342,6 +353,15 @@ class Searches:
     def on_done(self, i: int) -> None:
         """Search `i` ended: its one row, written atomically."""
         e, s = self.todo[i], self.states[i]
+        if s.state == "no-fit" and self.args.leave_gib > 0:
+            # a share of the card bounds nothing about the configuration: no row, its runs stay kept for a
+            # search with the whole card (a written oom row would be final)
+            print(
+                f"open {e.row} {e.job.key} {e.job.config.model}: no limit up to {_gib(s.params.max_limit)} passes "
+                f"on the card less --leave-gib {self.args.leave_gib:g}; left for a search with the whole card",
+                flush=True,
+            )
+            return
         row = rows.make_mincard_row(e.job, self.kept[i], s.state, s.params)
         with measure.signals_deferred():
             measure.store_row(e.job, row, Path(tempfile.gettempdir()))

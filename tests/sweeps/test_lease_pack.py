@@ -67,8 +67,23 @@ def test_call_script_refuses_an_unknown_stage_in_one_line():
     )
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
-        "call.sh: stage 'measure-everything': accepted stages are mincard, zero, validate"
+        "call.sh: stage 'measure-everything': accepted stages are mincard, zero, validate, or several joined by + "
+        "(mincard+zero)"
     ]
+    for stages, named in (
+        ("mincard+zero+mincard", "'mincard' is named twice"),
+        ("zero+", None),
+        ("+zero", "''"),
+    ):
+        both = subprocess.run(
+            ["bash", str(REPO / "sweeps/lease/call.sh"), stages, "x"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        # "zero+" is the zero stage alone: its budget "x" is what is refused
+        assert both.returncode == 2 and len(both.stderr.strip().splitlines()) == 1
+        assert (named or "'x': accepted values are whole seconds") in both.stderr
     bad = subprocess.run(
         ["bash", str(REPO / "sweeps/lease/call.sh"), "zero", "ten"],
         capture_output=True,

@@ -167,12 +167,31 @@ def test_a_gpu_search_asks_for_a_stream_until_its_key_is_in_the_stream_index(tmp
         (["--cap-gib", "1e300"], "--cap-gib=1e+300"),
         (["--device-total-bytes", str(1 << 60)], f"--device-total-bytes={1 << 60}"),
         (["--rows", ""], "--rows=''"),
+        (["--leave-gib", "-1"], "--leave-gib=-1.0"),
+        (["--leave-gib", "7.6"], "--leave-gib=7.6"),  # more than the 8 GiB card's usable 7.6 GiB
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, extra, named):
     assert cli.main(_args(tmp_path, *extra)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and named in err[0] and "accepted" in err[0]
+
+
+def test_a_search_on_a_share_of_the_card_that_fits_nowhere_stays_open_for_the_whole_card(
+    tmp_path, fake_child_path, capsys
+):
+    # 8 GiB x 0.95 less 7.5 GiB left to other work: 102 MiB for the search, under the 190.7 MiB it needs
+    assert cli.main(_args(tmp_path, "--leave-gib", "7.5")) == 0
+    assert not (tmp_path / "res" / "mincard.jsonl").exists()  # no oom row: that would be final
+    assert "left for a search with the whole card" in capsys.readouterr().out
+    kept = trials.load(
+        trials.trials_path(tmp_path / "res" / "mincard.jsonl"), lineup.entries(["r00"], TINY)[0].job.key, None
+    )
+    assert kept and all(k["trial"]["status"] == "oom" for k in kept)
+    # the whole card resumes from those runs and finds the need
+    assert cli.main(_args(tmp_path)) == 0
+    rows = records.load_rows(tmp_path / "res" / "mincard.jsonl")
+    assert len(rows) == 1 and rows[0]["mincard"]["min_torch_bytes"] == 192 * MIB
 
 
 def test_the_child_fails_under_a_limit_below_the_simulated_need(tmp_path):
