@@ -158,3 +158,18 @@ def test_a_rerun_skips_a_row_whose_versions_are_not_an_object(tmp_path, capsys):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert measure.skip_keys(path, {}) == {"b"}
     assert "versions is neither null nor an object" in capsys.readouterr().err
+
+
+def test_own_line_sets_say_whether_their_error_is_the_estimates():
+    """The padded runs count their under-predictions; the CPU rehearsal of ZeRO offload, whose one device holds
+    the host state too, says it is no error instead of counting two 'under-predicted' rows."""
+    padded = {**_row("p", "measured-cpu", 125 * MIB), "sweep": "padded"}  # -20 %
+    zero = {**_row("z", "measured-cpu", 150 * MIB), "sweep": "zero-cpu"}  # -33 %
+    lines = accuracy.summary_lines(accuracy.accuracy_frame([padded, zero], predictor=fake_predictor))
+    assert (
+        "accuracy[measured-cpu, padded]: 1 configs, median 20.0%, worst 20.0%, 1 under-predicted by more than 2%"
+        in lines
+    )
+    (rehearsal,) = [line for line in lines if "zero-offload on CPU" in line]
+    assert rehearsal.startswith("accuracy[measured-cpu, zero-offload on CPU]: 1 configs, median 33.3%")
+    assert "not an error" in rehearsal and "under-predicted" not in rehearsal
