@@ -13,6 +13,7 @@ from estimator.plan.layout import Layout
 from estimator.plan.solve import Solution
 from estimator.settings.config import RunConfig
 from estimator.step.estimate import SOURCE, Estimate
+from estimator.terms.allocator_reserve import DEEPSPEED_NOTE_PREFIX
 from estimator.terms.phase_names import PHASE_HELP, PHASES
 from estimator.terms.sharding import deepspeed_dtype_config
 from estimator.terms.vllm import VERSION as VLLM_VERSION
@@ -709,8 +710,9 @@ def short(
         near = _nearest_cards(fits)
         if near:
             out += _wrap(near, "  ", "")
-    for n in est.notes:  # host RAM is a second verdict (offload): it stays in the short answer
-        if n.startswith("host RAM"):
+    # host RAM is a second verdict (offload), and DeepSpeed's measured reserve qualifies the first: both stay
+    for n in est.notes:
+        if n.startswith(("host RAM", DEEPSPEED_NOTE_PREFIX)):
             out += _wrap(plain(n), "  ", "")
     notes = f", {len(est.notes)} notes" if est.notes else ""
     more = f"More: --detail (every phase, memory layers, sources{notes}) or --json."

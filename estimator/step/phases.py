@@ -8,6 +8,7 @@ from estimator.settings import versions
 from estimator.settings.config import RunConfig
 from estimator.step import fsdp, single
 from estimator.step import offload as offload_phases
+from estimator.terms import allocator_reserve
 from estimator.terms.optimizer import REAL
 from estimator.terms.sharding import deepspeed_dtype_config, is_fsdp
 
@@ -71,4 +72,7 @@ def build_phases(cfg: RunConfig, arch: Arch, tensors: str = REAL) -> tuple[Phase
         notes.append(
             "DeepSpeed casts the model to bf16 under ZeRO; fp32 master weights and AdamW state are sharded"
         )
+    ds_reserve = allocator_reserve.deepspeed_note(given)
+    if ds_reserve:
+        notes.append(ds_reserve)
     return phases, notes, cfg

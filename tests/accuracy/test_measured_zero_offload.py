@@ -4,6 +4,8 @@ counters on that GPU and the process's pinned host memory (torch's host allocato
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from measured_rows import assert_allocated_covered, rows_of
 
@@ -42,3 +44,27 @@ def test_pinned_host_memory_within_3_percent(row):
     cfg, arch, _ = _estimate(row)
     pinned = row["observed"]["probes"]["host"]["pinned"]["allocated_bytes.peak"]
     assert abs(host_ram(cfg, arch)["pinned"] - pinned) / pinned < 0.03
+
+
+def test_the_deepspeed_reserve_note_states_what_the_rows_measured():
+    """The note every ZeRO answer carries (its reserve is not traced) gives the measured rows' reserved and
+    nvidia-smi peaks over the estimate's figures: recomputed here from the rows, so a lease that adds a row or a
+    change to the reserve makes the note say so."""
+    from estimator.terms.allocator_reserve import DEEPSPEED_MEASURED, deepspeed_note
+    from sweeps.report.reserve import reserve_frame
+
+    frame = reserve_frame(_rows())
+    assert len(frame) == DEEPSPEED_MEASURED.rows
+    for column, stated in (
+        ("reserved", DEEPSPEED_MEASURED.reserved),
+        ("nvml", DEEPSPEED_MEASURED.nvidia_smi),
+    ):
+        ratios = (
+            frame[f"{column}_bytes"]
+            / frame[f"predicted_{column if column == 'reserved' else 'device'}_bytes"]
+        )
+        # the stated range covers the measured one, outward to two decimals (the safe side)
+        assert (math.floor(100 * ratios.min()) / 100, math.ceil(100 * ratios.max()) / 100) == stated, column
+    zero = RunConfig(model="Qwen/Qwen2.5-1.5B-Instruct", sharding="zero3", offload_optimizer=True)
+    assert "1.28-1.44 x" in deepspeed_note(zero) and "not traced" in deepspeed_note(zero)
+    assert deepspeed_note(RunConfig(model="Qwen/Qwen2.5-1.5B-Instruct")) is None
