@@ -8,7 +8,10 @@ Per real stream (`index.jsonl` there, one line per run): the traced stream whose
 settings, the library versions aside), in the traced folder or one of its subfolders (`make tables` traces the
 lineups' configs into results/streams/mincard/ and gpu-validate/); with `--trace-missing` a config without one is
 traced first
-(`sweeps.trace.streams.record`, CPU only, minutes per config). The analysis is `sweeps.report.stream_diff`.
+(`sweeps.trace.streams.record`, CPU only, minutes per config). The analysis is `sweeps.report.stream_diff`. A DeepSpeed
+ZeRO stream has no traced counterpart (the tracer cannot run DeepSpeed) and is never traced: it is replayed alone
+(`stream_diff.alone`: the simulator's fidelity on it, the reserve and smallest limit it implies against the
+estimate's, its allocations by CUDA stream).
 Without any real stream it says so on one line and exits 0, the report untouched.
 """
 
@@ -63,6 +66,90 @@ def _title(cfg: dict) -> str:
         f"{c.model} {method}, {c.num_generations} generations, prompt {c.max_prompt_length} + completion "
         f"{c.max_completion_length}, GC {'on' if c.gradient_checkpointing else 'off'}"
     )
+
+
+# settings the CPU tracer cannot run: their real streams have no traced counterpart and are replayed alone
+UNTRACEABLE = {"zero2": "DeepSpeed ZeRO-2", "zero3": "DeepSpeed ZeRO-3"}
+
+
+def untraceable(config: dict) -> str | None:
+    """What in a real stream's config no CPU trace can run (None: it can be traced)."""
+    return UNTRACEABLE.get(str(config.get("sharding")))
+
+
+def section_alone(real: dict, result: dict, what: str, est: dict | None) -> list[str]:
+    """The markdown of a real stream replayed alone: what it implies, set beside the estimate."""
+    r, f, at = result["real"], result["fidelity"], result["at_peak"]
+    lines = [
+        *_real_stream(real),
+        "",
+        f"{what}: no traced counterpart (no DeepSpeed step runs under the CPU tracer), so this stream is replayed "
+        "alone: it is the reserve's only evidence for this setting.",
+        "",
+        "**(a) Simulator fidelity on the real stream**: simulated peak reserved "
+        f"{_gib(f['simulated_peak_reserved'])} GiB vs torch's {_gib(f['measured_peak_reserved'])} GiB "
+        f"(measured-gpu): {f['error_bytes'] / 2**20:+.0f} MiB"
+        + (f" ({100 * f['error_fraction']:+.2f} %)" if f["error_fraction"] is not None else "")
+        + ".",
+        "",
+        f"**(c) What the stream implies (simulated)**: peak allocated {_gib(r['peak_allocated'])} GiB in "
+        f"`{r['peak_label']}`, peak reserved {_gib(r['peak_reserved'])} GiB, reserve {_gib(r['reserve'])} GiB"
+        + (
+            f"; smallest limit that runs it {_gib(r['min_device_limit'])} GiB, {_gib(r['need'])} over peak allocated"
+            if "need" in r
+            else ""
+        )
+        + ".",
+    ]
+    if est is not None:
+        need = est.get("need_bytes")
+        lines.append(
+            f"The estimate (estimated): peak allocated {_gib(est.get('peak_allocated_bytes'))} GiB, peak reserved "
+            f"{_gib(est.get('peak_reserved_bytes'))} GiB, what the card must hold {_gib(need)} GiB"
+            + (
+                f" ({100 * (need / r['min_device_limit'] - 1):+.1f} % against the simulated smallest limit)"
+                if need and r.get("min_device_limit")
+                else ""
+            )
+            + "."
+        )
+    lines += [
+        "",
+        "Allocations by CUDA stream (measured-gpu): the allocator serves each stream from its own blocks, so a side "
+        "stream's peak is reserved beside the default stream's.",
+        "",
+        "| CUDA stream | allocations | GiB requested | peak live (GiB) |",
+        "|---|---|---|---|",
+    ]
+    for sid, c in result["streams"].items():
+        lines.append(f"| {sid} | {c['allocs']} | {c['bytes'] / 2**30:.2f} | {_gib(c['peak_live'])} |")
+    lines += [
+        "",
+        f"At the allocated peak ({_gib(at['requested'])} GiB requested, in `{at['phase']}`), the largest live request "
+        "sizes (measured-gpu):",
+        "",
+        "| size (MiB) | live | GiB |",
+        "|---|---|---|",
+    ]
+    for x in at["sizes"]:
+        lines.append(f"| {x['size'] / 2**20:.2f} | {x['count']} | {x['bytes'] / 2**30:.3f} |")
+    if at["others_bytes"]:
+        lines.append(f"| other sizes | | {at['others_bytes'] / 2**30:.3f} |")
+    lines += ["", "Allocations by size class and phase: count / GiB requested (measured-gpu).", ""]
+    lines += ["| phase | " + " | ".join(n for n, _ in stream_diff.SIZE_CLASSES) + " |"]
+    lines += ["|---|" + "---|" * len(stream_diff.SIZE_CLASSES)]
+    for ph, cells in sorted(result["profile"].items()):
+        row = [cells.get(n, [0, 0]) for n, _ in stream_diff.SIZE_CLASSES]
+        lines.append(f"| {ph} | " + " | ".join(f"{c} / {b / 2**30:.2f}" for c, b in row) + " |")
+    return [*lines, ""]
+
+
+def _estimate_of(config: dict) -> dict | None:
+    """The estimator's figures for a real stream's config (estimated), None when it cannot size it."""
+    from sweeps.runner.predict import predict
+
+    est, _ = predict(config)
+    return est
 
 
 def section(real: dict, traced: dict | None, result: dict | None) -> list[str]:
@@ -232,7 +319,8 @@ def _reserves(r: dict, t: dict) -> list[str]:
 
 
 def report(gpu: Path, traced_dir: Path, trace_missing: bool = False, need: bool = True) -> tuple[str, int]:
-    """The markdown for every real stream in `gpu`, and how many were compared with a traced stream."""
+    """The markdown for every real stream in `gpu`, and how many were compared with a traced stream (a stream of
+    a setting no CPU trace can run, `untraceable`, is never traced: it is replayed alone)."""
     reals, bad = read_index(gpu / "index.jsonl")
     traced = traced_rows(traced_dir, gpu)
     lines = [
@@ -248,6 +336,11 @@ def report(gpu: Path, traced_dir: Path, trace_missing: bool = False, need: bool 
         lines += [f"{bad} line(s) of `index.jsonl` skipped: not a run's JSON line.", ""]
     compared = 0
     for real in reals:
+        what = untraceable(real.get("config") or {})
+        if what is not None:
+            result = stream_diff.alone(load_stream(gpu / real["stream"]), real["torch_reserved"], need=need)
+            lines += section_alone(real, result, what, _estimate_of(real["config"]))
+            continue
         match = traced_for(real, traced)
         if match is None and trace_missing:
             match = _trace(real, traced_dir)

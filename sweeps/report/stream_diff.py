@@ -216,3 +216,48 @@ def compare(real: list[tuple], traced: list[tuple], torch_reserved: dict, need: 
         "unmatched": unmatched_sizes(real, cut),
         "at_peak": peak_difference(real, cut),
     }
+
+
+def by_cuda_stream(events: Iterable[tuple]) -> dict[int, dict[str, int]]:
+    """Per CUDA stream (numbered by first appearance): allocations, bytes requested, and the peak of its own live
+    bytes. torch's caching allocator keeps each stream's blocks apart (a cached block serves only requests on the
+    stream it was made for), so a side stream's blocks are reserved beside the default stream's."""
+    out: dict[int, dict[str, int]] = {}
+    live: dict[int, tuple[int, int]] = {}  # id -> (size, stream)
+    for e in events:
+        if e[0] == ALLOC:
+            s = e[3] if len(e) > 3 else 0
+            cell = out.setdefault(s, {"allocs": 0, "bytes": 0, "live": 0, "peak_live": 0})
+            cell["allocs"] += 1
+            cell["bytes"] += e[2]
+            cell["live"] += e[2]
+            cell["peak_live"] = max(cell["peak_live"], cell["live"])
+            live[e[1]] = (e[2], s)
+        elif e[0] == FREE and e[1] in live:
+            size, s = live.pop(e[1])
+            out[s]["live"] -= size
+    return {s: {k: v for k, v in c.items() if k != "live"} for s, c in sorted(out.items())}
+
+
+def alone(real: list[tuple], torch_reserved: dict, need: bool = True, top: int = 12) -> dict:
+    """A real stream with no traced counterpart (DeepSpeed, which the CPU tracer cannot run), replayed alone:
+    (a) fidelity, (c) the reserve and need it implies, allocations by size class and phase and by CUDA stream, and
+    the largest request sizes live at its allocated peak (size, count, bytes; the most bytes first)."""
+    r = reserve(real, need=need)
+    peak, phase, held = live_at_peak(real)
+    at_peak = sorted(
+        ({"size": s, "count": n, "bytes": s * n} for s, n in held.items()), key=lambda x: -x["bytes"]
+    )
+    return {
+        "steps": steps_in(real),
+        "fidelity": fidelity(r["peak_reserved"], torch_reserved),
+        "real": r,
+        "profile": alloc_profile(real),
+        "streams": by_cuda_stream(real),
+        "at_peak": {
+            "requested": peak,
+            "phase": phase,
+            "sizes": at_peak[:top],
+            "others_bytes": sum(x["bytes"] for x in at_peak[top:]),
+        },
+    }

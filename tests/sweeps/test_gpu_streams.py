@@ -208,3 +208,56 @@ def test_steps_per_generation_says_the_windows_differ(tmp_path):
     out = tmp_path / "GPU.md"
     assert gpu_streams.main(["--gpu", str(gpu), "--traced", str(tr), "--out", str(out), "--no-need"]) == 0
     assert "With steps_per_generation 4" in out.read_text()
+
+
+# a DeepSpeed run's real stream: a 1000 MiB buffer on a side CUDA stream (1), freed, then a 1000 MiB tensor on the
+# default stream (0), which cannot take the side stream's cached block: a second segment, 2000 MiB reserved for
+# 1000 MiB allocated. Under a limit the allocator frees the cached block and retries, so 1000 MiB would do; the
+# bisection (64 MiB resolution) passes 1500, 1250, 1125 and 1062.5 MiB and stops there.
+GIB_ = 1000 * MIB
+DS_REAL = [
+    ("m", "train"),
+    ("a", 1, GIB_, 1),
+    ("f", 1),
+    ("a", 2, GIB_, 0),
+    ("f", 2),
+    ("m", "other"),
+]
+DS_CONFIG = {
+    "model": "Qwen/Qwen2.5-1.5B-Instruct",
+    "sharding": "zero2",
+    "offload_optimizer": True,
+    "device": "cuda",
+    "num_generations": 4,
+    "max_prompt_length": 64,
+    "max_completion_length": 32,
+}
+
+
+def test_by_cuda_stream_by_hand():
+    assert stream_diff.by_cuda_stream(DS_REAL) == {
+        0: {"allocs": 1, "bytes": GIB_, "peak_live": GIB_},
+        1: {"allocs": 1, "bytes": GIB_, "peak_live": GIB_},
+    }
+
+
+def test_a_deepspeed_stream_is_never_traced_and_is_replayed_alone(tmp_path, monkeypatch):
+    gpu, tr = tmp_path / "gpu", tmp_path / "traced"
+    gpu.mkdir()
+    dump_stream(DS_REAL, gpu / "ds.gpu.txt.gz")
+    torch_reserved = {**TORCH, "peak_bytes": 2 * GIB_, "end_bytes": 2 * GIB_}
+    row = {"key": "ds", "stream": "ds.gpu.txt.gz", "config": DS_CONFIG, "torch_reserved": torch_reserved}
+    (gpu / "index.jsonl").write_text(json.dumps(row) + "\n")
+
+    def no_trace(*_):
+        raise AssertionError("a DeepSpeed config was traced")
+
+    monkeypatch.setattr(gpu_streams, "_trace", no_trace)
+    text, compared = gpu_streams.report(gpu, tr, trace_missing=True)
+    assert compared == 0
+    assert "DeepSpeed ZeRO-2: no traced counterpart" in text
+    # the simulator reproduces torch's 2000 MiB: the side stream's block is not reused
+    assert "simulated peak reserved 1.953 GiB vs torch's 1.953 GiB (measured-gpu): +0 MiB (+0.00 %)" in text
+    assert "reserve 0.977 GiB; smallest limit that runs it 1.038 GiB, 0.061 over peak allocated" in text
+    assert "| 0 | 1 | 0.98 | 0.977 |" in text and "| 1 | 1 | 0.98 | 0.977 |" in text
+    assert "The estimate (estimated): peak allocated" in text
