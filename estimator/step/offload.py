@@ -70,14 +70,20 @@ def _param_partitions(arch: Arch, n: int) -> tuple[int, ...]:
 
 
 def host_ram(cfg: RunConfig, arch: Arch) -> dict[str, int]:
-    """Host bytes of the node in training (per rank × ranks) and while loading: {'training': ..., 'loading': ...}."""
+    """Host bytes of the node in training (per rank × ranks) and while loading, each process's own memory included
+    (measured, `off.PROCESS_TRAINING_BYTES` / `PROCESS_BEFORE_LOAD_BYTES`): {'training', 'loading', 'process'
+    (the processes' part of 'training'), 'pinned' (with offload)}."""
     o = settings(cfg)
     n = cfg.num_gpus
     load_bytes = 4 if cfg.dtype == "float32" else 2
+    process = off.PROCESS_TRAINING_BYTES * n
     # ZeRO-3: accelerate's zero3_init_flag (on by default for stage 3) partitions while loading
-    loading = off.model_load_host(arch.total_params, load_bytes, n, efficient_loading=cfg.sharding == "zero3")
+    loading = (
+        off.model_load_host(arch.total_params, load_bytes, n, efficient_loading=cfg.sharding == "zero3")
+        + off.PROCESS_BEFORE_LOAD_BYTES * n
+    )
     if not (o.optimizer or o.param):
-        return {"training": 0, "loading": loading}
+        return {"training": process, "loading": loading, "process": process}
     if cfg.sharding == "fsdp":
         per_rank = off.fsdp_host_per_rank(sh.fsdp_shard_numel(arch, n), sh.fsdp_shard_dtype_bytes(cfg))
     else:
@@ -91,8 +97,9 @@ def host_ram(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         )
     unpinned = ("optimizer_state", "master_weights") if cfg.sharding == "zero3" else ("optimizer_state",)
     return {
-        "training": off.host_ram_node(per_rank, n),
+        "training": off.host_ram_node(per_rank, n) + process,
         "loading": loading,
+        "process": process,
         "pinned": off.pinned_bytes(per_rank, o, unpinned) * n,
     }
 
@@ -112,10 +119,11 @@ def host_ram_line(cfg: RunConfig, arch: Arch) -> str | None:
     if not (cfg.offload_optimizer or cfg.offload_param or cfg.host_ram_gib):
         return None
     need = max(ram["training"], ram["loading"])
+    pinned = f"{ram['pinned'] / off.GIB:.1f} GiB pinned, " if ram.get("pinned") else ""
     line = (
-        f"host RAM (node): {ram['training'] / off.GIB:.1f} GiB in training"
-        + (f" ({ram['pinned'] / off.GIB:.1f} GiB pinned)" if ram.get("pinned") else "")
-        + f", {ram['loading'] / off.GIB:.1f} GiB while {cfg.num_gpus} process(es) load the model (estimated)"
+        f"host RAM (node): {ram['training'] / off.GIB:.1f} GiB in training ({pinned}"
+        f"{off.PROCESS_TRAINING_BYTES / off.GIB:.1f} GiB per process the process itself, measured-gpu), "
+        f"{ram['loading'] / off.GIB:.1f} GiB while {cfg.num_gpus} process(es) load the model (estimated)"
     )
     if cfg.host_ram_gib:
         problem = off.check_host_ram(need, cfg.host_ram_gib)

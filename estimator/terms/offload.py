@@ -18,6 +18,7 @@ Sources, at the versions read:
   shards live on the host, pinned; the optimizer steps on the host parameters, so its state is on the host.
 * Loading (transformers `from_pretrained` without `cpu_ram_efficient_loading` / `zero3_init_flag`): every process
   of a node holds the whole model in host memory before it is sharded, in the load dtype.
+* The process itself (`PROCESS_BEFORE_LOAD_BYTES`, `PROCESS_TRAINING_BYTES`): measured, not read from code.
 
 Every function is bytes for ONE rank unless it says node; `n` is the number of data-parallel ranks.
 """
@@ -27,6 +28,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 GIB = 2**30
+
+# Each training process's own host memory beside the model states (measured-gpu: the host probe's RSS of GRPO runs
+# on one H200, torch 2.11+cu130, transformers 5.24, TRL 1.16, DeepSpeed 0.19.8; results/raw/mincard.jsonl and
+# results/raw/zero-offload.jsonl, held to them by tests/accuracy/test_measured_host.py). Before loading (Python,
+# torch, transformers and TRL imported, the CUDA context up): 1.03-1.05 GiB on 6 runs. While training, with no state
+# on the host (the CUDA libraries' host side, tokenizer, data, Python's heap): 2.34-3.46 GiB on 4 runs of 0.5B-4B;
+# the two ZeRO-Offload runs held 2.5 and 3.0 GiB beyond the states the estimate counts. The largest of each.
+PROCESS_BEFORE_LOAD_BYTES = 1076 * 2**20  # 1.05 GiB
+PROCESS_TRAINING_BYTES = 3541 * 2**20  # 3.46 GiB
 
 
 @dataclass(frozen=True)

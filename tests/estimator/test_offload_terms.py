@@ -69,7 +69,8 @@ def test_zero2_optimizer_offload_leaves_the_gpu_and_lands_on_the_host():
     # m and v unpinned (8 bytes an element)
     assert 2**30 < 4 * share <= 2**31 and 2**29 < 2 * share <= 2**30 and 2**28 < 2 * vh <= 2**29
     per_rank = 2 * 2**31 + 2**30 + 2**29 + 8 * share
-    assert host_ram(cfg.with_(offload_optimizer=True), arch)["training"] == 4 * per_rank
+    # and each of the 4 processes' own memory (measured, 3541 MiB)
+    assert host_ram(cfg.with_(offload_optimizer=True), arch)["training"] == 4 * (per_rank + 3541 * 2**20)
 
 
 def test_offload_flag_combinations_refused_in_one_line():
