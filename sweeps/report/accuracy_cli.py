@@ -2,7 +2,7 @@
 
 The tensor peak per row and per set (`sweeps/report/accuracy.py`), then the layers above it on real GPU runs
 (`sweeps/report/reserve.py`: reserved and nvidia-smi; `sweeps/report/uncached.py` for generation without a KV
-cache), and the smallest card a run needs, measured against the fit
+cache), the host RAM line against the process's RSS (`sweeps/report/host.py`), and the smallest card a run needs, measured against the fit
 figure (`sweeps/report/mincard.py`), with the GPU rows' traces replayed against the GPU's own counters
 (`sweeps/report/replay.py`).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sweeps import records
 from sweeps.oneline import OneLineParser
-from sweeps.report import mincard, replay, row_traces, uncached
+from sweeps.report import host, mincard, replay, row_traces, uncached
 from sweeps.report.accuracy import (
     DEFAULT_DIRS,
     accuracy_frame,
@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(layers):
         print(format_reserve_table(layers))
     for line in reserve_lines(layers):
+        print(line)
+    for line in host.host_lines(loaded.rows):
         print(line)
     if list(args.paths) == list(DEFAULT_DIRS):  # the committed no-cache trials and validation rows
         for line in uncached.lines():
