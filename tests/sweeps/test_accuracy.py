@@ -97,14 +97,15 @@ def test_main_prints_table_and_summary(tmp_path, capsys):
     # under each modelled transformers release (the measured-cpu row is no measured-gpu one: no line of its own)
     sets = ("in-sample", "validation", "held-out")
     by_release = [f"accuracy[transformers {r}, {s}]: no rows" for r in ("5.23", "5.24") for s in sets]
-    assert lines[-12:-3] == [f"accuracy[{s}]: no rows" for s in sets] + by_release
-    # then the layers above the tensors on GPU runs, and the smallest card measured: none here
-    assert [line.split(":")[0] for line in lines[-3:]] == [
+    assert lines[-13:-4] == [f"accuracy[{s}]: no rows" for s in sets] + by_release
+    # then the layers above the tensors on GPU runs, the host RAM line, and the smallest card measured: none here
+    assert [line.split(":")[0] for line in lines[-4:]] == [
         "reserve[measured-gpu, reserved]",
         "reserve[measured-gpu, nvidia-smi]",
+        "host[measured-gpu]",
         "mincard[measured-gpu]",
     ]
-    assert all("no rows" in line for line in lines[-3:])
+    assert all("no rows" in line for line in lines[-4:])
 
 
 def test_main_rejects_missing_path(tmp_path, capsys):
