@@ -4,6 +4,7 @@
     python -m sweeps.trace.streams --sample SEED N [--tuning | --held-out]
     python -m sweeps.trace.streams --table | --report [--refit]
     python -m sweeps.trace.streams --retrace load_in_4bit --tag TAG
+    python -m sweeps.trace.streams --retrace attn_implementation=eager --tag TAG
 
 Per picked config: `<key>.txt.gz` (the event stream, `estimator.hardware.allocator.dump_stream` format) and one
 row appended to `index.jsonl`: the config, the traced peak, and the simulation of the stream under the default
@@ -17,7 +18,8 @@ generation-regime model is fitted on those of its regime, with the kept streams)
 (scored once). The step model is fitted on the kept streams only; `--report` prints the errors of the table the
 estimator ships on each split apart (`--refit`: of a fit made anew, not written; `--table` writes it).
 Every command resumes: a config whose row exists is skipped. `--retrace FIELD` traces again, in place, the kept
-streams and sampled rows whose config has FIELD true (after the tracer's emulation of that setting changed), each
+streams and sampled rows whose config has FIELD true, `--retrace FIELD=VALUE` those whose FIELD equals the JSON
+VALUE or the bare word (as `grpo-vram-trace retrace --where`), after the tracer's emulation of that setting changed; each
 under its own steps, seed, draw, split and variant; the rows say so (`retraced`: TAG) and a rerun with the same
 TAG resumes. Refit with `--table` after.
 """
@@ -212,16 +214,21 @@ def uncached(out: Path) -> list[dict]:
 
 def retrace(out: Path, field: str, tag: str) -> tuple[int, int]:
     """Trace again, in place, every kept stream (`index.jsonl` and its `.txt.gz`) and sampled row whose config
-    has `field` true; returns (retraced, not traced). A sampled row keeps its seed, draw, split and variant; each
+    has `field` true, or, for `field=value`, that value (`sweeps.trace.retrace`'s condition); returns (retraced,
+    not traced). A sampled row keeps its seed, draw, split and variant; each
     row gets `retraced: tag`, and a rerun with the same tag skips it (resumes). A row the tracer cannot run is
     named on one line and kept as it was. The table is not refitted here (`--table`)."""
     from sweeps.trace import step
+    from sweeps.trace.retrace import _matches
+
+    def wanted(config: dict) -> bool:
+        return _matches(config, field) if "=" in field else config.get(field) is True
 
     done = failed = 0
     for name in ("index.jsonl", SAMPLED):
         path = out / name
         for old in records.read_index(path)[0]:
-            if old["config"].get(field) is not True or _retraced(path, old["key"], tag):
+            if not wanted(old["config"]) or _retraced(path, old["key"], tag):
                 continue
             cfg = RunConfig.from_dict(old["config"])
             var = old.get("variant") or {}
@@ -557,7 +564,9 @@ def main(argv: list[str] | None = None) -> int:
         help="with --sample: only draws whose estimated peak is in generation",
     )
     ap.add_argument(
-        "--retrace", metavar="FIELD", help="trace again the kept and sampled rows whose config has FIELD true"
+        "--retrace",
+        metavar="FIELD[=VALUE]",
+        help="trace again the kept and sampled rows whose config has FIELD true (or FIELD equal to VALUE)",
     )
     ap.add_argument("--tag", default="retrace", help="with --retrace: what the retraced rows record")
     ap.add_argument(
@@ -571,9 +580,10 @@ def main(argv: list[str] | None = None) -> int:
         uncached(a.out)
         return 0
     if a.retrace:
-        if a.retrace not in RunConfig.field_names():
+        if a.retrace.partition("=")[0] not in RunConfig.field_names():
             ap.error(
-                f"--retrace {shown(a.retrace)}: not a setting (accepted: a RunConfig field, e.g. load_in_4bit)"
+                f"--retrace {shown(a.retrace)}: not a setting (accepted: a RunConfig field, e.g. load_in_4bit, "
+                "or FIELD=VALUE, e.g. attn_implementation=eager)"
             )
         done, failed = retrace(a.out, a.retrace, a.tag)
         print(f"{done} rows retraced, {failed} not traced (kept as they were)")

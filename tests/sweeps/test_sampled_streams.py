@@ -142,6 +142,36 @@ def test_retrace_replaces_only_the_selected_rows_keeps_their_draw_and_resumes(tm
     assert "load_in_5bit" in capsys.readouterr().err
 
 
+def test_retrace_field_equal_to_a_value_selects_by_that_value(tmp_path, monkeypatch, capsys):
+    # attn_implementation is no flag: `--retrace attn_implementation=eager` picks the eager rows alone
+    small = [("a", 1, 2**20), ("f", 1)]
+    base = streams.RunConfig(model="0.5B")
+    for i, attn in enumerate(("sdpa", "eager", "eager")):
+        cfg = base.with_(attn_implementation=attn, max_prompt_length=64 + i)
+        records.append_row(
+            tmp_path / streams.SAMPLED,
+            streams.simulation_row(cfg, small, 2) | {"seed": 5, "draw": i, "split": "validation"},
+        )
+    traced = []
+
+    def fake_run(cfg, **kw):
+        traced.append(cfg)
+        return SimpleNamespace(events=small)
+
+    monkeypatch.setattr(step, "run", fake_run)
+    assert streams.main(["--retrace", "attn_implementation=eager", "--tag", "t", "--out", str(tmp_path)]) == 0
+    assert [c.attn_implementation for c in traced] == ["eager", "eager"]
+    rows = {r["draw"]: r for r in records.read_index(tmp_path / streams.SAMPLED)[0]}
+    assert [rows[d].get("retraced") for d in range(3)] == [None, "t", "t"]
+    try:
+        streams.main(["--retrace", "attention=eager", "--out", str(tmp_path)])
+    except SystemExit as e:
+        assert e.code == 2
+    else:
+        raise AssertionError("an unknown setting was accepted")
+    assert "attention=eager" in capsys.readouterr().err
+
+
 def test_report_scores_the_shipped_table_and_refits_only_when_asked(tmp_path, monkeypatch, capsys):
     import json
 
