@@ -176,8 +176,9 @@ def fitted_fraction(
     peak allocated.
 
     Fitted (`sweeps.trace.streams --table`), one set per allocator variant, least squares plus the LOO margin:
-    the step model (`features`) over the kept streams, and the generation model (`generation_features`) over the
-    rows of the generation regime (`regime`) among the kept streams and the tuning rows
+    the step model (`features`) over the kept streams (for the need, the larger of that and the same model over
+    the kept streams and the step regime's tuning rows, `fit["sampled:" + variant]`: `_step`), and the
+    generation model (`generation_features`) over the rows of the generation regime (`regime`) among the kept streams and the tuning rows
     (`fit["generation:" + variant]`). The card must hold the larger of the peak with the step model's extra and
     generation's phase total with the generation model's, the latter at most `working_cap` times generation's
     working memory (the largest need those rows show as a multiple of it: fragmentation comes from what comes and
@@ -203,7 +204,7 @@ def _predict(
     fit = fits.get(variant)
     if not fit:
         return 0.07, {}  # no table: AgileRL arena's measured slack
-    frac, source = fitted_from(fit, features(cfg, peak_allocated)), fit
+    frac, source = _step(fits, variant, features(cfg, peak_allocated))
     gen = fits.get("generation:" + variant)
     if gen and not cfg.use_vllm and shares.generation_total:  # vLLM generates in its own pool, not torch's
         model = fitted_from(gen, generation_features(shares, peak_allocated))
@@ -215,6 +216,25 @@ def _predict(
         need_frac, need_source = _predict(fits, "need:" + variant, cfg, peak_allocated, shares)
         frac, source = max((frac, source), (need_frac, need_source), key=lambda t: t[0])
     return frac, source
+
+
+# the table's key prefix of the step model fitted over the kept streams and the step regime's tuning rows
+SAMPLED_STEP = "sampled:"
+
+
+def _step(fits: dict, variant: str, x: dict[str, float]) -> tuple[float, dict]:
+    """The step model's fraction at `x`, and the fit that set it: the larger of the fit over the kept streams
+    (`fits[variant]`) and, where the table has one, the fit over the kept streams and the sampled tuning rows of
+    the step regime (`fits["sampled:" + variant]`, the need only). The kept streams are all sdpa and the sampled
+    rows bring eager attention, whose per-layer [B, heads, T, T] fp32 temporaries (recomputed under
+    checkpointing) are carved from segments that smaller blocks then pin; the larger of two fits over different
+    populations errs high, and never below the kept streams' fit."""
+    fit = fits[variant]
+    out = (fitted_from(fit, x), fit)
+    other = fits.get(SAMPLED_STEP + variant)
+    if other:
+        out = max(out, (fitted_from(other, x), other), key=lambda t: t[0])
+    return out
 
 
 def fitted_from(fit: dict, x: dict[str, float]) -> float:
@@ -246,6 +266,7 @@ def need_parts(
     if not step:
         return out
     x = features(cfg, peak_allocated)
+    step = _step(fits, key, x)[1]
     out["step"] = {
         "central": max(0.0, central_of(step, x)),
         "margin": margin_of(step),

@@ -2,7 +2,7 @@
 
     python -m sweeps.trace.streams [--grid core] [--index 0 2 4] [--steps 3] [--out results/streams]
     python -m sweeps.trace.streams --sample SEED N [--tuning | --held-out]
-    python -m sweeps.trace.streams --table | --report [--refit]
+    python -m sweeps.trace.streams --table | --report [--refit] [--step-fit-only]
     python -m sweeps.trace.streams --retrace load_in_4bit --tag TAG
     python -m sweeps.trace.streams --retrace attn_implementation=eager --tag TAG
 
@@ -15,7 +15,8 @@ Streams are kept for a handful of representative configs (repo size).
 machine cannot trace in a few minutes are left out, `sample_skip`) and keeps only their simulations, one row each
 in `sampled.jsonl`, split "validation" (read while the fallback is changed), with `--tuning` "tuning" (the
 generation-regime model is fitted on those of its regime, with the kept streams) or, with `--held-out`, "held-out"
-(scored once). The step model is fitted on the kept streams only; `--report` prints the errors of the table the
+(scored once). The step model is fitted on the kept streams, and for the need also on them with the tuning rows
+of the step regime (the larger of the two is taken); `--report` prints the errors of the table the
 estimator ships on each split apart (`--refit`: of a fit made anew, not written; `--table` writes it).
 Every command resumes: a config whose row exists is skipped. `--retrace FIELD` traces again, in place, the kept
 streams and sampled rows whose config has FIELD true, `--retrace FIELD=VALUE` those whose FIELD equals the JSON
@@ -365,9 +366,11 @@ def build_table(out: Path) -> dict:
     """Re-simulate every kept stream under every variant (unlimited, and its smallest passing limit); the
     estimator's table with the fitted models: the step model of both (`fit[variant]`, `fit["need:" + variant]`)
     over the kept streams, and the generation-regime model of the need (`fit["generation:need:" + variant]`)
-    over the kept streams and the sampled rows of split "tuning" in that regime (`allocator_term.regime`). The
-    other sampled rows are not fitted: `sampled_errors` scores the fits on them."""
-    streams, step_rows, generation_rows = [], {}, {}
+    over the kept streams and the sampled rows of split "tuning" in that regime (`allocator_term.regime`), and
+    the step model of the need again over the kept streams and the tuning rows of the step regime
+    (`fit["sampled:need:" + variant]`; the estimator takes the larger of the two step fits). The other sampled
+    rows are not fitted: `sampled_errors` scores the fits on them."""
+    streams, step_rows, generation_rows, sampled_step_rows = [], {}, {}, {}
     for idx in records.read_index(out / "index.jsonl")[0]:
         events = load_stream(out / idx["stream"])
         cfg = RunConfig.from_dict(idx["config"])
@@ -383,11 +386,20 @@ def build_table(out: Path) -> dict:
         row = {"config": idx["config"], "simulated": variants, "min_limits": limits}
         for key, _, pa, _, y in _targets(row):
             step_rows.setdefault(key, []).append((allocator_term.features(cfg, pa), y))
+            if key.startswith("need:"):
+                sampled_step_rows.setdefault(key, []).append((allocator_term.features(cfg, pa), y))
         _generation_targets(row, generation_rows)
     for row in records.read_index(out / SAMPLED)[0]:
         if row.get("split") == "tuning":
             _generation_targets(row, generation_rows)
+            _step_targets(row, sampled_step_rows)
     fit = {key: fit_variant(rows) for key, rows in step_rows.items()}
+    for key, rows in sampled_step_rows.items():
+        fit[allocator_term.SAMPLED_STEP + key] = fit_variant(rows) | {
+            "model": "kept + tuning step",
+            "source": "fitted (sweeps.trace.streams --table) over the simulated streams and the tuning rows where "
+            "the step sets the peak",
+        }
     for key, rows in generation_rows.items():
         fit["generation:" + key] = fit_variant([(x, y) for x, y, _ in rows]) | {
             "model": "generation-regime",
@@ -397,6 +409,15 @@ def build_table(out: Path) -> dict:
         }
     src = "simulated (estimator.hardware.allocator) on traced streams (results/streams)"
     return {"source": src, "streams": streams, "fit": fit}
+
+
+def with_step_fit_only(shipped: dict, fresh: dict) -> dict:
+    """`shipped` with the step regime's kept + tuning need fits (`allocator_term.SAMPLED_STEP`) of `fresh` (a
+    `build_table`) in place of its own, every other fit and stream as shipped: the kept streams' own refit moves
+    the fits it does not concern (it lowers measured-gpu rows; docs/HISTORY.md) and is not adopted with it."""
+    fit = {k: v for k, v in shipped["fit"].items() if not k.startswith(allocator_term.SAMPLED_STEP)}
+    fit |= {k: v for k, v in fresh["fit"].items() if k.startswith(allocator_term.SAMPLED_STEP)}
+    return shipped | {"fit": fit}
 
 
 def _targets(row: dict) -> list[tuple[str, RunConfig, int, allocator_term.Shares, float]]:
@@ -422,6 +443,14 @@ def _generation_targets(row: dict, into: dict) -> None:
             into.setdefault(key, []).append(
                 (allocator_term.generation_features(where, pa), y_gen, where.generation_working)
             )
+
+
+def _step_targets(row: dict, into: dict) -> None:
+    """Add a sampled row's need targets to the step model's rows (`allocator_term.SAMPLED_STEP`) when the config
+    is in the step regime: (features, the need as a fraction of the allocated peak)."""
+    for key, cfg, pa, where, y in _targets(row):
+        if key.startswith("need:") and allocator_term.regime(cfg, where) == "step":
+            into.setdefault(key, []).append((allocator_term.features(cfg, pa), y))
 
 
 def sampled_errors(table: dict, rows: list[dict]) -> dict:
@@ -468,6 +497,14 @@ def report(table: dict, sampled: dict | None = None) -> str:
                 f"median {100 * _median(fr):.1f}% max {100 * fr[-1]:.1f}% of peak allocated; fitted model: "
                 f"in-sample max error {100 * f['in_sample_max_abs']:.1f} pts, leave-one-out max "
                 f"{100 * f['loo_max_abs']:.1f} pts"
+            )
+        k = table["fit"].get(allocator_term.SAMPLED_STEP + "need:" + name)
+        if k:
+            lines.append(
+                f"{name:26s} need, step regime: fitted model over {k['n']} rows (kept + tuning; the need takes the "
+                f"larger of it and the kept streams' model); in-sample max error {100 * k['in_sample_max_abs']:.1f} "
+                f"pts, leave-one-out max {100 * k['loo_max_abs']:.1f} pts, margin "
+                f"{100 * max(0.0, -min(k['loo_errors'])):.1f} pts"
             )
         g = table["fit"].get("generation:need:" + name)
         if g:
@@ -547,6 +584,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --report: fit anew from the streams, without writing the table",
     )
     ap.add_argument(
+        "--step-fit-only",
+        action="store_true",
+        help="with --table or --refit: fit anew only the step regime's kept + tuning need model (sampled:need:*), "
+        "keeping the table's other fits and streams",
+    )
+    ap.add_argument(
         "--sample",
         type=int,
         nargs=2,
@@ -603,10 +646,14 @@ def main(argv: list[str] | None = None) -> int:
         split = "held-out" if a.held_out else "tuning" if a.tuning else "validation"
         sample(seed, n, a.out, split, a.generation_peaked)
         return 0
+    if a.step_fit_only and not (a.table or a.refit):
+        ap.error("--step-fit-only applies to --table or --report --refit; give one of them too")
     if a.refit and not a.report:
         ap.error("--refit applies to --report; give --report too (--table refits and writes)")
     if a.table or a.report:
         table = build_table(a.out) if a.table or a.refit else json.loads(allocator_term.TABLE.read_text())
+        if a.step_fit_only:
+            table = with_step_fit_only(json.loads(allocator_term.TABLE.read_text()), table)
         if a.table:
             tmp = allocator_term.TABLE.with_suffix(".tmp")
             tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
