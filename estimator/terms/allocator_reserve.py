@@ -204,7 +204,7 @@ def _predict(
     fit = fits.get(variant)
     if not fit:
         return 0.07, {}  # no table: AgileRL arena's measured slack
-    frac, source = _step(fits, variant, features(cfg, peak_allocated))
+    frac, source = _step(fits, variant, features(cfg, peak_allocated), cfg.attn_implementation)
     gen = fits.get("generation:" + variant)
     if gen and not cfg.use_vllm and shares.generation_total:  # vLLM generates in its own pool, not torch's
         model = fitted_from(gen, generation_features(shares, peak_allocated))
@@ -222,16 +222,16 @@ def _predict(
 SAMPLED_STEP = "sampled:"
 
 
-def _step(fits: dict, variant: str, x: dict[str, float]) -> tuple[float, dict]:
-    """The step model's fraction at `x`, and the fit that set it: the larger of the fit over the kept streams
-    (`fits[variant]`) and, where the table has one, the fit over the kept streams and the sampled tuning rows of
-    the step regime (`fits["sampled:" + variant]`, the need only). The kept streams are all sdpa and the sampled
-    rows bring eager attention, whose per-layer [B, heads, T, T] fp32 temporaries (recomputed under
-    checkpointing) are carved from segments that smaller blocks then pin; the larger of two fits over different
-    populations errs high, and never below the kept streams' fit."""
+def _step(fits: dict, variant: str, x: dict[str, float], attention: str) -> tuple[float, dict]:
+    """The step model's fraction at `x`, and the fit that set it. The fit over the kept streams (`fits[variant]`)
+    has seen sdpa attention only, and sets every other run's figure. With eager attention it is the larger of that
+    and, where the table has one, the fit over the kept streams and the step regime's sampled tuning rows
+    (`fits["sampled:" + variant]`, the need only), which bring eager runs: their per-layer [B, heads, T, T] fp32
+    temporaries (recomputed under checkpointing) are carved from segments that smaller blocks then pin, which no
+    kept stream shows. The larger of the two errs high, and is never below the kept streams' fit."""
     fit = fits[variant]
     out = (fitted_from(fit, x), fit)
-    other = fits.get(SAMPLED_STEP + variant)
+    other = fits.get(SAMPLED_STEP + variant) if attention == "eager" else None
     if other:
         out = max(out, (fitted_from(other, x), other), key=lambda t: t[0])
     return out
@@ -266,7 +266,7 @@ def need_parts(
     if not step:
         return out
     x = features(cfg, peak_allocated)
-    step = _step(fits, key, x)[1]
+    step = _step(fits, key, x, cfg.attn_implementation)[1]
     out["step"] = {
         "central": max(0.0, central_of(step, x)),
         "margin": margin_of(step),

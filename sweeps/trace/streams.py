@@ -368,7 +368,7 @@ def build_table(out: Path) -> dict:
     over the kept streams, and the generation-regime model of the need (`fit["generation:need:" + variant]`)
     over the kept streams and the sampled rows of split "tuning" in that regime (`allocator_term.regime`), and
     the step model of the need again over the kept streams and the tuning rows of the step regime
-    (`fit["sampled:need:" + variant]`; the estimator takes the larger of the two step fits). The other sampled
+    (`fit["sampled:need:" + variant]`; for eager attention the estimator takes the larger of the two step fits). The other sampled
     rows are not fitted: `sampled_errors` scores the fits on them."""
     streams, step_rows, generation_rows, sampled_step_rows = [], {}, {}, {}
     for idx in records.read_index(out / "index.jsonl")[0]:
@@ -501,7 +501,7 @@ def report(table: dict, sampled: dict | None = None) -> str:
         k = table["fit"].get(allocator_term.SAMPLED_STEP + "need:" + name)
         if k:
             lines.append(
-                f"{name:26s} need, step regime: fitted model over {k['n']} rows (kept + tuning; the need takes the "
+                f"{name:26s} need, step regime: fitted model over {k['n']} rows (kept + tuning; an eager run's need takes the "
                 f"larger of it and the kept streams' model); in-sample max error {100 * k['in_sample_max_abs']:.1f} "
                 f"pts, leave-one-out max {100 * k['loo_max_abs']:.1f} pts, margin "
                 f"{100 * max(0.0, -min(k['loo_errors'])):.1f} pts"

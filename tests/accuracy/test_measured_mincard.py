@@ -31,9 +31,8 @@ ABOVE_TARGET = {
     "step model's safety margin and the band (about 0.26 GiB together) put the fit figure +5.3 % above it "
     "(docs/ACCURACY.md)",
     "5879bf2ab6b7e60c": "Qwen3-4B LoRA P256, H200, torch 2.11: the GPU needed 0.33 GiB above its tensors and "
-    "workspaces (3.7 % of the peak); the step model's own value (its kept + tuning fit, the larger) is 6.8 % "
-    "(+0.29 GiB over that), and its safety margin (6.7 points, 0.60 GiB) and the band (0.18 GiB) put the fit "
-    "figure +10.7 % above the measured minimum "
+    "workspaces (3.7 % of the peak); the step model's own value is 5.7 % (+0.18 GiB over that), and its safety "
+    "margin (4.5 points, 0.41 GiB) and the band (0.18 GiB) put the fit figure +7.5 % above the measured minimum "
     "(results/MINCARD.md, second table)",
     "aab280e30945a87d": "Qwen3-4B LoRA under eager attention, 80 prefills of 740 tokens, H200, torch 2.11: "
     "generate sets the peak; the generation model's own value (14.1 % of the peak) is 2.79 GiB below the 23.1 % "
@@ -41,9 +40,9 @@ ABOVE_TARGET = {
     "rows needing 34 to 38 % that no feature the estimator has explains) and the band (0.63 GiB) put the fit "
     "figure +16.5 % above the measured minimum (results/MINCARD.md, second table)",
     "3c92e4741454e419": "Qwen2.5-1.5B full fine-tune P1024, H200, torch 2.11: the GPU needed 0.49 GiB above its "
-    "tensors and workspaces (3.9 % of the peak); the step model (its kept + tuning fit, the larger) gives 8.2 % "
-    "(+0.56 GiB over that), and its safety margin (6.7 points, 0.86 GiB) and the band (0.26 GiB) put the fit "
-    "figure +11.6 % above the measured minimum (results/MINCARD.md, second table)",
+    "tensors and workspaces (3.9 % of the peak); the step model, fitted on 256-token-prompt streams, gives 8.9 % "
+    "(+0.64 GiB over that), and its safety margin (4.5 points, 0.58 GiB) and the band (0.26 GiB) put the fit "
+    "figure +10.1 % above the measured minimum (results/MINCARD.md, second table)",
 }
 
 

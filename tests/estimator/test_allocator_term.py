@@ -234,3 +234,22 @@ def test_need_parts_is_the_fallbacks_own_arithmetic():
                 assert parts[model]["central"] <= parts[model]["fraction"] + 1e-12
         seen.add(parts["model"])
     assert seen == {"step", "generation"}
+
+
+def _fit(intercept: float, low: float = 0.0) -> dict:
+    """A constant model: `intercept` everywhere, its worst leave-one-out error `low` below (its margin)."""
+    return {"intercept": intercept, "coef": {}, "loo_errors": [-low, 0.01]}
+
+
+def test_an_eager_runs_step_need_is_the_larger_of_the_two_step_fits_and_an_sdpa_run_keeps_the_kept_streams():
+    from estimator.terms import allocator_reserve as at
+
+    cfg = RunConfig(model="0.5B", use_peft=True)
+    eager = cfg.with_(attn_implementation="eager")
+    # kept streams' fit 0.05 + 0.02 margin = 0.07; the kept + tuning fit 0.06 + 0.04 = 0.10 (no generation fit)
+    fits = {"need:default": _fit(0.05, 0.02), "sampled:need:default": _fit(0.06, 0.04)}
+    assert at.predicted_fraction(fits, "need:default", cfg, 2**30, at.NO_GENERATION) == pytest.approx(0.07)
+    assert at.predicted_fraction(fits, "need:default", eager, 2**30, at.NO_GENERATION) == pytest.approx(0.10)
+    # never below the kept streams' fit: a smaller kept + tuning fit leaves an eager run where it was
+    fits["sampled:need:default"] = _fit(0.01, 0.01)
+    assert at.predicted_fraction(fits, "need:default", eager, 2**30, at.NO_GENERATION) == pytest.approx(0.07)

@@ -197,3 +197,13 @@ def test_report_scores_the_shipped_table_and_refits_only_when_asked(tmp_path, mo
     else:
         raise AssertionError("--refit without --report was accepted")
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_step_fit_only_takes_the_fresh_kept_plus_tuning_fits_and_keeps_everything_else():
+    from sweeps.trace.streams import with_step_fit_only
+
+    shipped = {"source": "s", "streams": ["kept"], "fit": {"need:default": 1, "generation:need:default": 2}}
+    fresh = {"source": "f", "streams": ["other"], "fit": {"need:default": 9, "sampled:need:default": 3}}
+    out = with_step_fit_only(shipped, fresh)
+    assert out["streams"] == ["kept"] and out["source"] == "s"
+    assert out["fit"] == {"need:default": 1, "generation:need:default": 2, "sampled:need:default": 3}
