@@ -5,8 +5,17 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from sweeps import records
 from sweeps.trace import step, streams
+
+
+def _refused(argv: list[str]) -> None:
+    """An unknown setting is one stderr line and exit 2 (OneLineParser), never a retrace."""
+    with pytest.raises(SystemExit) as e:
+        streams.main(argv)
+    assert e.value.code == 2
 
 
 def test_a_failed_draw_keeps_the_others_and_a_rerun_retries_only_it(tmp_path, monkeypatch, capsys):
@@ -133,12 +142,7 @@ def test_retrace_replaces_only_the_selected_rows_keeps_their_draw_and_resumes(tm
     traced.clear()
     assert streams.main(["--retrace", "load_in_4bit", "--tag", "t1", "--out", str(tmp_path)]) == 0
     assert len(traced) == 1  # resumes: only the row that failed
-    try:
-        streams.main(["--retrace", "load_in_5bit", "--out", str(tmp_path)])
-    except SystemExit as e:
-        assert e.code == 2
-    else:
-        raise AssertionError("an unknown setting was accepted")
+    _refused(["--retrace", "load_in_5bit", "--out", str(tmp_path)])
     assert "load_in_5bit" in capsys.readouterr().err
 
 
@@ -163,12 +167,7 @@ def test_retrace_field_equal_to_a_value_selects_by_that_value(tmp_path, monkeypa
     assert [c.attn_implementation for c in traced] == ["eager", "eager"]
     rows = {r["draw"]: r for r in records.read_index(tmp_path / streams.SAMPLED)[0]}
     assert [rows[d].get("retraced") for d in range(3)] == [None, "t", "t"]
-    try:
-        streams.main(["--retrace", "attention=eager", "--out", str(tmp_path)])
-    except SystemExit as e:
-        assert e.code == 2
-    else:
-        raise AssertionError("an unknown setting was accepted")
+    _refused(["--retrace", "attention=eager", "--out", str(tmp_path)])
     assert "attention=eager" in capsys.readouterr().err
 
 
