@@ -31,7 +31,7 @@ def _alarm(signum, frame):
     raise _OverBudget
 
 
-def _matches(config: dict, cond: str) -> bool:
+def matches(config: dict, cond: str) -> bool:
     """`field` (truthy) or `field=value` (equal to the JSON value, e.g. `bf16=false`, `dtype="float16"`)."""
     field, eq, value = cond.partition("=")
     if not eq:
@@ -50,7 +50,7 @@ def selected(rows: list[dict], where: list[str], tag: str) -> list[dict]:
         r
         for r in records.latest_rows(rows)
         if r.get("status") == "ok"
-        and all(_matches(r.get("config", {}), c) for c in where)
+        and all(matches(r.get("config", {}), c) for c in where)
         and r.get("retraced") != tag
     ]
 

@@ -16,7 +16,7 @@ machine cannot trace in a few minutes are left out, `sample_skip`) and keeps onl
 in `sampled.jsonl`, split "validation" (read while the fallback is changed), with `--tuning` "tuning" (the
 generation-regime model is fitted on those of its regime, with the kept streams) or, with `--held-out`, "held-out"
 (scored once). The step model is fitted on the kept streams, and for the need also on them with the tuning rows
-of the step regime (the larger of the two is taken); `--report` prints the errors of the table the
+of the step regime (an eager run takes the larger of the two); `--report` prints the errors of the table the
 estimator ships on each split apart (`--refit`: of a fit made anew, not written; `--table` writes it).
 Every command resumes: a config whose row exists is skipped. `--retrace FIELD` traces again, in place, the kept
 streams and sampled rows whose config has FIELD true, `--retrace FIELD=VALUE` those whose FIELD equals the JSON
@@ -220,10 +220,10 @@ def retrace(out: Path, field: str, tag: str) -> tuple[int, int]:
     row gets `retraced: tag`, and a rerun with the same tag skips it (resumes). A row the tracer cannot run is
     named on one line and kept as it was. The table is not refitted here (`--table`)."""
     from sweeps.trace import step
-    from sweeps.trace.retrace import _matches
+    from sweeps.trace.retrace import matches
 
     def wanted(config: dict) -> bool:
-        return _matches(config, field) if "=" in field else config.get(field) is True
+        return matches(config, field) if "=" in field else config.get(field) is True
 
     done = failed = 0
     for name in ("index.jsonl", SAMPLED):
