@@ -54,10 +54,10 @@ def host_lines(rows: Iterable[dict]) -> list[str]:
     off = [e["training"] for e in errs if e["offload"]]
     if off:
         lines.append(
-            f"host[measured-gpu, offload]: {len(off)} rows, host RAM in training (estimated) vs process RSS: {span(off)}"
+            f"host[measured-gpu, offload]: {len(off)} rows, host RAM in training (estimated) vs process RSS (measured-gpu): {span(off)}"
         )
     life = [e["life"] for e in errs]
     lines.append(
-        f"host[measured-gpu]: {len(life)} rows, the larger host figure (estimated) vs the process's VmHWM: {span(life)}"
+        f"host[measured-gpu]: {len(life)} rows, the larger host figure (estimated) vs the process's VmHWM (measured-gpu): {span(life)}"
     )
     return lines

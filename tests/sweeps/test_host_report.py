@@ -38,7 +38,7 @@ def test_host_lines_set_the_figures_against_the_rss_and_count_what_they_miss():
     rows = [_row("a", int(ram["training"] / 1.1), int(ram["training"] / 1.1)), _row("b", int(ram["training"] * 1.05), int(ram["training"] * 1.05))]  # fmt: skip
     lines = host.host_lines(rows)
     assert lines[0] == (
-        "host[measured-gpu, offload]: 2 rows, host RAM in training (estimated) vs process RSS: "
+        "host[measured-gpu, offload]: 2 rows, host RAM in training (estimated) vs process RSS (measured-gpu): "
         "from -4.8 % to +10.0 %, below: 1"
     )
     assert lines[1].startswith("host[measured-gpu]: 2 rows") and lines[1].endswith("below: 1")
