@@ -71,8 +71,8 @@ def _param_partitions(arch: Arch, n: int) -> tuple[int, ...]:
 
 def host_ram(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     """Host bytes of the node in training (per rank × ranks) and while loading, each process's own memory included
-    (measured, `off.PROCESS_TRAINING_BYTES` / `PROCESS_BEFORE_LOAD_BYTES`): {'training', 'loading', 'process'
-    (the processes' part of 'training'), 'pinned' (with offload)}."""
+    (measured, `off.PROCESS_TRAINING_BYTES` / `PROCESS_BEFORE_LOAD_BYTES`): {'training', 'loading', 'pinned'
+    (with offload)}."""
     o = settings(cfg)
     n = cfg.num_gpus
     load_bytes = 4 if cfg.dtype == "float32" else 2
@@ -83,7 +83,7 @@ def host_ram(cfg: RunConfig, arch: Arch) -> dict[str, int]:
         + off.PROCESS_BEFORE_LOAD_BYTES * n
     )
     if not (o.optimizer or o.param):
-        return {"training": process, "loading": loading, "process": process}
+        return {"training": process, "loading": loading}
     if cfg.sharding == "fsdp":
         per_rank = off.fsdp_host_per_rank(sh.fsdp_shard_numel(arch, n), sh.fsdp_shard_dtype_bytes(cfg))
     else:
@@ -99,7 +99,6 @@ def host_ram(cfg: RunConfig, arch: Arch) -> dict[str, int]:
     return {
         "training": off.host_ram_node(per_rank, n) + process,
         "loading": loading,
-        "process": process,
         "pinned": off.pinned_bytes(per_rank, o, unpinned) * n,
     }
 
