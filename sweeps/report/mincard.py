@@ -28,10 +28,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from estimator.settings.config import RunConfig
-from estimator.units import GIB
+from estimator.units import GIB, MIB
 from sweeps import records
 from sweeps.oneline import OneLineParser
 from sweeps.report import row_traces
+from sweeps.report.stranding import Stranding, stranding
 from sweeps.runner.predict import arch_for
 
 DEFAULT_ROWS = records.REPO / "results" / "raw" / "mincard.jsonl"
@@ -161,6 +162,53 @@ def simulated_figure(row: dict, streams: dict[str, Path]) -> int | None:
         simulated_need(cfg, load_stream(path), arch)["min_limit_bytes"]
         + estimate(cfg, arch).in_reserved_bytes
     )
+
+
+def stranded(row: dict, streams: dict[str, Path]) -> Stranding | None:
+    """What the allocator cannot give back just below the need of the row's traced stream (traced,
+    simulated; `sweeps.report.stranding`): the stream replayed as `simulated_figure` replays it. None without a
+    stream."""
+    from estimator.hardware.allocator import load_stream
+    from sweeps.trace.rows import NEED_RESOLUTION, replay_inputs
+
+    path = streams.get(row_traces.config_id(row["config"]))
+    if path is None or not path.exists():
+        return None
+    cfg, arch = row_traces.config_and_arch(row["config"], (row.get("model") or {}).get("config"))
+    events, settings = replay_inputs(cfg, load_stream(path), arch)
+    return stranding(events, settings, NEED_RESOLUTION)
+
+
+def stranding_markdown(found: list[tuple[str, Stranding | None]], top: int = 3) -> str:
+    """Per measured row, where its trace's need sits above the allocated bytes: the free space that live blocks
+    hold inside segments made for larger requests (traced, simulated), largest groups first."""
+    if not found:
+        return ""
+    out = [
+        "",
+        "## What the allocator cannot give back at each trace's need",
+        "",
+        "Under a limit less than 8 MiB below its trace's need, the request that fails, and the free bytes held inside segments a "
+        "live block still occupies, by the phase and size each segment was made for and the largest block in it "
+        "(traced, simulated; `python -m sweeps.report.stranding` on the stream). Under a limit the allocator gives "
+        "back every segment without a live block and retries; these it cannot.",
+        "",
+        "| config | fails at | request | stranded | largest groups: segments x size (made in) held by block (made in) |",
+        "|---|---|---:|---:|---|",
+    ]
+    for config, s in found:
+        if s is None:
+            continue
+        groups = "; ".join(
+            f"{p.count} x {p.segment_bytes / MIB:,.0f} MiB ({p.segment_phase or '(none)'}) held by "
+            f"{p.block_bytes / MIB:,.1f} MiB ({p.block_phase or '(none)'}): {p.stranded_bytes / GIB:.2f} GiB"
+            for p in s.pinned[:top]
+        )
+        out.append(
+            f"| {config} | {s.phase or '(none)'} | {s.request_bytes / MIB:,.1f} MiB | "
+            f"{s.stranded_bytes / GIB:.2f} GiB | {groups} |"
+        )
+    return "\n".join(out) + "\n"
 
 
 def label(config: dict) -> str:
@@ -388,9 +436,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.markdown:
             finished = records.latest_rows(r for r in rows if r.get("source") == SOURCE)
             parts = [b for r in finished if r.get("status") == "ok" and (b := breakdown(r)) is not None]
+            found = [(label(r["config"]), stranded(r, streams)) for r in finished if r.get("status") == "ok"]
             text = (
                 markdown(table(rows, simulated=simulated))
                 + breakdown_markdown(parts)
+                + stranding_markdown(found)
                 + preview_markdown(forecast)
             )
             Path(args.markdown).write_text(text)

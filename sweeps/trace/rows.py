@@ -156,21 +156,28 @@ def make_row(
     return row
 
 
-def simulated_need(cfg: RunConfig, events: list, arch=None) -> dict:
-    """The smallest allocator limit the traced stream runs under (traced, simulated): replayed at the run's own
-    allocator settings (`pytorch_cuda_alloc_conf`, `torch_empty_cache_steps`) with the tied gradients summed in
-    place as real tensors sum them (`tied_sums.as_real`). Under a limit torch's allocator frees its cache and
-    retries before it fails, so this is what the card must give torch, below the peak reserved on a roomy card
-    (results/MINCARD.md sets it beside the smallest limit measured on a GPU). `arch`: the traced model where it is
-    not the catalog's (a stored config.json)."""
-    from estimator.hardware.allocator import AllocatorSettings, min_device_limit, with_empty_cache_steps
+def replay_inputs(cfg: RunConfig, events: list, arch=None) -> tuple[list, object]:
+    """The traced stream as the run's allocator sees it, and that allocator's settings: the tied gradients summed
+    in place as real tensors sum them (`tied_sums.as_real`), the run's `torch_empty_cache_steps` applied, and its
+    `pytorch_cuda_alloc_conf`. `arch`: the traced model where it is not the catalog's (a stored config.json)."""
+    from estimator.hardware.allocator import AllocatorSettings, with_empty_cache_steps
     from estimator.model.catalog import resolve_model
     from sweeps.trace.tied_sums import as_real
 
     events = as_real(events, cfg, arch or resolve_model(cfg.model))
     if cfg.torch_empty_cache_steps:
         events = with_empty_cache_steps(events, cfg.torch_empty_cache_steps)
-    settings = AllocatorSettings.from_conf(cfg.pytorch_cuda_alloc_conf or "")
+    return events, AllocatorSettings.from_conf(cfg.pytorch_cuda_alloc_conf or "")
+
+
+def simulated_need(cfg: RunConfig, events: list, arch=None) -> dict:
+    """The smallest allocator limit the traced stream runs under (traced, simulated): replayed at the run's own
+    allocator settings with the tied gradients summed in place (`replay_inputs`). Under a limit torch's allocator
+    frees its cache and retries before it fails, so this is what the card must give torch, below the peak reserved
+    on a roomy card (results/MINCARD.md sets it beside the smallest limit measured on a GPU)."""
+    from estimator.hardware.allocator import min_device_limit
+
+    events, settings = replay_inputs(cfg, events, arch)
     limit, res = min_device_limit(events, settings, resolution=NEED_RESOLUTION)
     return {
         "source": "traced, simulated",

@@ -16,6 +16,7 @@ MODULES = [
     "sweeps.report.mincard",
     "sweeps.report.replay",
     "sweeps.report.gpu_streams",
+    "sweeps.report.stranding",
     "sweeps.mincard.cli",
     "sweeps.lease.pack",
     "sweeps.runner.zero_rehearsal",
