@@ -54,11 +54,13 @@ class Pinned:
 
 @dataclass(frozen=True)
 class Stranding:
-    """A stream at one step below its smallest passing limit (`need_bytes`): the request that fails there, the
-    allocator's state just before it, and the free bytes held inside segments with a live block (`stranded_bytes`,
+    """A stream under `limit_bytes`, a limit that fails at most one resolution step below one that passes
+    (`passing_bytes`, at most `need_bytes`, the smallest passing limit `min_device_limit` finds): the request that
+    fails, the allocator's state just before it, and the free bytes held inside segments with a live block (`stranded_bytes`,
     by group in `pinned`, largest first)."""
 
     need_bytes: int
+    passing_bytes: int
     limit_bytes: int
     phase: str
     request_bytes: int
@@ -74,17 +76,17 @@ def _segment_start(block) -> int:
     return block.addr
 
 
-def _failing_limit(events: list, s: AllocatorSettings, fails: int, passes: int, resolution: int) -> int:
-    """A limit within `resolution` below `passes` under which the stream fails: bisection that keeps a failing
-    lower end (the smallest passing limit is found to `resolution` only, and the allocator's retries make passing
-    not quite monotonic in the limit, so one step below it may still pass)."""
+def _bracket(events: list, s: AllocatorSettings, fails: int, passes: int, resolution: int) -> tuple[int, int]:
+    """A failing and a passing limit at most `resolution` apart, `passes` or below: bisection that keeps a failing
+    lower end. The allocator's retries make passing not monotonic in the limit, so a limit below the smallest
+    passing one `min_device_limit` finds may pass, and one just below it may too."""
     while passes - fails > resolution:
         mid = (fails + passes) // 2
         if simulate(events, replace(s, device_limit=mid)).oom:
             fails = mid
         else:
             passes = mid
-    return fails
+    return fails, passes
 
 
 def stranding(
@@ -94,7 +96,7 @@ def stranding(
     passing one; None for a stream that allocates nothing."""
     s = settings or AllocatorSettings()
     need, passed = min_device_limit(events, s, resolution)
-    limit = _failing_limit(events, s, passed.peak_allocated - 1, need, resolution)
+    limit, passing = _bracket(events, s, passed.peak_allocated - 1, need, resolution)
     a = CachingAllocator(replace(s, device_limit=limit))
     made: dict[int, tuple[str, int]] = {}  # block key -> (phase, bytes asked)
     segment_phase: dict[int, str] = {}  # segment start -> phase of the request that made it
@@ -103,7 +105,7 @@ def stranding(
         kind = ev[0]
         if kind == ALLOC:
             if not a.malloc(ev[1], ev[2], ev[3] if len(ev) > 3 else 0):
-                return _state(a, need, limit, phase, ev[2], made, segment_phase)
+                return _state(a, need, passing, limit, phase, ev[2], made, segment_phase)
             made[ev[1]] = (phase, ev[2])
             segment_phase.setdefault(_segment_start(a.live[ev[1]]), phase)
         elif kind == FREE:
@@ -119,6 +121,7 @@ def stranding(
 def _state(
     a: CachingAllocator,
     need: int,
+    passing: int,
     limit: int,
     phase: str,
     request: int,
@@ -152,7 +155,15 @@ def _state(
         )
     )
     return Stranding(
-        need, limit, phase, request, a.reserved, a.allocated, sum(p.stranded_bytes for p in pinned), pinned
+        need,
+        passing,
+        limit,
+        phase,
+        request,
+        a.reserved,
+        a.allocated,
+        sum(p.stranded_bytes for p in pinned),
+        pinned,
     )
 
 
@@ -165,7 +176,7 @@ def lines(s: Stranding | None, top: int = 8) -> list[str]:
     if s is None:
         return ["nothing to explain: the stream allocates nothing"]
     out = [
-        f"need {_mib(s.need_bytes)}; at {_mib(s.limit_bytes)} a request of {_mib(s.request_bytes)} in phase "
+        f"need {_mib(s.need_bytes)}, passes at {_mib(s.passing_bytes)}; at {_mib(s.limit_bytes)} a request of {_mib(s.request_bytes)} in phase "
         f"{s.phase or '(none)'} fails with {_mib(s.reserved_bytes)} reserved, {_mib(s.allocated_bytes)} allocated; "
         f"{_mib(s.stranded_bytes)} free inside segments a live block holds (traced, simulated)"
     ]
