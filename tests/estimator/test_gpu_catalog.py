@@ -187,6 +187,7 @@ def test_the_listed_cards_are_the_fits_list():
         "RTX 4090",
         "RTX 5090",
         "A100 40GB",
+        "L40S",
         "A100 80GB",
         "H100 80GB",
         "H200",
