@@ -8,7 +8,9 @@ Per real stream (`index.jsonl` there, one line per run): the traced stream whose
 settings, the library versions aside), in the traced folder or one of its subfolders (`make tables` traces the
 lineups' configs into results/streams/mincard/ and gpu-validate/); with `--trace-missing` a config without one is
 traced first
-(`sweeps.trace.streams.record`, CPU only, minutes per config). The analysis is `sweeps.report.stream_diff`. A DeepSpeed
+(`sweeps.trace.streams.record`, CPU only, minutes per config). The analysis is `sweeps.report.stream_diff`, and
+(without `--no-need`) what strands the memory just below each stream's need, real beside traced
+(`sweeps.report.stranding`). A DeepSpeed
 ZeRO stream has no traced counterpart (the tracer cannot run DeepSpeed) and is never traced: it is replayed alone
 (`stream_diff.alone`: the simulator's fidelity on it, the reserve and smallest limit it implies against the
 estimate's, its allocations by CUDA stream).
@@ -27,6 +29,7 @@ from sweeps.oneline import OneLineParser
 from sweeps.records import read_index
 from sweeps.report import stream_diff
 from sweeps.report.row_traces import config_id
+from sweeps.report.stranding import stranding
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_DIR = REPO / "results" / "streams" / "gpu"
@@ -182,7 +185,35 @@ def section(real: dict, traced: dict | None, result: dict | None) -> list[str]:
         *_unmatched(result["unmatched"]),
         *_at_peak(result["at_peak"]),
         *_reserves(result["real"], result["traced"]),
+        *_stranded(result.get("stranding")),
     ]
+
+
+def _stranded(found: dict | None) -> list[str]:
+    """(e): what the allocator cannot give back just below each stream's need (`sweeps.report.stranding`), the
+    real stream's beside the traced one's: the same segments held by the same blocks says the trace shows the
+    mechanism that sets the need."""
+    if not found:
+        return []
+    out = [
+        "**(e) What strands the memory at the need (simulated)**: each stream replayed under a limit just below "
+        "its smallest passing one; the request that fails, and the free space held inside segments a live block "
+        "occupies, by the phase and size each segment was made for and the largest block in it.",
+        "",
+    ]
+    for what, s in found.items():
+        if s is None:
+            continue
+        groups = "; ".join(
+            f"{p.count} x {p.segment_bytes / 2**20:,.0f} MiB ({p.segment_phase or '(none)'}) held by "
+            f"{p.block_bytes / 2**20:,.1f} MiB ({p.block_phase or '(none)'})"
+            for p in s.pinned[:3]
+        )
+        out.append(
+            f"- {what}: a {s.request_bytes / 2**20:,.1f} MiB request in `{s.phase or '(none)'}` fails with "
+            f"{_gib(s.stranded_bytes)} GiB stranded; largest: {groups}."
+        )
+    return [*out, ""]
 
 
 def _real_stream(real: dict) -> list[str]:
@@ -347,12 +378,13 @@ def report(gpu: Path, traced_dir: Path, trace_missing: bool = False, need: bool 
         result = None
         if match is not None:
             events = load_stream(gpu / real["stream"])
-            result = stream_diff.compare(
-                events,
-                _traced_events(match.get("_dir", traced_dir), match),
-                real["torch_reserved"],
-                need=need,
-            )
+            traced_events = _traced_events(match.get("_dir", traced_dir), match)
+            result = stream_diff.compare(events, traced_events, real["torch_reserved"], need=need)
+            if need:
+                result["stranding"] = {
+                    "real stream (measured-gpu)": stranding(events),
+                    "traced stream": stranding(traced_events),
+                }
             compared += 1
         lines += section(real, match, result)
     return "\n".join(lines).rstrip() + "\n", compared

@@ -171,14 +171,14 @@ def _mib(b: int) -> str:
     return f"{b / MIB:,.1f} MiB"
 
 
-def lines(s: Stranding | None, top: int = 8) -> list[str]:
-    """What `stranding` found, as printed lines (traced, simulated)."""
+def lines(s: Stranding | None, top: int = 8, source: str = "traced, simulated") -> list[str]:
+    """What `stranding` found, as printed lines; `source` says where the stream came from."""
     if s is None:
         return ["nothing to explain: the stream allocates nothing"]
     out = [
         f"need {_mib(s.need_bytes)}, passes at {_mib(s.passing_bytes)}; at {_mib(s.limit_bytes)} a request of {_mib(s.request_bytes)} in phase "
         f"{s.phase or '(none)'} fails with {_mib(s.reserved_bytes)} reserved, {_mib(s.allocated_bytes)} allocated; "
-        f"{_mib(s.stranded_bytes)} free inside segments a live block holds (traced, simulated)"
+        f"{_mib(s.stranded_bytes)} free inside segments a live block holds ({source})"
     ]
     for p in s.pinned[:top]:
         out.append(
@@ -211,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
             status = 2
             continue
         print(f"{path}:")
-        for line in lines(found, args.top):
+        # a real stream (`probe=history`) is named <key>.gpu.txt.gz; the others are traced
+        real = Path(path).name.endswith(".gpu.txt.gz")
+        for line in lines(found, args.top, "measured-gpu stream, simulated" if real else "traced, simulated"):
             print(line)
     return status
 

@@ -136,6 +136,17 @@ def test_report_pairs_a_real_stream_with_its_traced_one(tmp_path, capsys):
     assert "simulated peak reserved 0.070 GiB vs torch's 0.078 GiB (measured-gpu): -8 MiB (-10.00 %)" in text
     assert "| **peak** | 0.049 | 0.004 | 0.078 | 0.070 | 0.021 |" in text
     assert "| 50.00 | 1 | 0.05 | generate |" in text
+    # (e) by hand: the real stream needs 72 MiB (20 + 2 + 50); just above its 50 MiB allocated peak the 50 MiB
+    # request finds the 20 MiB loading segment given back and the small segment held by the 100-byte block
+    assert (
+        "- real stream (measured-gpu): a 50.0 MiB request in `generate` fails with 0.002 GiB stranded; largest: "
+        "1 x 2 MiB (generate) held by 0.0 MiB (generate)." in text
+    )
+    # the traced one: its 100-byte block, allocated before any phase mark, holds the small segment
+    assert (
+        "- traced stream: a 4.0 MiB request in `generate` fails with 0.002 GiB stranded; largest: "
+        "1 x 2 MiB ((none)) held by 0.0 MiB ((none))." in text
+    )
     assert "1 real stream(s) compared" in capsys.readouterr().out
 
 
