@@ -19,6 +19,7 @@ from estimator.settings.config import RunConfig
 from estimator.settings.role_spec import config_roles
 from estimator.step.estimate import estimate
 from estimator.terms import allocator_reserve as allocator_term
+from estimator.terms.activations import attn_logit_softcapping
 from estimator.terms.quantized import arch_quant_spec
 from estimator.terms.sharding import fetches_parameters
 from estimator.units import GIB
@@ -91,6 +92,23 @@ _grad_ckpt = Toggle(
     lambda cfg: not cfg.gradient_checkpointing,
     {"gradient_checkpointing": True},
     "each layer's forward runs twice: the training step is roughly a third slower",
+)
+
+
+def _sdpa_keeps_the_math(cfg: RunConfig) -> bool:
+    """Eager attention on a model whose scores sdpa computes the same way: not one with attention logit
+    soft-capping (Gemma 2), which transformers' sdpa path does not apply, so it stays on eager."""
+    arch = _arch(cfg)
+    return cfg.attn_implementation == "eager" and arch is not None and attn_logit_softcapping(arch) is None
+
+
+_sdpa = Toggle(
+    "sdpa",
+    "--attn-implementation sdpa (model_init_kwargs attn_implementation: sdpa)",
+    1,
+    _sdpa_keeps_the_math,
+    {"attn_implementation": "sdpa"},
+    "the same attention in torch's fused kernel: no [batch, heads, T, T] scores and fp32 softmax per layer",
 )
 _adam8bit = Toggle(
     "adam8",
@@ -562,6 +580,7 @@ GENERATORS = (
     _allocator_settings,
     load_bf16,
     _grad_ckpt,
+    _sdpa,
     _vllm_sleep,
     _vllm_max_len,
     _vllm_share,

@@ -243,3 +243,35 @@ def test_solve_vllm_share_only_where_vllm_starts():
     # another knob cannot make a vLLM start that never does
     sol = solve(cfg, ARCH, "max_completion_length", 10_000_000, toy_vllm, lambda c, arch: False)
     assert sol.value is None and "vLLM does not start" in sol.note
+
+
+def test_eager_attention_is_advised_sdpa_where_it_keeps_the_math(monkeypatch):
+    # with the real estimator: an eager Llama keeps a [batch, heads, T, T] score and its fp32 softmax per layer,
+    # which sdpa never materialises; at 1,536 tokens that is most of the step, so on a 24 GiB budget the cheapest
+    # plan (cost 1: the result unchanged) is that switch alone
+    from estimator.model.catalog import resolve_model
+    from estimator.step.estimate import estimate
+
+    monkeypatch.undo()  # the real band
+    cfg = RunConfig(
+        model="meta-llama/Llama-3.2-1B-Instruct",
+        use_peft=True,
+        attn_implementation="eager",
+        max_prompt_length=1024,
+        per_device_train_batch_size=16,
+        num_generations=16,
+    )
+    adv = advise(cfg, resolve_model(cfg.model), estimate, budget_bytes=24 * 2**30)
+    sdpa = next(o for o in adv.singles if o.changes[0].key == "sdpa")
+    assert sdpa.config == cfg.with_(attn_implementation="sdpa") and sdpa.saved_bytes > 8 * 2**30
+    assert [c.key for c in adv.plan.changes] == ["sdpa"]
+    # Gemma 2 soft-caps its attention logits, which transformers' sdpa path does not: it stays on eager
+    gemma = cfg.with_(model="google/gemma-2-2b-it")
+    assert "sdpa" not in {
+        o.changes[0].key for o in advise(gemma, resolve_model(gemma.model), estimate).singles
+    }
+    # already on sdpa: nothing to switch
+    plain = cfg.with_(attn_implementation="sdpa")
+    assert "sdpa" not in {
+        o.changes[0].key for o in advise(plain, resolve_model(plain.model), estimate).singles
+    }
