@@ -97,7 +97,9 @@ _grad_ckpt = Toggle(
 
 def _sdpa_keeps_the_math(cfg: RunConfig) -> bool:
     """Eager attention on a model whose scores sdpa computes the same way: not one with attention logit
-    soft-capping (Gemma 2), which transformers' sdpa path does not apply, so it stays on eager."""
+    soft-capping (Gemma 2), which transformers' sdpa path refuses (`sdpa_attention_forward` raises on `softcap`,
+    https://github.com/huggingface/transformers/blob/v5.24.0/src/transformers/integrations/sdpa_attention.py#L106-L109;
+    Gemma 2 sets `_supports_sdpa = False`), so it stays on eager."""
     arch = _arch(cfg)
     return cfg.attn_implementation == "eager" and arch is not None and attn_logit_softcapping(arch) is None
 

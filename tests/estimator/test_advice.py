@@ -265,7 +265,7 @@ def test_eager_attention_is_advised_sdpa_where_it_keeps_the_math(monkeypatch):
     sdpa = next(o for o in adv.singles if o.changes[0].key == "sdpa")
     assert sdpa.config == cfg.with_(attn_implementation="sdpa") and sdpa.saved_bytes > 8 * 2**30
     assert [c.key for c in adv.plan.changes] == ["sdpa"]
-    # Gemma 2 soft-caps its attention logits, which transformers' sdpa path does not: it stays on eager
+    # Gemma 2 soft-caps its attention logits, which transformers' sdpa path refuses: it stays on eager
     gemma = cfg.with_(model="google/gemma-2-2b-it")
     assert "sdpa" not in {
         o.changes[0].key for o in advise(gemma, resolve_model(gemma.model), estimate).singles
