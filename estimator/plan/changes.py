@@ -15,11 +15,11 @@ from estimator.model.architecture import Arch
 from estimator.model.catalog import UnknownModel, resolve_model
 from estimator.plan.layout import VllmSettings, max_model_len, server_share_range, smallest_utilization
 from estimator.plan.solve import is_valid, largest_fitting
-from estimator.settings.config import RunConfig
+from estimator.settings.compat import check_library_support
+from estimator.settings.config import InvalidConfig, RunConfig
 from estimator.settings.role_spec import config_roles
 from estimator.step.estimate import estimate
 from estimator.terms import allocator_reserve as allocator_term
-from estimator.terms.activations import attn_logit_softcapping
 from estimator.terms.quantized import arch_quant_spec
 from estimator.terms.sharding import fetches_parameters
 from estimator.units import GIB
@@ -95,20 +95,25 @@ _grad_ckpt = Toggle(
 )
 
 
-def _sdpa_keeps_the_math(cfg: RunConfig) -> bool:
-    """Eager attention on a model whose scores sdpa computes the same way: not one with attention logit
-    soft-capping (Gemma 2), which transformers' sdpa path refuses (`sdpa_attention_forward` raises on `softcap`,
-    https://github.com/huggingface/transformers/blob/v5.24.0/src/transformers/integrations/sdpa_attention.py#L106-L109;
-    Gemma 2 sets `_supports_sdpa = False`), so it stays on eager."""
+def _sdpa_accepted(cfg: RunConfig) -> bool:
+    """Eager attention on a model the installed transformers also runs under sdpa, which computes the same
+    scores: not one whose class refuses sdpa (Gemma 2, for its logit soft-capping; `compat.check_library_support`
+    holds the families' rules)."""
     arch = _arch(cfg)
-    return cfg.attn_implementation == "eager" and arch is not None and attn_logit_softcapping(arch) is None
+    if cfg.attn_implementation != "eager" or arch is None:
+        return False
+    try:
+        check_library_support(cfg.with_(attn_implementation="sdpa"), arch)
+    except InvalidConfig:
+        return False
+    return True
 
 
 _sdpa = Toggle(
     "sdpa",
     "--attn-implementation sdpa (model_init_kwargs attn_implementation: sdpa)",
     1,
-    _sdpa_keeps_the_math,
+    _sdpa_accepted,
     {"attn_implementation": "sdpa"},
     "the same attention in torch's fused kernel: no [batch, heads, T, T] scores and fp32 softmax per layer",
 )
