@@ -96,7 +96,7 @@ _grad_ckpt = Toggle(
 
 
 def _sdpa_accepted(cfg: RunConfig) -> bool:
-    """Eager attention on a model the installed transformers also runs under sdpa, which computes the same
+    """Eager attention on a model the modelled transformers release also runs under sdpa, which computes the same
     scores: not one whose class refuses sdpa (Gemma 2, for its logit soft-capping; `compat.check_library_support`
     holds the families' rules)."""
     arch = _arch(cfg)
