@@ -117,6 +117,15 @@ _sdpa = Toggle(
     {"attn_implementation": "sdpa"},
     "the same attention in torch's fused kernel: no [batch, heads, T, T] scores and fp32 softmax per layer",
 )
+_no_reference = Toggle(
+    "beta0",
+    "--beta 0 (no KL term: TRL loads no reference model)",
+    4,
+    lambda cfg: cfg.beta > 0,
+    {"beta": 0.0},
+    "the objective loses its KL penalty to the reference model (TRL's default since 0.19, as in DAPO and "
+    "Dr. GRPO)",
+)
 _adam8bit = Toggle(
     "adam8",
     "--optim adamw_bnb_8bit",
@@ -596,6 +605,7 @@ GENERATORS = (
     _offload_optimizer,
     _no_generation_gather,
     _adam8bit,
+    _no_reference,
     _lora,
     qlora,
     _shard_same_gpus,

@@ -275,3 +275,20 @@ def test_eager_attention_is_advised_sdpa_where_it_keeps_the_math(monkeypatch):
     assert "sdpa" not in {
         o.changes[0].key for o in advise(plain, resolve_model(plain.model), estimate).singles
     }
+
+
+def test_a_kl_term_is_advised_away_where_it_loads_a_reference_model(monkeypatch):
+    # TRL 1.16 loads a second copy of the policy for beta > 0 without PEFT (a bf16 Qwen2.5-7B: 7.6 B parameters,
+    # 15.2 GB, ../shared/model_configs/SOURCES.md); beta 0 drops it. TRL 0.14 loads the reference whatever beta
+    # is, so there it saves nothing and is not listed.
+    from estimator.model.catalog import resolve_model
+    from estimator.step.estimate import estimate
+
+    monkeypatch.undo()
+    cfg = RunConfig(model="Qwen/Qwen2.5-7B-Instruct", dtype="bfloat16", beta=0.04)
+    arch = resolve_model(cfg.model)
+    beta0 = next(o for o in advise(cfg, arch, estimate).singles if o.changes[0].key == "beta0")
+    assert beta0.config == cfg.with_(beta=0.0) and beta0.saved_bytes >= 7.6e9 * 2
+    old = cfg.with_(trl_version="0.14")
+    assert "beta0" not in {o.changes[0].key for o in advise(old, arch, estimate).singles}
+    assert "beta0" not in {o.changes[0].key for o in advise(cfg.with_(beta=0.0), arch, estimate).singles}
