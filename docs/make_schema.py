@@ -193,6 +193,7 @@ def schema() -> dict:
                 {
                     "bytes": BYTES,
                     "allocator_extra_bytes": {"type": ["integer", "null"]},
+                    "allocator_margin_bytes": {"type": "integer", "minimum": 0},
                     "source": SOURCE,
                     "what": {"type": "string"},
                 }

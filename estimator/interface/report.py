@@ -403,7 +403,7 @@ def to_json(
 
 # ---- the short answer (the default output): the verdict first, within WIDTH columns ----
 
-SCHEMA_VERSION = "1.2"  # of the JSON answer: docs/estimate.schema.json, documented in docs/json-output.md
+SCHEMA_VERSION = "1.3"  # of the JSON answer: docs/estimate.schema.json, documented in docs/json-output.md
 WIDTH = 80
 TOP_COMPONENTS = 4  # tensor components shown by name at the peak; the rest are summed as "other tensors"
 COMPONENT_LABELS = {
@@ -588,7 +588,12 @@ def breakdown(est: Estimate) -> list[tuple[str, int, str]]:
     if est.config.device == "cpu":
         return rows
     reserve = est.need_bytes - est.peak_allocated_bytes - est.cuda_context_bytes
-    rows.append(("allocator reserve", reserve, est.reserve_source))
+    margin = min(est.need_margin_bytes, reserve)
+    if margin < 0.005 * 2**30:  # what would print as 0.00 GiB stays in the reserve's row
+        margin = 0
+    rows.append(("allocator reserve", reserve - margin, est.reserve_source))
+    if margin:
+        rows.append(("reserve margin (safe side)", margin, est.reserve_source))
     rows.append(("CUDA context, workspaces", est.cuda_context_bytes, SOURCE))
     if est.band_bytes:
         rows.append(("error band (safe side)", est.band_bytes, "traced"))

@@ -43,6 +43,7 @@ class Estimate:
     need_extra_bytes: int | None = (
         None  # smallest passing allocator limit - allocated peak (release-and-retry)
     )
+    need_margin_bytes: int = 0  # of need_extra_bytes, what the fitted models' safety margins add
 
     @property
     def phase_totals(self) -> dict[str, int]:
@@ -139,6 +140,7 @@ class Estimate:
             "need": {
                 "bytes": self.need_bytes,
                 "allocator_extra_bytes": self.need_extra_bytes,
+                "allocator_margin_bytes": self.need_margin_bytes,
                 "source": self.reserve_source,
                 "what": "what the card must hold: smallest allocator limit the step passes (release-and-retry) "
                 "+ every non-tensor item",
@@ -263,4 +265,5 @@ def allocator_layers(
         "reserve_basis": r.source,
         "allocator_variant": variant,
         "need_extra_bytes": n.bytes,
+        "need_margin_bytes": n.margin_bytes,
     }

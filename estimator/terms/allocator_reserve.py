@@ -34,6 +34,7 @@ class Reserve:
     bytes: int
     fraction: float  # of the allocated peak
     source: str  # "simulated (traced stream <key>)" or "fitted (...)"
+    margin_bytes: int = 0  # of `bytes`, what the fitted models' leave-one-out margins add (0 where simulated)
 
 
 @cache
@@ -197,23 +198,23 @@ def predicted_fraction(
 
 
 def _predict(
-    fits: dict, variant: str, cfg: RunConfig, peak_allocated: int, shares: Shares
+    fits: dict, variant: str, cfg: RunConfig, peak_allocated: int, shares: Shares, margin: bool = True
 ) -> tuple[float, dict]:
-    """The fraction, and the fit that set it. A reserve is never below the need: an allocator with room
-    reserves at least what it needs at its limit."""
+    """The fraction, and the fit that set it (`margin` False: every model without its safety margin). A reserve
+    is never below the need: an allocator with room reserves at least what it needs at its limit."""
     fit = fits.get(variant)
     if not fit:
         return 0.07, {}  # no table: AgileRL arena's measured slack
-    frac, source = _step(fits, variant, features(cfg, peak_allocated), cfg.attn_implementation)
+    frac, source = _step(fits, variant, features(cfg, peak_allocated), cfg.attn_implementation, margin)
     gen = fits.get("generation:" + variant)
     if gen and not cfg.use_vllm and shares.generation_total:  # vLLM generates in its own pool, not torch's
-        model = fitted_from(gen, generation_features(shares, peak_allocated))
+        model = fitted_from(gen, generation_features(shares, peak_allocated), margin)
         extra = min(model, gen.get("working_cap", math.inf) * shares.generation_working)
         frac, source = max(
             (frac, source), (shares.generation_total * (1 + extra) - 1, gen), key=lambda t: t[0]
         )
     if not variant.startswith("need:") and "need:" + variant in fits:
-        need_frac, need_source = _predict(fits, "need:" + variant, cfg, peak_allocated, shares)
+        need_frac, need_source = _predict(fits, "need:" + variant, cfg, peak_allocated, shares, margin)
         frac, source = max((frac, source), (need_frac, need_source), key=lambda t: t[0])
     return frac, source
 
@@ -222,7 +223,9 @@ def _predict(
 SAMPLED_STEP = "sampled:"
 
 
-def _step(fits: dict, variant: str, x: dict[str, float], attention: str) -> tuple[float, dict]:
+def _step(
+    fits: dict, variant: str, x: dict[str, float], attention: str, margin: bool = True
+) -> tuple[float, dict]:
     """The step model's fraction at `x`, and the fit that set it. The fit over the kept streams (`fits[variant]`)
     has seen sdpa attention only, and sets every other run's figure. With eager attention it is the larger of that
     and, where the table has one, the fit over the kept streams and the step regime's sampled tuning rows
@@ -230,16 +233,17 @@ def _step(fits: dict, variant: str, x: dict[str, float], attention: str) -> tupl
     temporaries (recomputed under checkpointing) are carved from segments that smaller blocks then pin, which no
     kept stream shows. The larger of the two errs high, and is never below the kept streams' fit."""
     fit = fits[variant]
-    out = (fitted_from(fit, x), fit)
+    out = (fitted_from(fit, x, margin), fit)
     other = fits.get(SAMPLED_STEP + variant) if attention == "eager" else None
     if other:
-        out = max(out, (fitted_from(other, x), other), key=lambda t: t[0])
+        out = max(out, (fitted_from(other, x, margin), other), key=lambda t: t[0])
     return out
 
 
-def fitted_from(fit: dict, x: dict[str, float]) -> float:
-    """One fitted model's fraction at features `x`: intercept + coefficients · x, + its LOO margin, at least 0."""
-    return max(0.0, central_of(fit, x) + margin_of(fit))
+def fitted_from(fit: dict, x: dict[str, float], margin: bool = True) -> float:
+    """One fitted model's fraction at features `x`: intercept + coefficients · x, + its LOO margin (unless
+    `margin` is False), at least 0."""
+    return max(0.0, central_of(fit, x) + (margin_of(fit) if margin else 0.0))
 
 
 def central_of(fit: dict, x: dict[str, float]) -> float:
@@ -331,12 +335,15 @@ def _extra(cfg: RunConfig, peak_allocated: int, variant: str, shares: Shares, ne
         extra = sim["min_limit"] - sim["peak_allocated"] if need else sim["fragmentation"]
         frac = extra / sim["peak_allocated"]
         return Reserve(int(frac * peak_allocated), frac, f"simulated (traced stream {sim['stream']})")
-    frac, fit = _predict(_table()["fit"], "need:" + variant if need else variant, cfg, peak_allocated, shares)
+    key = "need:" + variant if need else variant
+    frac, fit = _predict(_table()["fit"], key, cfg, peak_allocated, shares)
+    central = _predict(_table()["fit"], key, cfg, peak_allocated, shares, margin=False)[0] if fit else frac
     note = (
         f"fitted over {fit.get('n', 0)} simulated streams, {fit.get('model', 'step')} model (+ worst LOO "
         f"under-prediction; LOO max error {100 * fit.get('loo_max_abs', 0.0):.1f} pts)"
     )
-    return Reserve(int(frac * peak_allocated), frac, note)
+    total = int(frac * peak_allocated)
+    return Reserve(total, frac, note, min(total, max(0, total - int(central * peak_allocated))))
 
 
 @dataclass(frozen=True)

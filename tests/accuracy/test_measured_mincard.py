@@ -79,3 +79,16 @@ def test_the_breakdown_of_the_distance_adds_up(row):
     total = parts["tensors"] + parts["central"] + parts["margin"] + parts["band"]
     assert total == fit - row["mincard"]["min_torch_bytes"]
     assert parts["margin"] >= 0 and parts["band"] >= 0
+
+
+@pytest.mark.parametrize("row", _rows(), ids=_id)
+def test_the_answers_reserve_margin_row_is_the_tables_margin(row):
+    # the short answer's "reserve margin (safe side)" row (the need with and without the models' margins) and the
+    # margin column of results/MINCARD.md (need_parts: the model that sets the need, its fraction less its
+    # least-squares value) are two computations of the same bytes
+    from estimator.step.estimate import estimate
+    from sweeps.report import row_traces
+
+    parts = breakdown(row)
+    cfg, arch = row_traces.config_and_arch(row["config"], (row.get("model") or {}).get("config"))
+    assert abs(estimate(cfg, arch).need_margin_bytes - parts["margin"]) <= 2**20

@@ -231,3 +231,28 @@ def test_subprocess_exit_codes(argv, code):
     assert r.returncode == code
     if code == 2:
         assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_the_short_answers_rows_add_up_and_show_the_reserve_models_margin_apart():
+    # the rows of "Where it goes" sum to what the fit verdict compares (less tensors under 0.005 GiB, which the
+    # short table leaves out). A fitted reserve shows the
+    # models' safety margin on a row of its own: on a generation-peaked eager run it is most of the reserve (the
+    # generation model's worst leave-one-out miss, 27 points of generation's total); a config whose own stream was
+    # simulated has no margin
+    from estimator.interface.report import breakdown
+    from estimator.step.estimate import estimate
+
+    gen = RunConfig(
+        model="Qwen/Qwen3-4B", dtype="bfloat16", use_peft=True, attn_implementation="eager",
+        per_device_train_batch_size=16, num_generations=16, steps_per_generation=5,
+        max_prompt_length=740, max_completion_length=284,
+    )  # fmt: skip
+    est = estimate(gen)
+    rows = dict((label, b) for label, b, _ in breakdown(est))
+    assert 0 <= est.fit_bytes - sum(rows.values()) < 0.005 * 2**30
+    assert rows["reserve margin (safe side)"] > rows["allocator reserve"] > 0
+    kept = estimate(RunConfig(model="7B", use_peft=True, dtype="bfloat16"))
+    assert kept.reserve_source in ("simulated", "fitted")
+    labels = [label for label, _, _ in breakdown(kept)]
+    assert ("reserve margin (safe side)" in labels) == (kept.reserve_source == "fitted")
+    assert 0 <= kept.fit_bytes - sum(b for _, b, _ in breakdown(kept)) < 0.005 * 2**30
