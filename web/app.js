@@ -363,7 +363,12 @@ function needSegments(d) {
   const segs = [];
   for (const [comp, b] of Object.entries((d.phases || {})[d.peak_phase] || {})) if (b) segs.push({ name: comp, bytes: b, source: d.source, color: colorOf(comp) });
   const L = d.layers || {};
-  if (L.need && L.need.allocator_extra_bytes) segs.push({ name: "allocator reserve (release-and-retry)", bytes: L.need.allocator_extra_bytes, source: L.need.source, color: "#9aa5b1" });
+  if (L.need && L.need.allocator_extra_bytes) {
+    // the fitted models' safety margin (their worst leave-one-out miss) apart from their expected reserve
+    const margin = Math.min(L.need.allocator_margin_bytes || 0, L.need.allocator_extra_bytes);
+    segs.push({ name: "allocator reserve (release-and-retry)", bytes: L.need.allocator_extra_bytes - margin, source: L.need.source, color: "#9aa5b1" });
+    if (margin) segs.push({ name: "reserve margin (safe side)", bytes: margin, source: `${L.need.source} (worst leave-one-out miss)`, color: "#cfd5dc", hatch: true });
+  }
   for (const i of [...(L.in_reserved || []), ...(L.outside_allocator || [])]) segs.push({ name: i.name, bytes: i.bytes, source: `${i.source} (${i.basis})`, color: "#c9ced6" });
   if (d.band_bytes) segs.push({ name: "error band (safe side)", bytes: d.band_bytes, source: "traced (estimator/band.py)", color: "#f3d9a4", hatch: true });
   const sum = segs.reduce((s, x) => s + x.bytes, 0);
