@@ -832,10 +832,12 @@ def load_stream(path: str | Path) -> list[Event]:
     """Read a stream written by `dump_stream`."""
     out: list[Event] = []
     with gzip.open(path, "rt") as fh:
-        for line in fh:
+        for n, line in enumerate(fh, 1):
             p = line.rstrip("\n").split(" ", 1) if line[0] in (MARK, POINT) else line.split()
             k = p[0]
             if k == ALLOC:
+                if int(p[2]) < 0:
+                    raise ValueError(f"line {n}: allocation of {int(p[2])} bytes (accepted: 0 or more)")
                 out.append((ALLOC, int(p[1]), int(p[2]), int(p[3]) if len(p) > 3 else 0))
             elif k == FREE:
                 out.append((FREE, int(p[1])))

@@ -72,3 +72,19 @@ def test_the_limit_it_explains_fails_even_where_one_step_below_the_need_passes()
     assert s is not None and s.limit_bytes < s.passing_bytes <= s.need_bytes
     assert s.passing_bytes - s.limit_bytes <= 64 * MIB
     assert s.request_bytes == 90 * MIB and s.phase == "train"
+
+
+def test_a_negative_allocation_is_refused_naming_the_line(tmp_path):
+    import gzip
+
+    bad = tmp_path / "neg.txt.gz"
+    bad.write_bytes(gzip.compress(b"m generate\na 1 -5\n"))
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeps.report.stranding", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "line 2: allocation of -5 bytes" in line
