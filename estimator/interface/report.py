@@ -146,6 +146,8 @@ def summary_lines(est: Estimate) -> list[str]:
     out.append(row('= "nvidia-smi" peak', est.peak_device_bytes))
     if est.config.device == "cuda" and est.need_extra_bytes is not None:
         out.append(row("card must hold (allocator frees cache, retries)", est.need_bytes, est.reserve_source))
+        if est.need_margin_bytes >= 0.005 * 2**30:
+            out.append(row("  of which reserve margin (safe side)", est.need_margin_bytes, "fitted"))
     if est.config.device == "cuda" and est.band_bytes:
         band_source = cite(
             "traced", "the validation rows' error band of this regime (estimator/step/band.py)"
