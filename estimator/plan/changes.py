@@ -126,6 +126,30 @@ _no_reference = Toggle(
     "the objective loses its KL penalty to the reference model (TRL's default since 0.19, as in DAPO and "
     "Dr. GRPO)",
 )
+
+
+def _flash_attention_instead(cfg: RunConfig) -> bool:
+    """Eager attention on a CUDA run whose model refuses sdpa (Gemma 2's soft-capping) but not flash-attn, whose
+    kernel applies the soft-cap (`compat.check_library_support`)."""
+    arch = _arch(cfg)
+    if cfg.attn_implementation != "eager" or cfg.device != "cuda" or arch is None or _sdpa_accepted(cfg):
+        return False
+    try:
+        check_library_support(cfg.with_(attn_implementation="flash_attention_2"), arch)
+    except InvalidConfig:
+        return False
+    return True
+
+
+_flash_attention = Toggle(
+    "fa2",
+    "--attn-implementation flash_attention_2 (model_init_kwargs attn_implementation: flash_attention_2)",
+    1,
+    _flash_attention_instead,
+    {"attn_implementation": "flash_attention_2"},
+    "the same attention, soft-cap included, in flash-attn's kernel: no [batch, heads, T, T] scores; needs the "
+    "flash-attn package and an Ampere or newer GPU",
+)
 _adam8bit = Toggle(
     "adam8",
     "--optim adamw_bnb_8bit",
@@ -597,6 +621,7 @@ GENERATORS = (
     load_bf16,
     _grad_ckpt,
     _sdpa,
+    _flash_attention,
     _vllm_sleep,
     _vllm_max_len,
     _vllm_share,

@@ -245,7 +245,7 @@ def test_solve_vllm_share_only_where_vllm_starts():
     assert sol.value is None and "vLLM does not start" in sol.note
 
 
-def test_eager_attention_is_advised_sdpa_where_it_keeps_the_math(monkeypatch):
+def test_eager_attention_is_advised_sdpa_or_flash_attention_where_transformers_takes_it(monkeypatch):
     # with the real estimator: an eager Llama keeps a [batch, heads, T, T] score and its fp32 softmax per layer,
     # which sdpa never materialises; at 1,536 tokens that is most of the step, so on a 24 GiB budget the cheapest
     # plan (cost 1: the result unchanged) is that switch alone
@@ -265,11 +265,13 @@ def test_eager_attention_is_advised_sdpa_where_it_keeps_the_math(monkeypatch):
     sdpa = next(o for o in adv.singles if o.changes[0].key == "sdpa")
     assert sdpa.config == cfg.with_(attn_implementation="sdpa") and sdpa.saved_bytes > 8 * 2**30
     assert [c.key for c in adv.plan.changes] == ["sdpa"]
-    # Gemma 2 soft-caps its attention logits, which transformers' sdpa path refuses: it stays on eager
+    assert "fa2" not in {o.changes[0].key for o in adv.singles}  # sdpa needs no extra package
+    # Gemma 2 soft-caps its attention logits, which transformers' sdpa path refuses; flash-attn applies the cap
     gemma = cfg.with_(model="google/gemma-2-2b-it")
-    assert "sdpa" not in {
-        o.changes[0].key for o in advise(gemma, resolve_model(gemma.model), estimate).singles
-    }
+    singles = {o.changes[0].key: o for o in advise(gemma, resolve_model(gemma.model), estimate).singles}
+    assert "sdpa" not in singles
+    assert singles["fa2"].config == gemma.with_(attn_implementation="flash_attention_2")
+    assert singles["fa2"].saved_bytes > 2**30
     # already on sdpa: nothing to switch
     plain = cfg.with_(attn_implementation="sdpa")
     assert "sdpa" not in {
