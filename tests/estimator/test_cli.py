@@ -256,3 +256,25 @@ def test_the_short_answers_rows_add_up_and_show_the_reserve_models_margin_apart(
     labels = [label for label, _, _ in breakdown(kept)]
     assert ("reserve margin (safe side)" in labels) == (kept.reserve_source == "fitted")
     assert 0 <= kept.fit_bytes - sum(b for _, b, _ in breakdown(kept)) < 0.005 * 2**30
+
+
+def test_a_change_to_flash_attention_never_fits_a_card_older_than_ampere(capsys):
+    # flash-attn 2 needs compute capability 8.0+: on a T4 (7.5) the change to it is listed as not fitting and the
+    # plan takes another; on an L4 (8.9), an unknown card, or a run that chose it itself, nothing is checked
+    from estimator.hardware.gpus import lookup
+    from estimator.interface.cli import _kernels_run_on
+
+    eager = RunConfig(model="google/gemma-2-2b-it", attn_implementation="eager")
+    fa2 = eager.with_(attn_implementation="flash_attention_2")
+    check = _kernels_run_on(lookup("T4"), eager)
+    assert check(fa2, None) is False and check(eager, None) is True
+    assert _kernels_run_on(lookup("L4"), eager) is None and _kernels_run_on(lookup("T4"), fa2) is None
+    argv = ["--model", "google/gemma-2-2b-it", "--attn-implementation", "eager", "--dtype", "bfloat16", "--lora",
+            "--max-prompt-length", "1024", "--num-generations", "16", "--per-device-train-batch-size", "16"]  # fmt: skip
+    main([*argv, "--gpu", "T4", "--detail"])
+    out = capsys.readouterr().out
+    assert (
+        "To fit the T4" not in out or "flash_attention_2" not in out.split("To fit the T4")[1].splitlines()[0]
+    )
+    (line,) = [ln for ln in out.splitlines() if "--attn-implementation flash_attention_2" in ln]
+    assert "✗" in line
