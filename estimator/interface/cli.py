@@ -24,6 +24,7 @@ from estimator.model import catalog
 from estimator.model.architecture import Arch
 from estimator.model.catalog import catalog_id
 from estimator.plan import advice as adv
+from estimator.plan.changes import kernel_runs_on
 from estimator.plan.fixes import layout_fixes, own_gpu_fixes, role_moves
 from estimator.plan.layout import VllmSettings, failure_on, others_fit_on, plan, starts_on, with_roles
 from estimator.plan.solve import SOLVABLE, solve
@@ -453,7 +454,8 @@ def compute(req: Request) -> Answer:
     advice = None
     if req.advice or fails:  # a change fits only if the whole layout then does: vLLM starts, every GPU holds,
         # and the host holds what it offloads and loads (--host-ram)
-        held = _both(_both(others_fn, host_fn), _kernels_run_on(req.gpu, cfg))
+        kernel_fn = kernel_runs_on(req.gpu.sm if req.gpu is not None else None, cfg)
+        held = _both(_both(others_fn, host_fn), kernel_fn)
         advice = adv.advise(cfg, req.arch, est_fn, budget, starts=starts_fn, others_fit=held)
     solution = (
         solve(cfg, req.arch, req.solve, budget, est_fn, starts_fn, others_fn, host_fits=host_fn)
@@ -479,21 +481,6 @@ def compute(req: Request) -> Answer:
         reference,
         advise_for=lambda budget: adv.advise(cfg, req.arch, est_fn, budget),
     )
-
-
-# flash-attn 2 runs on compute capability 8.0 and newer (Ampere, Ada, Hopper): its README's requirements,
-# https://github.com/Dao-AILab/flash-attention/blob/v2.8.3/README.md ("currently supports: Ampere, Ada, or Hopper GPUs")
-FLASH_ATTENTION_MIN_SM = (8, 0)
-
-
-def _kernels_run_on(gpu, cfg: RunConfig):
-    """The check that a change's attention kernel runs on the target card: a change to flash_attention_2 does
-    not fit a card older than Ampere (None: no target, an unknown card, or nothing to check)."""
-    if gpu is None or gpu.sm == (0, 0) or gpu.sm >= FLASH_ATTENTION_MIN_SM:
-        return None
-    if cfg.attn_implementation == "flash_attention_2":
-        return None  # the user's own choice is theirs; only a change to it is checked
-    return lambda c, arch: c.attn_implementation != "flash_attention_2"
 
 
 def _both(a, b):

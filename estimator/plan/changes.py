@@ -95,18 +95,21 @@ _grad_ckpt = Toggle(
 )
 
 
-def _sdpa_accepted(cfg: RunConfig) -> bool:
-    """Eager attention on a model the modelled transformers release also runs under sdpa, which computes the same
-    scores: not one whose class refuses sdpa (Gemma 2, for its logit soft-capping; `compat.check_library_support`
-    holds the families' rules)."""
-    arch = _arch(cfg)
-    if cfg.attn_implementation != "eager" or arch is None:
-        return False
+def _takes(cfg: RunConfig, arch: Arch, attention: str) -> bool:
+    """Whether the modelled transformers release runs `cfg`'s model under `attention`
+    (`compat.check_library_support` holds the families' refusals)."""
     try:
-        check_library_support(cfg.with_(attn_implementation="sdpa"), arch)
+        check_library_support(cfg.with_(attn_implementation=attention), arch)
     except InvalidConfig:
         return False
     return True
+
+
+def _sdpa_accepted(cfg: RunConfig) -> bool:
+    """Eager attention on a model that also runs under sdpa, which computes the same scores: not one whose class
+    refuses sdpa (Gemma 2, for its logit soft-capping)."""
+    arch = _arch(cfg)
+    return cfg.attn_implementation == "eager" and arch is not None and _takes(cfg, arch, "sdpa")
 
 
 _sdpa = Toggle(
@@ -130,15 +133,30 @@ _no_reference = Toggle(
 
 def _flash_attention_instead(cfg: RunConfig) -> bool:
     """Eager attention on a CUDA run whose model refuses sdpa (Gemma 2's soft-capping) but not flash-attn, whose
-    kernel applies the soft-cap (`compat.check_library_support`)."""
+    kernel applies the soft-cap."""
     arch = _arch(cfg)
     if cfg.attn_implementation != "eager" or cfg.device != "cuda" or arch is None or _sdpa_accepted(cfg):
         return False
-    try:
-        check_library_support(cfg.with_(attn_implementation="flash_attention_2"), arch)
-    except InvalidConfig:
-        return False
-    return True
+    return _takes(cfg, arch, "flash_attention_2")
+
+
+# flash-attn 2 runs on compute capability 8.0 and newer (Ampere, Ada, Hopper): its README's requirements,
+# https://github.com/Dao-AILab/flash-attention/blob/v2.8.3/README.md ("currently supports: Ampere, Ada, or Hopper GPUs")
+FLASH_ATTENTION_MIN_SM = (8, 0)
+
+
+def kernel_runs_on(sm: tuple[int, int] | None, cfg: RunConfig) -> Callable[[RunConfig, Arch], bool] | None:
+    """The check that a change's attention kernel runs on a target card of compute capability `sm`: a change to
+    flash_attention_2 does not fit a card older than Ampere. None where nothing is checked: no target, an unknown
+    card ((0, 0)), a new enough one, or a run that chose flash_attention_2 itself (the user's own choice)."""
+    if (
+        sm is None
+        or sm == (0, 0)
+        or sm >= FLASH_ATTENTION_MIN_SM
+        or cfg.attn_implementation == "flash_attention_2"
+    ):
+        return None
+    return lambda c, arch: c.attn_implementation != "flash_attention_2"
 
 
 _flash_attention = Toggle(

@@ -262,13 +262,14 @@ def test_a_change_to_flash_attention_never_fits_a_card_older_than_ampere(capsys)
     # flash-attn 2 needs compute capability 8.0+: on a T4 (7.5) the change to it is listed as not fitting and the
     # plan takes another; on an L4 (8.9), an unknown card, or a run that chose it itself, nothing is checked
     from estimator.hardware.gpus import lookup
-    from estimator.interface.cli import _kernels_run_on
+    from estimator.plan.changes import kernel_runs_on
 
     eager = RunConfig(model="google/gemma-2-2b-it", attn_implementation="eager")
     fa2 = eager.with_(attn_implementation="flash_attention_2")
-    check = _kernels_run_on(lookup("T4"), eager)
+    check = kernel_runs_on(lookup("T4").sm, eager)
     assert check(fa2, None) is False and check(eager, None) is True
-    assert _kernels_run_on(lookup("L4"), eager) is None and _kernels_run_on(lookup("T4"), fa2) is None
+    assert kernel_runs_on(lookup("L4").sm, eager) is None and kernel_runs_on(lookup("T4").sm, fa2) is None
+    assert kernel_runs_on(None, eager) is None and kernel_runs_on((0, 0), eager) is None
     argv = ["--model", "google/gemma-2-2b-it", "--attn-implementation", "eager", "--dtype", "bfloat16", "--lora",
             "--max-prompt-length", "1024", "--num-generations", "16", "--per-device-train-batch-size", "16"]  # fmt: skip
     main([*argv, "--gpu", "T4", "--detail"])
