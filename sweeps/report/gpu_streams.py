@@ -29,7 +29,7 @@ from sweeps.oneline import OneLineParser
 from sweeps.records import read_index
 from sweeps.report import stream_diff
 from sweeps.report.row_traces import config_id
-from sweeps.report.stranding import stranding
+from sweeps.report.stranding import describe, stranding
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_DIR = REPO / "results" / "streams" / "gpu"
@@ -204,11 +204,7 @@ def _stranded(found: dict | None) -> list[str]:
     for what, s in found.items():
         if s is None:
             continue
-        groups = "; ".join(
-            f"{p.count} x {p.segment_bytes / 2**20:,.0f} MiB ({p.segment_phase or '(none)'}) held by "
-            f"{p.block_bytes / 2**20:,.1f} MiB ({p.block_phase or '(none)'})"
-            for p in s.pinned[:3]
-        )
+        groups = "; ".join(describe(p) for p in s.pinned[:3])
         out.append(
             f"- {what}: a {s.request_bytes / 2**20:,.1f} MiB request in `{s.phase or '(none)'}` fails with "
             f"{_gib(s.stranded_bytes)} GiB stranded; largest: {groups}."

@@ -32,7 +32,7 @@ from estimator.units import GIB, MIB
 from sweeps import records
 from sweeps.oneline import OneLineParser
 from sweeps.report import row_traces
-from sweeps.report.stranding import Stranding, stranding
+from sweeps.report.stranding import Stranding, describe, stranding
 from sweeps.runner.predict import arch_for
 
 DEFAULT_ROWS = records.REPO / "results" / "raw" / "mincard.jsonl"
@@ -199,11 +199,7 @@ def stranding_markdown(found: list[tuple[str, Stranding | None]], top: int = 3) 
     for config, s in found:
         if s is None:
             continue
-        groups = "; ".join(
-            f"{p.count} x {p.segment_bytes / MIB:,.0f} MiB ({p.segment_phase or '(none)'}) held by "
-            f"{p.block_bytes / MIB:,.1f} MiB ({p.block_phase or '(none)'}): {p.stranded_bytes / GIB:.2f} GiB"
-            for p in s.pinned[:top]
-        )
+        groups = "; ".join(f"{describe(p)}: {p.stranded_bytes / GIB:.2f} GiB" for p in s.pinned[:top])
         out.append(
             f"| {config} | {s.phase or '(none)'} | {s.request_bytes / MIB:,.1f} MiB | "
             f"{s.stranded_bytes / GIB:.2f} GiB | {groups} |"

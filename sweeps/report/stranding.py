@@ -5,8 +5,8 @@ fails (`estimator.hardware.allocator`, `malloc`). What it can never give back is
 that some live block still occupies: a segment carved for one size (a prefill's MLP output) and then holding a
 smaller long-lived block (a layer's KV cache, a training block) strands the rest. This replays a stream under a
 limit that fails within one resolution step below its smallest passing one, stops at the request that fails, and
-says which segments strand how much, grouped by the phase and size each segment was made for and the phase and size of the block that
-pins it (traced, simulated).
+says which segments strand how much, grouped by the phase and size each segment was made for and the phase and
+size of the block that pins it (simulated, on a traced or a real stream).
 
     python -m sweeps.report.stranding STREAM.txt.gz [...]   # a stream of `estimator.hardware.allocator` events
 
@@ -56,8 +56,8 @@ class Pinned:
 class Stranding:
     """A stream under `limit_bytes`, a limit that fails at most one resolution step below one that passes
     (`passing_bytes`, at most `need_bytes`, the smallest passing limit `min_device_limit` finds): the request that
-    fails, the allocator's state just before it, and the free bytes held inside segments with a live block (`stranded_bytes`,
-    by group in `pinned`, largest first)."""
+    fails, the allocator's state just before it, and the free bytes held inside segments with a live block
+    (`stranded_bytes`, by group in `pinned`, largest first)."""
 
     need_bytes: int
     passing_bytes: int
@@ -70,10 +70,18 @@ class Stranding:
     pinned: tuple[Pinned, ...]
 
 
-def _segment_start(block) -> int:
+def _segment_head(block):
+    """The first block of `block`'s segment (its address is the segment's start)."""
     while block.prev is not None:
         block = block.prev
-    return block.addr
+    return block
+
+
+def _segment_size(head) -> int:
+    size = 0
+    while head is not None:
+        size, head = size + head.size, head.next
+    return size
 
 
 def _bracket(events: list, s: AllocatorSettings, fails: int, passes: int, resolution: int) -> tuple[int, int]:
@@ -107,7 +115,7 @@ def stranding(
             if not a.malloc(ev[1], ev[2], ev[3] if len(ev) > 3 else 0):
                 return _state(a, need, passing, limit, phase, ev[2], made, segment_phase)
             made[ev[1]] = (phase, ev[2])
-            segment_phase.setdefault(_segment_start(a.live[ev[1]]), phase)
+            segment_phase.setdefault(_segment_head(a.live[ev[1]]).addr, phase)
         elif kind == FREE:
             a.free(ev[1])
             made.pop(ev[1], None)
@@ -128,23 +136,16 @@ def _state(
     made: dict[int, tuple[str, int]],
     segment_phase: dict[int, str],
 ) -> Stranding:
-    segments: dict[int, list] = defaultdict(list)  # segment start -> its live blocks' keys
+    segments: dict[int, tuple] = {}  # segment start -> (its first block, its live blocks' keys)
     for key, block in a.live.items():
-        segments[_segment_start(block)].append(key)
+        head = _segment_head(block)
+        segments.setdefault(head.addr, (head, []))[1].append(key)
     groups: dict[tuple[str, int, str, int], list[int]] = defaultdict(lambda: [0, 0])
-    for start, keys in segments.items():
-        head = a.live[keys[0]]
-        while head.prev is not None:
-            head = head.prev
-        size, b = 0, head
-        while b is not None:
-            size += b.size
-            b = b.next
-        live = sum(a.live[k].size for k in keys)
+    for start, (head, keys) in segments.items():
+        size, live = _segment_size(head), sum(a.live[k].size for k in keys)
         if size == live:
             continue
-        biggest = max(keys, key=lambda k: a.live[k].size)
-        block_phase, block_bytes = made[biggest]
+        block_phase, block_bytes = made[max(keys, key=lambda k: a.live[k].size)]
         g = groups[(segment_phase.get(start, "?"), size, block_phase, block_bytes)]
         g[0] += 1
         g[1] += size - live
@@ -171,20 +172,25 @@ def _mib(b: int) -> str:
     return f"{b / MIB:,.1f} MiB"
 
 
+def describe(p: Pinned) -> str:
+    """One group as the reports print it: `count x segment size (phase made in) held by block size (phase)`."""
+    return (
+        f"{p.count} x {p.segment_bytes / MIB:,.0f} MiB ({p.segment_phase or '(none)'}) held by "
+        f"{p.block_bytes / MIB:,.1f} MiB ({p.block_phase or '(none)'})"
+    )
+
+
 def lines(s: Stranding | None, top: int = 8, source: str = "traced, simulated") -> list[str]:
     """What `stranding` found, as printed lines; `source` says where the stream came from."""
     if s is None:
         return ["nothing to explain: the stream allocates nothing"]
     out = [
-        f"need {_mib(s.need_bytes)}, passes at {_mib(s.passing_bytes)}; at {_mib(s.limit_bytes)} a request of {_mib(s.request_bytes)} in phase "
-        f"{s.phase or '(none)'} fails with {_mib(s.reserved_bytes)} reserved, {_mib(s.allocated_bytes)} allocated; "
-        f"{_mib(s.stranded_bytes)} free inside segments a live block holds ({source})"
+        f"need {_mib(s.need_bytes)}, passes at {_mib(s.passing_bytes)}; at {_mib(s.limit_bytes)} a request of "
+        f"{_mib(s.request_bytes)} in phase {s.phase or '(none)'} fails with {_mib(s.reserved_bytes)} reserved, "
+        f"{_mib(s.allocated_bytes)} allocated; {_mib(s.stranded_bytes)} free inside segments a live block holds "
+        f"({source})"
     ]
-    for p in s.pinned[:top]:
-        out.append(
-            f"  {p.count} x segment of {_mib(p.segment_bytes)} made in {p.segment_phase or '(none)'}, held by "
-            f"{_mib(p.block_bytes)} made in {p.block_phase or '(none)'}: {_mib(p.stranded_bytes)} stranded"
-        )
+    out += [f"  {describe(p)}: {_mib(p.stranded_bytes)} stranded" for p in s.pinned[:top]]
     if len(s.pinned) > top:
         rest = sum(p.stranded_bytes for p in s.pinned[top:])
         out.append(f"  {len(s.pinned) - top} more groups: {_mib(rest)} stranded")

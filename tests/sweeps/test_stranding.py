@@ -20,6 +20,19 @@ def _layers(n: int) -> list[tuple]:
     return ev + [(MARK, "train"), (ALLOC, 1000, 100 * MIB, 0)]
 
 
+def _command(*paths) -> tuple[int, str, str]:
+    """`python -m sweeps.report.stranding PATHS`: exit code, stdout, and its one stderr line ("" if none)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sweeps.report.stranding", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    err = done.stderr.strip().splitlines()
+    assert len(err) <= 1, done.stderr
+    return done.returncode, done.stdout, err[0] if err else ""
+
+
 def test_each_cache_block_strands_the_rest_of_the_segment_its_transient_left():
     # layer 1's cache block takes the freed 100 MiB segment (40 MiB split off); layer 2's transient finds only
     # that 40 MiB free, so it gets a new segment, which its cache block then holds; and so on. The training
@@ -31,7 +44,7 @@ def test_each_cache_block_strands_the_rest_of_the_segment_its_transient_left():
     assert s.stranded_bytes == 120 * MIB
     assert s.pinned == (Pinned("generate", 100 * MIB, "generate", 60 * MIB, 3, 120 * MIB),)
     (head, group) = lines(s)
-    assert "3 x segment of 100.0 MiB made in generate" in group and "120.0 MiB stranded" in group
+    assert "3 x 100 MiB (generate) held by 60.0 MiB (generate): 120.0 MiB stranded" in group
     assert "phase train" in head and "(traced, simulated)" in head
 
 
@@ -52,15 +65,8 @@ def test_the_command_reads_streams_and_refuses_a_bad_one_in_one_line(tmp_path):
     good, bad = tmp_path / "s.txt.gz", tmp_path / "bad.txt.gz"
     dump_stream(_layers(3), good)
     bad.write_bytes(b"not gzip")
-    done = subprocess.run(
-        [sys.executable, "-m", "sweeps.report.stranding", str(good), str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 2
-    assert "120.0 MiB stranded" in done.stdout
-    (line,) = done.stderr.strip().splitlines()
+    code, out, line = _command(good, bad)
+    assert code == 2 and "120.0 MiB stranded" in out
     assert "bad.txt.gz" in line and "accepted" in line
 
 
@@ -79,12 +85,5 @@ def test_a_negative_allocation_is_refused_naming_the_line(tmp_path):
 
     bad = tmp_path / "neg.txt.gz"
     bad.write_bytes(gzip.compress(b"m generate\na 1 -5\n"))
-    done = subprocess.run(
-        [sys.executable, "-m", "sweeps.report.stranding", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 2
-    (line,) = done.stderr.strip().splitlines()
-    assert "line 2: allocation of -5 bytes" in line
+    code, _, line = _command(bad)
+    assert code == 2 and "line 2: allocation of -5 bytes" in line
