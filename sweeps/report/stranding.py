@@ -185,10 +185,10 @@ def lines(s: Stranding | None, top: int = 8, source: str = "traced, simulated") 
     if s is None:
         return ["nothing to explain: the stream allocates nothing"]
     out = [
-        f"need {_mib(s.need_bytes)}, passes at {_mib(s.passing_bytes)}; at {_mib(s.limit_bytes)} a request of "
-        f"{_mib(s.request_bytes)} in phase {s.phase or '(none)'} fails with {_mib(s.reserved_bytes)} reserved, "
-        f"{_mib(s.allocated_bytes)} allocated; {_mib(s.stranded_bytes)} free inside segments a live block holds "
-        f"({source})"
+        f"need {_mib(s.need_bytes)}, passes at {_mib(s.passing_bytes)} ({source})",
+        f"at {_mib(s.limit_bytes)}: a request of {_mib(s.request_bytes)} in {s.phase or '(none)'} fails with "
+        f"{_mib(s.reserved_bytes)} reserved, {_mib(s.allocated_bytes)} allocated",
+        f"{_mib(s.stranded_bytes)} free inside segments a live block holds:",
     ]
     out += [f"  {describe(p)}: {_mib(p.stranded_bytes)} stranded" for p in s.pinned[:top]]
     if len(s.pinned) > top:

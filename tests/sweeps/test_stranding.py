@@ -43,9 +43,9 @@ def test_each_cache_block_strands_the_rest_of_the_segment_its_transient_left():
     assert (s.reserved_bytes, s.allocated_bytes) == (300 * MIB, 180 * MIB)
     assert s.stranded_bytes == 120 * MIB
     assert s.pinned == (Pinned("generate", 100 * MIB, "generate", 60 * MIB, 3, 120 * MIB),)
-    (head, group) = lines(s)
+    (need, fails, stranded, group) = lines(s)
     assert "3 x 100 MiB (generate) held by 60.0 MiB (generate): 120.0 MiB stranded" in group
-    assert "phase train" in head and "(traced, simulated)" in head
+    assert "in train fails" in fails and "(traced, simulated)" in need and "120.0 MiB free" in stranded
 
 
 def test_a_segment_given_back_whole_strands_nothing():
