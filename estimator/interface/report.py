@@ -146,7 +146,7 @@ def summary_lines(est: Estimate) -> list[str]:
     out.append(row('= "nvidia-smi" peak', est.peak_device_bytes))
     if est.config.device == "cuda" and est.need_extra_bytes is not None:
         out.append(row("card must hold (allocator frees cache, retries)", est.need_bytes, est.reserve_source))
-        if est.need_margin_bytes >= 0.005 * 2**30:
+        if est.need_margin_bytes >= SHOWN_MIN_BYTES:
             out.append(row("  of which reserve margin (safe side)", est.need_margin_bytes, "fitted"))
     if est.config.device == "cuda" and est.band_bytes:
         band_source = cite(
@@ -407,6 +407,9 @@ def to_json(
 
 SCHEMA_VERSION = "1.3"  # of the JSON answer: docs/estimate.schema.json, documented in docs/json-output.md
 WIDTH = 80
+SHOWN_MIN_BYTES = int(
+    0.005 * 2**30
+)  # less prints as 0.00 GiB: such a row is folded into its neighbour or left out
 TOP_COMPONENTS = 4  # tensor components shown by name at the peak; the rest are summed as "other tensors"
 COMPONENT_LABELS = {
     "vllm": "vLLM's share (colocated)",
@@ -585,13 +588,13 @@ def breakdown(est: Estimate) -> list[tuple[str, int, str]]:
     comps = [(n, b) for n, b in comps if b > 0]
     rows = [(COMPONENT_LABELS.get(n, n.replace("_", " ")), b, SOURCE) for n, b in comps[:TOP_COMPONENTS]]
     rest = sum(b for _, b in comps[TOP_COMPONENTS:])
-    if rest >= 0.005 * 2**30:  # what would print as 0.00 GiB is left out of the short table (--detail has it)
+    if rest >= SHOWN_MIN_BYTES:  # left out of the short table (--detail has it)
         rows.append(("other tensors", rest, SOURCE))
     if est.config.device == "cpu":
         return rows
     reserve = est.need_bytes - est.peak_allocated_bytes - est.cuda_context_bytes
     margin = min(est.need_margin_bytes, reserve)
-    if margin < 0.005 * 2**30:  # what would print as 0.00 GiB stays in the reserve's row
+    if margin < SHOWN_MIN_BYTES:  # stays in the reserve's row
         margin = 0
     rows.append(("allocator reserve", reserve - margin, est.reserve_source))
     if margin:

@@ -118,10 +118,11 @@ def host_ram_line(cfg: RunConfig, arch: Arch) -> str | None:
     if not (cfg.offload_optimizer or cfg.offload_param or cfg.host_ram_gib):
         return None
     need = max(ram["training"], ram["loading"])
-    pinned = f"{ram['pinned'] / off.GIB:.1f} GiB pinned, " if ram.get("pinned") else ""
+    # pinned memory that prints as 0.0 GiB is left out
+    pinned = f"{ram['pinned'] / off.GIB:.1f} GiB pinned, " if ram.get("pinned", 0) >= 0.05 * off.GIB else ""
     line = (
         f"host RAM (node): {ram['training'] / off.GIB:.1f} GiB in training ({pinned}"
-        f"{off.PROCESS_TRAINING_BYTES / off.GIB:.1f} GiB per process the process itself, measured-gpu), "
+        f"{off.PROCESS_TRAINING_BYTES / off.GIB:.1f} GiB for each process itself, measured-gpu), "
         f"{ram['loading'] / off.GIB:.1f} GiB while {cfg.num_gpus} process(es) load the model (estimated)"
     )
     if cfg.host_ram_gib:

@@ -504,7 +504,7 @@ def report(table: dict, sampled: dict | None = None) -> str:
                 f"{name:26s} need, step regime: fitted model over {k['n']} rows (kept + tuning; an eager run's need takes the "
                 f"larger of it and the kept streams' model); in-sample max error {100 * k['in_sample_max_abs']:.1f} "
                 f"pts, leave-one-out max {100 * k['loo_max_abs']:.1f} pts, margin "
-                f"{100 * max(0.0, -min(k['loo_errors'])):.1f} pts"
+                f"{100 * allocator_term.margin_of(k):.1f} pts"
             )
         g = table["fit"].get("generation:need:" + name)
         if g:
