@@ -55,6 +55,9 @@ class Defaults:
     gradient_accumulation_steps: int
     vllm_gpu_memory_utilization: float | None  # None: set on the vLLM server, not in GRPOConfig
     vllm_mode: str
+    # TrainingArguments' optim as the release's users ran it: transformers defaults to adamw_torch_fused only
+    # with torch >= 2.8 (transformers PR #37358, training_args.py `default_optim`), else adamw_torch (foreach)
+    optim: str
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ _D014 = Defaults(
     gradient_accumulation_steps=8,
     vllm_gpu_memory_utilization=0.9,
     vllm_mode="separate_device",
+    optim="adamw_torch",
 )
 
 _P014 = TrlProfile(
@@ -138,7 +142,9 @@ _P014 = TrlProfile(
         "off, whatever beta (create_reference_model, grpo_trainer.py L200-209); generation and the reference "
         "pass inside compute_loss after the policy forward (grpo_trainer.py L370-451); full [B, C+1, V] logits "
         "and a row-by-row log_softmax (grpo_trainer.py L430-441); model given by name loads with dtype None = "
-        "float32 under transformers 4.x (grpo_trainer.py L173-175); vLLM on another GPU at 0.9 utilization",
+        "float32 under transformers 4.x (grpo_trainer.py L173-175); vLLM on another GPU at 0.9 utilization; "
+        "TrainingArguments' optim adamw_torch (foreach), transformers' default before torch 2.8 "
+        "(training_args.py `default_optim`)",
     ),
 )
 
@@ -241,8 +247,12 @@ _P022 = _next(
     _P020,
     (0, 22),
     (0, 22),
-    ("gradient_checkpointing=True by default (grpo_config.py, 0.22.2)",),
-    defaults={"gradient_checkpointing": True},
+    (
+        "gradient_checkpointing=True by default (grpo_config.py, 0.22.2)",
+        "optim adamw_torch_fused: the first release after torch 2.8 (August 2025), under which transformers "
+        "defaults to it (transformers PR #37358; an older torch keeps adamw_torch, which vram-estimate notes)",
+    ),
+    defaults={"gradient_checkpointing": True, "optim": "adamw_torch_fused"},
 )
 _P023 = _next(
     _P022,
