@@ -13,6 +13,7 @@ from __future__ import annotations
 from estimator.model.architecture import Arch
 from estimator.settings.config import RunConfig
 from estimator.terms.activations import compute_bytes, residual_bytes
+from estimator.terms.sharding import is_deepspeed
 from estimator.units import nbytes
 
 TOKEN_CHUNK = 4096  # CK:31
@@ -131,11 +132,18 @@ def full_logits(cfg: RunConfig, arch: Arch, batch: int) -> int:
 # (`logits = logits / T`: a second [B, C, V] tensor, after which the first is freed); 1.0-1.9 divide in place.
 
 
+def outputs_to_fp32(cfg: RunConfig) -> bool:
+    """Whether accelerate wraps the prepared model's forward in autocast + `convert_outputs_to_fp32`: under bf16
+    mixed precision, except with DeepSpeed, where `Accelerator.native_amp` stays False and the engine runs the
+    module it cast to bf16 itself (accelerate 1.15 accelerator.py L564-593, prepare_model L1824-1835)."""
+    return cfg.bf16 and not is_deepspeed(cfg)
+
+
 def logits_bytes(cfg: RunConfig) -> int:
-    """Bytes of the logits the trainer sees: fp32 under bf16/fp16 mixed precision, because accelerate wraps the
-    prepared model's forward in `convert_outputs_to_fp32` (accelerate/accelerator.py prepare_model; the TRL 0.19
-    run, results/raw/legacy.jsonl, holds fp32 [B, C, V] logits under CPU bf16 autocast); else the load dtype's."""
-    return 4 if cfg.bf16 else compute_bytes(cfg)
+    """Bytes of the logits the trainer sees: fp32 where accelerate converts the outputs (`outputs_to_fp32`; the
+    TRL 0.19 run, results/raw/legacy.jsonl, holds fp32 [B, C, V] logits under CPU bf16 autocast); else the
+    compute dtype's (bf16 under DeepSpeed's bf16)."""
+    return 4 if outputs_to_fp32(cfg) else compute_bytes(cfg)
 
 
 def logsoftmax_bytes(cfg: RunConfig) -> int:
@@ -145,7 +153,7 @@ def logsoftmax_bytes(cfg: RunConfig) -> int:
 
 def _to_fp32_copy(cfg: RunConfig, n1: int, v: int) -> int:
     """convert_outputs_to_fp32: the a-byte logits [B, C+1, V] and their fp32 copy meet once."""
-    return n1 * v * (compute_bytes(cfg) + 4) if cfg.bf16 and compute_bytes(cfg) != 4 else 0
+    return n1 * v * (compute_bytes(cfg) + 4) if outputs_to_fp32(cfg) and compute_bytes(cfg) != 4 else 0
 
 
 def _release(cfg: RunConfig):
