@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import sys
+import textwrap
 from dataclasses import dataclass
 
 from estimator.hardware import gpus
@@ -237,18 +238,25 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 
 def render_sources(cfg: RunConfig, sources: dict) -> str | None:
-    """Which file set which setting, compactly; None when one file at most (everything else is a flag then)."""
+    """Which file (or the command) set which setting, wrapped at 80 columns; None when only flags set any."""
     by: dict[str, list[str]] = {}
     for name, label in sources.items():
         origin, _, key = label.partition(" ")
         value = getattr(cfg, name, None)
         value = ",".join(value) if isinstance(value, tuple) else value
         by.setdefault(origin, []).append(f"{name}={value}" + (f" ({key})" if key and key != name else ""))
-    if len([o for o in by if o != "flags"]) < 2:
+    if not [o for o in by if o != "flags"]:
         return None
-    lines = ["settings read from:"] + [
-        f"  {printable(origin)}: {printable(', '.join(items), 400)}" for origin, items in by.items()
-    ]
+    lines = ["settings read from:"]
+    for origin, items in by.items():
+        lines += textwrap.wrap(
+            ", ".join(printable(item, 120) for item in items),
+            80,
+            initial_indent=f"  {printable(origin, 60)}: ",
+            subsequent_indent="      ",
+            break_long_words=True,
+            break_on_hyphens=False,
+        )
     lines.append("  every other setting: TRL's default (--json lists the whole config)")
     return "\n".join(lines)
 

@@ -1,10 +1,11 @@
 """`vram-estimate --from-command "<launch command>"` (or `vram-estimate [flags] -- <command>`): read what a TRL
 GRPO launch command would run.
 
-The command is split with `shlex.split` (POSIX shell words); leading `NAME=value` environment assignments are
-skipped (PYTORCH_CUDA_ALLOC_CONF is read; CUDA_VISIBLE_DEVICES counts the GPUs a launcher that uses every visible
-GPU starts processes on), as are the wrappers `nohup`, `time`, `exec`, `uv run`, `poetry run`, `pipenv run`, and
-a shell tail (`> log 2>&1 &`, a pipe). Launchers:
+The command is read as bash reads a pasted block (continued lines joined, `#` comments dropped, one command;
+`_commands`) and split with `shlex.split` (POSIX shell words); leading `NAME=value` environment assignments are
+skipped (PYTORCH_CUDA_ALLOC_CONF or PYTORCH_ALLOC_CONF is read; CUDA_VISIBLE_DEVICES counts the GPUs a launcher
+that uses every visible GPU starts processes on), as are the wrappers `nohup`, `time`, `exec`, `uv run`,
+`poetry run`, `pipenv run`, and a shell tail (`> log 2>&1 &`, a pipe). Launchers:
 
 - `accelerate launch [options] SCRIPT ARGS`: `--config_file` is the accelerate YAML and its options override it
   as `accelerate launch` does (an option given on the command line wins over the config file's value;
@@ -33,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,7 @@ from estimator.interface.configfile import (
 from estimator.interface.files import ConfigFileError, clip, load_file, suggestion
 from estimator.interface.known_keys import LAUNCH_BOOL_FLAGS, LAUNCH_VALUE_FLAGS, TRL_KEYS
 from estimator.interface.launchfile import LaunchFileError, translate_accelerate
+from estimator.interface.training_args import ALLOC_CONF_NAMES
 from estimator.text import printable
 
 MAX_COMMAND_CHARS = 100_000
@@ -84,6 +87,18 @@ class CommandSettings:
     notes: list[str] = field(default_factory=list)
     launcher: str = "python"
     visible_gpus: int | None = None  # CUDA_VISIBLE_DEVICES' count, where the command sets it
+
+
+# RL trainers whose launch commands take arguments of their own, not TRL's: a command running one of these
+# packages' scripts or modules is not read as a TRL run
+OTHER_TRAINERS = {
+    "openrlhf": "OpenRLHF",
+    "verl": "verl",
+    "swift": "ms-swift",
+    "nemo_rl": "NeMo-RL",
+    "realhf": "ReaL",
+    "areal": "AReaL",
+}
 
 
 def _norm(opt: str) -> str:
@@ -322,23 +337,31 @@ def read_command(command: str | list[str], cwd: Path | None = None) -> CommandSe
             "--from-command names no command; accepted: accelerate launch / torchrun / python / trl grpo ..."
         )
     out = CommandSettings(visible_gpus=_visible_gpus(env))
-    if env.get("PYTORCH_CUDA_ALLOC_CONF"):
+    conf = next((name for name in ALLOC_CONF_NAMES if env.get(name)), None)
+    if conf:
         out.files.append(
             FileSettings(
-                values={"pytorch_cuda_alloc_conf": env["PYTORCH_CUDA_ALLOC_CONF"]},
+                values={"pytorch_cuda_alloc_conf": env[conf]},
                 kind="launcher",
                 where="environment",
-                sources={"pytorch_cuda_alloc_conf": "PYTORCH_CUDA_ALLOC_CONF"},
+                sources={"pytorch_cuda_alloc_conf": conf},
             )
         )
     script, i, accel_opts = _launcher(tokens, out)
+    parts = set(re.split(r"[/\\\s.]+", script.lower()))
+    other = next((name for package, name in OTHER_TRAINERS.items() if package in parts), None)
+    if other:
+        raise CommandError(
+            f"--from-command: {clip(script, 60)} is {other}'s trainer, whose arguments are not TRL's; this tool "
+            "reads TRL GRPO launches: give the run's settings as flags (--model, --reference-model, --use-vllm, ...)"
+        )
     script, args, trl_config, accel_opts = _script_arguments(script, tokens[i:], accel_opts, out, cwd)
     name = script.split()[-1]
     if "grpo" not in name:
         out.notes.append(
             f"command: {clip(script)} is estimated as TRL's GRPO trainer (its arguments read as TRL's)"
         )
-    files = _script_files(args, trl_config, cwd)
+    files = _script_files(args, trl_config, cwd, trl_script="grpo" in name)
     if script == "trl grpo":
         in_file = next((f.launch_options for f in files if f.kind == "trl" and f.launch_options), {})
         if in_file:  # the command line's accelerate options come after the file's: theirs win
@@ -379,17 +402,74 @@ def launch_file(keys: dict, cwd: Path) -> FileSettings | None:
 
 
 def _words(command: str | list[str]) -> list[str]:
-    """The command's words: a string split as a shell would (shlex), at most MAX_COMMAND_CHARS long."""
+    """The command's words: a string split as a shell would (shlex), at most MAX_COMMAND_CHARS long.
+
+    A pasted block is read as bash reads it (`_commands`): one command, or a CommandError naming each."""
     if not isinstance(command, str):
         return list(command)
     if len(command) > MAX_COMMAND_CHARS:
         raise CommandError(
             f"--from-command: {len(command)} characters, more than a command ({MAX_COMMAND_CHARS})"
         )
+    commands = _commands(command)
+    if len(commands) > 1:
+        listed_ = ", ".join(clip(" ".join(c.split()), 40) for c in commands[:3]) + (
+            ", ..." if len(commands) > 3 else ""
+        )
+        raise CommandError(
+            f"--from-command: {len(commands)} commands as bash reads them (a newline ends one, also after a "
+            f"`\\` line whose `#` comment swallows the `\\`): {listed_}; give the training launch alone"
+        )
     try:
-        return shlex.split(command)
+        return shlex.split(commands[0]) if commands else []
     except ValueError as e:
         raise CommandError(f"--from-command {clip(command)}: {e} (shell quoting)") from None
+
+
+def _commands(text: str) -> list[str]:
+    """The commands of a pasted block, as bash reads them: a line ending in `\\` continues on the next, a `#`
+    that starts a word outside quotes comments out the rest of its line (the `\\` too, so the command ends
+    there), a newline inside quotes is kept, and any other newline ends a command. Blank and comment-only lines
+    are skipped."""
+    out, buf, quote = [], "", ""
+    for line in text.split("\n"):
+        body, commented, quote = _uncommented(line, quote)
+        if quote:  # a quoted newline: part of the word
+            buf += body + "\n"
+            continue
+        stripped = body.rstrip()
+        if not commented and stripped.endswith("\\") and not stripped.endswith("\\\\"):
+            buf += stripped[:-1] + " "
+            continue
+        buf += body
+        if buf.strip():
+            out.append(buf.strip())
+        buf = ""
+    if buf.strip():  # an unclosed quote: shlex says so
+        out.append(buf.strip())
+    return out
+
+
+def _uncommented(line: str, quote: str = "") -> tuple[str, bool, str]:
+    """`line` up to a `#` that starts a word outside quotes, whether it had one, and the quote still open at its
+    end (`quote`: the one open at its start)."""
+    escaped, prev = False, " "
+    for i, ch in enumerate(line):
+        if escaped:
+            escaped = False
+        elif quote:
+            if ch == quote:
+                quote = ""
+            elif ch == "\\" and quote == '"':
+                escaped = True
+        elif ch == "\\":
+            escaped = True
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and prev.isspace():
+            return line[:i], True, ""
+        prev = ch
+    return line, False, quote
 
 
 def _environment(tokens: list[str]) -> dict:
@@ -532,8 +612,11 @@ def _script_arguments(
     return script, args, trl_config, accel_opts
 
 
-def _script_files(args: dict, trl_config: str | None, cwd: Path) -> list[FileSettings]:
-    """The script's --config file (with the DeepSpeed file it names) and its remaining arguments as settings."""
+def _script_files(
+    args: dict, trl_config: str | None, cwd: Path, trl_script: bool = True
+) -> list[FileSettings]:
+    """The script's --config file (with the DeepSpeed file it names) and its remaining arguments as settings
+    (`trl_script` False: a script of the user's own, whose unknown arguments are its own, not typos)."""
     files: list[FileSettings] = []
     if trl_config is not None:
         p = Path(trl_config)
@@ -548,7 +631,7 @@ def _script_files(args: dict, trl_config: str | None, cwd: Path) -> list[FileSet
                 settings_of(load_file(s.deepspeed_file, f"{s.where}: deepspeed"), Path(s.deepspeed_file))
             )
     if args:
-        s = translate(typed_args(args), "command", cwd)
+        s = translate(typed_args(args), "command", cwd, typos=trl_script)
         s.kind = "trl-args"
         s.sources = {k: "--" + v.split(".")[0] for k, v in s.sources.items()}
         files.append(s)

@@ -20,6 +20,7 @@ Files are read with a size cap (`MAX_FILE_BYTES`), regular files only; every pro
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from estimator.interface import launchfile, training_args
@@ -54,6 +55,14 @@ KINDS = {
     "accelerate": "accelerate config",
     "deepspeed": "DeepSpeed JSON",
 }
+
+
+# transformers' OptimizerNames that name another's optimizer (training_args.py: ADAMW_8BIT = "adamw_8bit",
+# "just an alias for adamw_bnb_8bit")
+OPTIM_ALIASES = {"adamw_8bit": "adamw_bnb_8bit"}
+# attn_implementation naming a Hub kernel repository of FlashAttention (TRL docs kernels_hub.md:
+# kernels-community/flash-attn2, kernels-community/vllm-flash-attn3), optionally pinned `@revision` or `:name`
+HUB_FLASH_KERNEL = re.compile(r"^[\w.-]+/[\w.-]*flash[-_]?attn[\w.-]*([@:][\w.-]+)?$", re.IGNORECASE)
 
 
 def normalize_dtype(value: str) -> str:
@@ -132,8 +141,11 @@ def kind_of(data: dict) -> str:
     return "trl"
 
 
-def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
-    """Map TRL GRPOConfig / ModelConfig / ScriptArguments keys to RunConfig fields (module docstring's key rules)."""
+def translate(data: dict, where: str, base: Path | None = None, typos: bool = True) -> FileSettings:
+    """Map TRL GRPOConfig / ModelConfig / ScriptArguments keys to RunConfig fields (module docstring's key rules).
+
+    `typos`: an unknown key close to a known one is an error naming it; False for the arguments of a script that
+    is not TRL's, whose own arguments (`--dataset`) are listed as not read instead."""
     top, nested = file_keys()
     out = FileSettings(kind="trl", where=where)
     open_r1: list[str] = []
@@ -188,17 +200,34 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
                     f"{where}: load_in_8bit (an 8-bit bitsandbytes base) is not modelled: estimated with the base "
                     "in its dtype, which errs high (the 8-bit base is about half a 16-bit one)"
                 )
-        elif key in ("lora_modules_to_save", "use_dora"):
+        elif key in ("lora_modules_to_save", "use_dora", "lora_target_parameters"):
             if value not in (None, False, [], ""):
-                what = (
-                    "each listed module becomes a trainable full copy, with its gradients and optimizer state"
-                    if key == "lora_modules_to_save"
-                    else "DoRA adds a magnitude vector per adapted layer and recomputes each weight's norm in "
-                    "every forward, on top of LoRA's memory"
-                )
+                what = {
+                    "lora_modules_to_save": "each listed module becomes a trainable full copy, with its "
+                    "gradients and optimizer state",
+                    "use_dora": "DoRA adds a magnitude vector per adapted layer and recomputes each weight's norm "
+                    "in every forward, on top of LoRA's memory",
+                    "lora_target_parameters": "PEFT puts adapters on the named parameters (a MoE's expert "
+                    "weights), with their gradients, optimizer state and activations",
+                }[key]
                 raise ConfigFileError(
                     f"{where}: {key} {clip(value)} is not modelled ({what}), so the estimate would be low; "
                     f"remove it to estimate the rest of the run"
+                )
+        elif key in ("use_transformers_continuous_batching", "use_transformers_paged"):
+            if value is True:
+                out.notes.append(
+                    f"{where}: {key}: generation through transformers' continuous batching is not modelled: "
+                    "estimated with generate's dynamic KV cache; its paged cache takes max_memory_percent (0.5) "
+                    "of the GPU memory free when generation starts, so nvidia-smi will show far more than the "
+                    "estimate's reserved line"
+                )
+        elif key in ("use_liger_kernel", "use_liger_loss"):
+            if value is True:
+                out.notes.append(
+                    f"{where}: {key} (Liger's fused kernels and GRPO loss) is not modelled: estimated with TRL's "
+                    "own log-prob head and transformers' layers (before TRL 1.15, whose head holds the [B, C, V] "
+                    "logits Liger never makes, this errs high; from 1.15, either way: not measured)"
                 )
         elif key == "cache_implementation":
             if value not in (None, "", "dynamic"):
@@ -249,7 +278,7 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
         elif key in LAUNCH_KEYS and key not in top and key not in nested:
             out.launch_options[key] = value
         else:
-            checked = len(out.unknown) < MAX_TYPO_CHECKS
+            checked = typos and len(out.unknown) < MAX_TYPO_CHECKS
             near = checked and suggestion(key, [*top, *nested, *SPECIAL_KEYS, *TRL_KEYS, *OPEN_R1_KEYS])
             if near:
                 raise ConfigFileError(f"{where}: unknown key {clip(key)}; did you mean {near}?")
@@ -260,6 +289,15 @@ def translate(data: dict, where: str, base: Path | None = None) -> FileSettings:
         training_args.fsdp_option(fsdp.get("fsdp"), fsdp.get("fsdp_config"), where, out, base)
     if "dtype" in out.values:
         out.values["dtype"] = normalize_dtype(out.values["dtype"])
+    if out.values.get("optim") in OPTIM_ALIASES:
+        out.values["optim"] = OPTIM_ALIASES[out.values["optim"]]
+    attn = out.values.get("attn_implementation")
+    if isinstance(attn, str) and HUB_FLASH_KERNEL.match(attn):
+        out.values["attn_implementation"] = "flash_attention_2"
+        out.notes.append(
+            f"{where}: attn_implementation {clip(attn)}: a FlashAttention kernel from the Hub (transformers' "
+            "kernels integration), estimated as flash_attention_2 (the same tensors: no scores held)"
+        )
     if open_r1:
         out.flavour = "open-r1 recipe"
         out.known += open_r1
@@ -363,6 +401,8 @@ def check_kinds(files: list[FileSettings]) -> None:
         if f.kind == "accelerate" and f.deepspeed_file:
             kinds.append("deepspeed")
         for kind in kinds:
+            if kind not in KINDS:  # a launcher's process count, the environment's settings: merged by value
+                continue
             if kind in seen and not _same(seen[kind], f):
                 raise ConfigFileError(
                     f"two {KINDS[kind]} files: {clip(seen[kind].where)} and {clip(f.where)}; give one "

@@ -31,6 +31,7 @@ from estimator.settings.validate import InvalidConfig, validate
 from estimator.settings.validate import notes as setting_notes
 from estimator.settings.versions import default_transformers, installed, installed_notes
 from estimator.terms.loading import read_ahead_note
+from estimator.terms.optimizer import default_optimizer_note
 from estimator.text import printable
 
 GROUP_TITLES = {"model": "model", "GRPOConfig": "GRPOConfig", "hardware": "hardware and estimator"}
@@ -308,6 +309,7 @@ def read_sources(ns: argparse.Namespace) -> Merged:
 
             check_kinds(files)
         merged = merge(files, flag_values)
+        notes += _open_r1_release(files, merged)
     except (ConfigFileError, CommandError) as e:
         raise FlagError(str(e)) from None
     if merged.needs_processes and "num_gpus" not in merged.values:
@@ -329,6 +331,62 @@ def read_sources(ns: argparse.Namespace) -> Merged:
     return merged
 
 
+# open-r1's setup.py pins trl[vllm]==0.18.0 (huggingface/open-r1 at 1416fa0, setup.py L72)
+OPEN_R1_TRL = "0.18"
+
+
+def _open_r1_release(files: list, merged: Merged) -> list[str]:
+    """Where a file is an open-r1 recipe and nothing names the TRL release: the one open-r1 installs (OPEN_R1_TRL),
+    whose defaults (beta 0.04, a reference model) and log-prob head (full logits) the recipe runs with."""
+    recipes = [f for f in files if f.flavour == "open-r1 recipe"]
+    if not recipes or "trl_version" in merged.values:
+        return []
+    merged.values["trl_version"] = OPEN_R1_TRL
+    merged.sources["trl_version"] = f"{recipes[0].where} open-r1's pin"
+    return [
+        f"{recipes[0].where}: an open-r1 recipe; open-r1 installs trl {OPEN_R1_TRL}.0 (its setup.py), so TRL "
+        f"{OPEN_R1_TRL} is modelled (--trl-version for another)"
+    ]
+
+
+# TRL 0.27 removed ModelConfig.torch_dtype ("Remove deprecated functions and parameters")
+TORCH_DTYPE_GONE = (0, 27)
+
+
+def _unread_torch_dtype(values: dict, sources: dict, given: set, version: str) -> list[str]:
+    """A `torch_dtype` read from a file or command, dropped (with a note) for a TRL release that no longer reads it.
+
+    From TRL 0.27 ModelConfig has `dtype` only: `trl grpo` hands an unknown top-level `torch_dtype` to accelerate
+    launch, which refuses it, and a script's parser (trl/scripts/grpo.py, fail_with_unknown_args=False) drops it;
+    in model_init_kwargs, `create_model_from_path` sets `dtype` (default float32, trl/trainer/utils.py L1332) and
+    transformers 5 reads `torch_dtype` only where `dtype` is None (modeling_utils.py `from_pretrained`). So the
+    model loads in the release's default dtype."""
+    where = sources.get("dtype", "")
+    if not where.endswith("torch_dtype") or "dtype" not in values:
+        return []
+    try:
+        if parse_version(version) < TORCH_DTYPE_GONE:
+            return []
+    except ValueError:
+        return []  # refused with its own message by release_values
+    said = values.pop("dtype")
+    sources.pop("dtype", None)
+    given.discard("dtype")
+    return [
+        f"{where} {printable(str(said))[:40]}: TRL {version} does not read torch_dtype (removed in 0.27; the key "
+        "is dtype), so the model loads in TRL's default dtype, as estimated; write dtype to load it so"
+    ]
+
+
+def _installed_torch() -> tuple[int, int] | None:
+    """The installed torch's MAJOR.MINOR from its metadata (nothing imported), None if absent or unreadable."""
+    text = installed("torch")
+    try:
+        return None if text is None else parse_version(text)
+    except ValueError:
+        return None
+
+
 def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_out: dict | None = None):
     """Parsed flags (+ --config files, --from-command) -> (RunConfig, Arch, notes), validated; FlagError if bad.
 
@@ -344,6 +402,7 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_ou
     try:  # the modelled TRL release's defaults and batch meaning (given settings are in its terms)
         version = values.get("trl_version")
         version = fmt(default_version()) if version is None else version  # an empty one is refused below
+        notes = notes + _unread_torch_dtype(values, sources, given, version)
         values = release_values(version, values)
     except ValueError as e:
         raise FlagError(str(e)) from None
@@ -394,4 +453,7 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_ou
 
     releases = installed_notes(cfg.trl_version, cfg.transformers_version, cfg.use_vllm)
     releases += read_ahead_note(cfg, arch, installed("transformers"))
-    return cfg, arch, notes + setting_notes(cfg, arch, given) + releases
+    notes = (
+        notes + setting_notes(cfg, arch, given) + default_optimizer_note(cfg, arch, given, _installed_torch())
+    )
+    return cfg, arch, notes + releases

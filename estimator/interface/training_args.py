@@ -148,18 +148,25 @@ def json_dict(value, key: str, where: str):
     return value
 
 
+# the variables torch's CUDA allocator reads its settings from, the first one set wins (torch 2.13
+# c10/cuda/CUDAAllocatorConfig.h `instance`: PYTORCH_CUDA_ALLOC_CONF, then PYTORCH_ALLOC_CONF)
+ALLOC_CONF_NAMES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
 def environment(value, where: str, out: FileSettings) -> None:
     """TrlParser sets a YAML's `env:` mapping in os.environ before the run (trl v1.16.0 scripts/utils.py#L331-L337):
-    PYTORCH_CUDA_ALLOC_CONF there configures the allocator; other variables do not change the estimate."""
+    the allocator's variables there (ALLOC_CONF_NAMES) configure it; other variables do not change the estimate."""
     if value is None:
         return
     if not isinstance(value, dict):
         raise ConfigFileError(f"{where}: env must be a mapping of environment variables, got {clip(value)}")
-    for name, setting in value.items():
-        if str(name) == "PYTORCH_CUDA_ALLOC_CONF":
-            out.values["pytorch_cuda_alloc_conf"] = "" if setting is None else str(setting)
-            out.sources["pytorch_cuda_alloc_conf"] = "env.PYTORCH_CUDA_ALLOC_CONF"
-        else:
+    names = {str(name): setting for name, setting in value.items()}
+    conf = next((name for name in ALLOC_CONF_NAMES if names.get(name) not in (None, "")), None)
+    for name in names:
+        if name == conf:
+            out.values["pytorch_cuda_alloc_conf"] = str(names[name])
+            out.sources["pytorch_cuda_alloc_conf"] = f"env.{name}"
+        elif name not in ALLOC_CONF_NAMES:
             out.known.append(f"env.{name}")
 
 

@@ -283,7 +283,7 @@ class RunConfig:
         group="model",
         flag="--reward-model",
         aliases=("--reward-models",),
-        file_keys=("reward_model",),
+        file_keys=("reward_model", "reward_model_name_or_path"),
         metavar="ROLE",
         since="0.2.0",
     )

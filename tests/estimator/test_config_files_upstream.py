@@ -219,6 +219,7 @@ def test_open_r1_recipe_with_its_accelerate_config(capsys):
             *("--gradient-checkpointing", "--max-prompt-length", "512", "--max-completion-length", "1024"),
             *("--num-generations", "16", "--per-device-train-batch-size", "16", "--gpus", "8", "--zero", "3"),
             *("--no-offload-optimizer", "--no-offload-param"),
+            *("--trl-version", "0.18"),  # the TRL open-r1 installs (setup.py: trl[vllm]==0.18.0)
         ],
         capsys,
     )

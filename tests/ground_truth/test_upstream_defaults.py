@@ -1,0 +1,102 @@
+"""What the installed TRL, transformers and accelerate do with three settings the estimate reads, against what the
+estimator assumes: the default optimizer, the dtype of a model given `torch_dtype`, and the logits' dtype under
+DeepSpeed. The oracles are the libraries themselves (a tiny model loaded through TRL, the dataclass default, the
+Accelerator's mixed-precision decision)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import re
+
+import pytest
+import torch
+import yaml
+
+from estimator.interface import cli
+from estimator.model.catalog import resolve_model
+from estimator.settings.config import RunConfig
+from estimator.settings.trl_versions import NEWEST, profile
+from estimator.terms import logprob_head
+
+trl = pytest.importorskip("trl")
+
+
+def test_newest_release_default_optimizer_is_the_installed_transformers_default():
+    """transformers picks adamw_torch_fused with torch >= 2.8 (the modelled torch), adamw_torch before."""
+    from transformers import TrainingArguments
+    from transformers import training_args as ta
+
+    default = next(f for f in dataclasses.fields(TrainingArguments) if f.name == "optim").default
+    assert torch.__version__ >= "2.8"
+    assert str(getattr(default, "value", default)) == profile(f"{NEWEST[0]}.{NEWEST[1]}").defaults.optim
+    # the older torch's default is the one the table gives releases of that time (0.14-0.21)
+    src = inspect.getsource(ta)
+    assert re.search(r'default_optim = "adamw_torch"\n', src), "transformers changed how it picks the default"
+    assert profile("0.15").defaults.optim == "adamw_torch"
+
+
+def _tiny_model_dir(tmp_path):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        max_position_embeddings=512,
+    )
+    d = tmp_path / "tiny"
+    Qwen2ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(d)
+    return d
+
+
+def test_torch_dtype_is_not_read_by_the_newest_trl(tmp_path, capsys):
+    """TRL 1.16 loads a model given `torch_dtype: bfloat16` (in model_init_kwargs, or top-level through its grpo
+    script) in float32; the estimate says so and sizes float32."""
+    from trl.scripts.grpo import make_parser
+    from trl.trainer.utils import create_model_from_path
+
+    d = _tiny_model_dir(tmp_path)
+    loaded = next(create_model_from_path(str(d), torch_dtype="bfloat16").parameters()).dtype
+    recipe = tmp_path / "recipe.yaml"
+    # use_cpu, bf16 off: TrainingArguments refuses bf16 without a GPU
+    recipe.write_text(
+        yaml.safe_dump(
+            {"model_name_or_path": str(d), "torch_dtype": "bfloat16", "use_cpu": True, "bf16": False}
+        )
+    )
+    *_, model_args, _ = make_parser().parse_args_and_config(
+        ["--config", str(recipe), "--output_dir", str(tmp_path / "o")], fail_with_unknown_args=False
+    )
+    assert loaded == torch.float32 and model_args.dtype == "float32"
+
+    code = cli.main(["--config", str(recipe), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["config"]["dtype"] == str(loaded).removeprefix("torch.")
+    assert "does not read torch_dtype" in err
+
+
+def test_logits_stay_in_the_compute_dtype_under_deepspeed():
+    """accelerate wraps the forward in autocast + convert_outputs_to_fp32 (fp32 logits) only where `native_amp`
+    is set, which its bf16 branch leaves off for DeepSpeed (the engine runs the module it cast to bf16)."""
+    from accelerate import Accelerator
+
+    src = inspect.getsource(Accelerator.__init__)
+    branch = re.search(
+        r'elif self\.state\.mixed_precision == "bf16" and self\.distributed_type not in \((.*?)\)', src, re.S
+    )
+    assert branch and "DistributedType.DEEPSPEED" in branch.group(1)
+    prepare = inspect.getsource(Accelerator.prepare_model)
+    assert "if self.native_amp:" in prepare and "convert_outputs_to_fp32" in prepare
+
+    arch = resolve_model("Qwen/Qwen2.5-1.5B-Instruct")
+    assert arch is not None
+    ddp = RunConfig(trl_version="0.18", bf16=True, num_gpus=2, logprob_head="selective")
+    zero = ddp.with_(sharding="zero3", dtype="bfloat16")
+    assert logprob_head.logits_bytes(ddp) == 4  # convert_outputs_to_fp32
+    assert logprob_head.logits_bytes(zero) == 2  # the bf16 module's own output
