@@ -630,6 +630,7 @@ def _script_files(
             files.append(
                 settings_of(load_file(s.deepspeed_file, f"{s.where}: deepspeed"), Path(s.deepspeed_file))
             )
+            files[-1].via_training_args = True
     if args:
         s = translate(typed_args(args), "command", cwd, typos=trl_script)
         s.kind = "trl-args"
@@ -638,6 +639,7 @@ def _script_files(
         if s.deepspeed_file:
             p = Path(s.deepspeed_file)
             files.append(settings_of(load_file(str(p if p.is_absolute() else cwd / p), "--deepspeed"), p))
+            files[-1].via_training_args = True
     return files
 
 

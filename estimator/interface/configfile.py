@@ -375,12 +375,14 @@ def read_files(paths, flag: str = "--config") -> list[FileSettings]:
             except LaunchFileError as e:
                 raise ConfigFileError(str(e)) from None
             files.append(_from_launch(launch, "deepspeed", where, ""))
+            files[-1].via_training_args = True
         if ds:
             inner = read_config_file(ds, f"{files[-1].where}: deepspeed")
             if inner.kind != "deepspeed":
                 raise ConfigFileError(
                     f"{files[-1].where}: deepspeed {clip(ds)} is not a DeepSpeed JSON (no zero_optimization)"
                 )
+            inner.via_training_args = True
             files.append(inner)
     check_kinds(files)
     return files

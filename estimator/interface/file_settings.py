@@ -31,6 +31,9 @@ class FileSettings:
     flavour: str = ""
     fsdp_checkpointing: str | None = None  # launchfile.LaunchSettings'
     deepspeed_inline: dict | None = None  # a TRL config's `deepspeed:` given as the DeepSpeed config itself
+    # a DeepSpeed config named by TrainingArguments' `deepspeed` (a TRL file's key, a script's --deepspeed): it
+    # switches accelerate to DeepSpeed whatever the accelerate config's distributed_type (merge.py)
+    via_training_args: bool = False
     # keys `trl grpo` hands to accelerate launch (known_keys.LAUNCH_KEYS)
     launch_options: dict = field(default_factory=dict)
     # generation_kwargs max_new_tokens / max_tokens -> N

@@ -12,6 +12,28 @@ from estimator.interface.training_args import COMPLETION_KEYS
 from estimator.settings.config import RunConfig
 
 
+def _training_args_deepspeed(out: Merged, owner: dict, f: FileSettings, name: str, value) -> bool:
+    """Sharding "none" from an accelerate config beside a DeepSpeed config that TrainingArguments names: the run
+    is DeepSpeed's (transformers builds a DeepSpeedPlugin from `deepspeed`, v5.24.0 training_args.py#L1706-L1715,
+    and the Accelerator given one sets ACCELERATE_USE_DEEPSPEED, which selects DistributedType.DEEPSPEED:
+    accelerate v1.15.0 accelerator.py#L367-L368, state.py#L974-L975). True where that settles `f`'s `value`
+    against the one already in `out` (set by `owner[name]`), with a note."""
+    had, first = out.values.get(name), owner.get(name)
+    if first is None or had == value or "none" not in (had, value):
+        return False
+    ds, other = (first, f) if had != "none" else (f, first)
+    if not (ds.via_training_args and ds.kind == "deepspeed" and other.kind == "accelerate"):
+        return False
+    if ds is f:
+        out.values[name], out.sources[name] = value, _label(f, name)
+        owner[name] = f
+    out.notes.append(
+        f"{_label(ds, name)}: named by TrainingArguments' deepspeed, which switches accelerate to DeepSpeed over "
+        f"{_label(other, name)} 'none': estimated with DeepSpeed"
+    )
+    return True
+
+
 def _label(f: FileSettings, name: str) -> str:
     """'acc.yaml num_processes'; a key read from a file the first one points at keeps that file's name."""
     src = f.sources.get(name, "")
@@ -120,6 +142,7 @@ def merge(files: list[FileSettings], flag_values: dict) -> Merged:
     from_environment = set()  # set by the launch command's environment, which a TRL YAML's env: overrides
     mixed = None
     must: dict[str, tuple] = {}
+    owner: dict[str, FileSettings] = {}  # the launch file that set each value
     for f in launch:
         for name, value in f.values.items():
             label = _label(f, name)
@@ -128,12 +151,15 @@ def merge(files: list[FileSettings], flag_values: dict) -> Merged:
             if name in f.must_match:
                 must[name] = (value, label)
                 continue
+            if name == "sharding" and _training_args_deepspeed(out, owner, f, name, value):
+                continue
             if name in out.values and out.values[name] != value and f.kind != "launcher":
                 raise ConfigFileError(
                     f"{out.sources[name]} sets {name} {clip(out.values[name])} but {label} sets {clip(value)}; "
                     "give one (or settle it with a flag)"
                 )
             out.values[name], out.sources[name] = value, label
+            owner[name] = f
             if f.kind == "launcher" and f.where == "environment":
                 from_environment.add(name)
         if f.mixed_precision is not None:

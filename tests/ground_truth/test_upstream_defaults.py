@@ -100,3 +100,28 @@ def test_logits_stay_in_the_compute_dtype_under_deepspeed():
     zero = ddp.with_(sharding="zero3", dtype="bfloat16")
     assert logprob_head.logits_bytes(ddp) == 4  # convert_outputs_to_fp32
     assert logprob_head.logits_bytes(zero) == 2  # the bf16 module's own output
+
+
+def test_a_deepspeed_config_named_by_training_args_makes_the_run_deepspeed(tmp_path, capsys, monkeypatch):
+    """`accelerate launch --num_processes 4 train.py --deepspeed ds.json`: transformers turns `deepspeed` into a
+    DeepSpeedPlugin and the Accelerator given one switches itself to DeepSpeed, so the run is ZeRO over the
+    launcher's processes (not DDP, as the accelerate options alone would say)."""
+    from accelerate import Accelerator
+    from transformers import training_args as ta
+
+    assert re.search(r"if self\.deepspeed:.*?DeepSpeedPlugin\(hf_ds_config=", inspect.getsource(ta), re.S)
+    init = inspect.getsource(Accelerator.__init__)
+    assert re.search(
+        r'if deepspeed_plugins is not None:\s*\n\s*os\.environ\["ACCELERATE_USE_DEEPSPEED"\] = "true"', init
+    )
+
+    (tmp_path / "ds.json").write_text(
+        json.dumps({"zero_optimization": {"stage": 3}, "bf16": {"enabled": "auto"}})
+    )
+    monkeypatch.chdir(tmp_path)
+    command = "accelerate launch --num_processes 4 train.py --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --deepspeed ds.json"
+    code = cli.main(["--from-command", command, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    config = json.loads(out)["config"]
+    assert (config["sharding"], config["num_gpus"]) == ("zero3", 4)
