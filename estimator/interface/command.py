@@ -203,7 +203,7 @@ def _accelerate(opts: dict, cwd: Path) -> FileSettings | None:
         path = path if path.is_absolute() else cwd / path
         data = load_file(str(path), "accelerate launch --config_file")
         where = f"{path.name} + accelerate launch options"
-        if kind_of(data) != "accelerate":
+        if kind_of(data, f"accelerate launch --config_file {clip(str(path))}") != "accelerate":
             raise CommandError(
                 f"accelerate launch --config_file {clip(str(path))}: not an accelerate config (no distributed_type)"
             )

@@ -132,8 +132,21 @@ SPECIAL_KEYS = (  # TrainingArguments / TrlParser / ModelConfig keys translated 
 )
 
 
-def kind_of(data: dict) -> str:
-    """'deepspeed', 'accelerate' or 'trl' from a file's keys."""
+def kind_of(data: dict, where: str = "") -> str:
+    """'deepspeed', 'accelerate' or 'trl' from a file's keys; ConfigFileError for an accelerate config that also
+    carries DeepSpeed's top-level keys, which accelerate refuses (config_args.py: "had unknown keys"; DeepSpeed
+    settings go under deepspeed_config or in the file its deepspeed_config_file names)."""
+    if launchfile.is_deepspeed_config(data) and launchfile.is_accelerate_config(data):
+        stray = [
+            k
+            for k in ("zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size")
+            if k in data
+        ]
+        raise ConfigFileError(
+            f"{where}: an accelerate config (distributed_type / compute_environment) with DeepSpeed's {stray[0]} at its top "
+            "level: accelerate refuses unknown keys; put DeepSpeed's settings under deepspeed_config, or in a "
+            "DeepSpeed JSON its deepspeed_config_file names"
+        )
     if launchfile.is_deepspeed_config(data):
         return "deepspeed"
     if launchfile.is_accelerate_config(data):
@@ -343,7 +356,7 @@ def _from_launch(launch, kind: str, where: str, path: str) -> FileSettings:
 
 def settings_of(data: dict, p: Path, flag: str = "--config") -> FileSettings:
     """One parsed file -> FileSettings of its kind."""
-    kind = kind_of(data)
+    kind = kind_of(data, f"{flag} {printable(p.name)}".strip())
     if kind == "trl":
         out = translate(data, printable(p.name), p.parent)
         out.path = str(p)

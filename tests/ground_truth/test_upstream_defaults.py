@@ -1,7 +1,8 @@
-"""What the installed TRL, transformers and accelerate do with three settings the estimate reads, against what the
-estimator assumes: the default optimizer, the dtype of a model given `torch_dtype`, and the logits' dtype under
-DeepSpeed. The oracles are the libraries themselves (a tiny model loaded through TRL, the dataclass default, the
-Accelerator's mixed-precision decision)."""
+"""What the installed TRL, transformers and accelerate do with settings and files the estimate reads, against what
+the estimator assumes: the default optimizer, the dtype of a model given `torch_dtype`, the logits' dtype under
+DeepSpeed, a DeepSpeed config named by TrainingArguments, an accelerate config carrying DeepSpeed's keys. The
+oracles are the libraries themselves (a tiny model loaded through TRL, the dataclass default, the Accelerator's
+decisions, accelerate's own config reader)."""
 
 from __future__ import annotations
 
@@ -125,3 +126,20 @@ def test_a_deepspeed_config_named_by_training_args_makes_the_run_deepspeed(tmp_p
     assert code == 0, err
     config = json.loads(out)["config"]
     assert (config["sharding"], config["num_gpus"]) == ("zero3", 4)
+
+
+def test_an_accelerate_config_with_deepspeed_keys_at_its_top_is_refused_as_accelerate_refuses_it(
+    tmp_path, capsys
+):
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    path = tmp_path / "acc.json"
+    path.write_text(
+        json.dumps({"compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_GPU", "num_processes": 4,
+                    "zero_optimization": {"stage": 3}})
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="unknown keys"):
+        ClusterConfig.from_json_file(str(path))
+    code = cli.main(["--config", str(path)])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and "acc.json" in err and "zero_optimization" in err
