@@ -666,6 +666,21 @@ def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
     return out
 
 
+def _margin_decides(est: Estimate, fit: Fit | None) -> list[str]:
+    """Where the card checked falls short by less than the reserve margin (the fitted reserve's cover for its
+    worst miss, not an expectation): one line saying so and that `--trace` replays this run's own allocations."""
+    if fit is None or fit.fits or fit.blocked or est.need_margin_bytes < SHOWN_MIN_BYTES:
+        return []
+    if fit.free_bytes + est.need_margin_bytes < 0:
+        return []
+    return _wrap(
+        f"The reserve margin ({_g1(est.need_margin_bytes)} GiB) decides this: the estimate without it fits the "
+        f"{fit.gpu.name}. --trace replays this run's own allocations in its place (sweep extra; a minute or more).",
+        "  ",
+        "",
+    )
+
+
 def short(
     est: Estimate,
     fits: list[Fit],
@@ -724,6 +739,7 @@ def short(
     for n in est.notes:
         if n.startswith(("host RAM", DEEPSPEED_NOTE_PREFIX)):
             out += _wrap(plain(n), "  ", "")
+    out += _margin_decides(est, target if target is not None else reference)
     notes = f", {len(est.notes)} notes" if est.notes else ""
     more = f"More: --detail (every phase, memory layers, sources{notes}) or --json."
     out += ([""] if markdown else []) + _wrap(more)

@@ -28,6 +28,9 @@ class Report:
     fits: bool  # the reported outcome on the --gpu card: ran (True) or out of memory (False)
     assumed: str = ""  # what the report does not say, and the default taken for it
     peak_phase: str | None = None  # where the report's traceback put the OOM, when it gives one
+    # torch's OOM message: "... GiB is allocated by PyTorch" + "Tried to allocate ... GiB": tensors the run needed
+    # at that moment, a lower bound on its allocated peak
+    oom_needed_gib: float | None = None
 
 
 REPORTS = (
@@ -53,6 +56,8 @@ REPORTS = (
         fits=False,
         assumed="the same user's lengths and dtype as in trl#2972; per_device_train_batch_size counted in "
         "completions (0.15), the smaller of the two readings of that time",
+        peak_phase="optimizer",
+        oom_needed_gib=92.43 + 0.13,
     ),
     Report(
         "https://github.com/huggingface/trl/issues/3678",
@@ -127,6 +132,8 @@ def test_verdict_matches_the_reported_outcome(report, capsys):
     )
     if report.peak_phase:
         assert d["peak_phase"] == report.peak_phase
+    if report.oom_needed_gib is not None:
+        assert d["peak_allocated_bytes"] >= report.oom_needed_gib * 2**30
 
 
 # open-r1's README (https://github.com/huggingface/open-r1/blob/1416fa0cf21595d2083b399a2a0bbddd7f6e9563/README.md
