@@ -36,6 +36,7 @@ from estimator.interface.known_keys import (
     EARLIER_TRL_KEYS,
     LAUNCH_KEYS,
     OPEN_R1_KEYS,
+    OPEN_R1_MARKERS,
     TRANSFORMERS_4_KEYS,
     TRL_KEYS,
 )
@@ -62,7 +63,7 @@ KINDS = {
 OPTIM_ALIASES = {"adamw_8bit": "adamw_bnb_8bit"}
 # attn_implementation naming a Hub kernel repository of FlashAttention (TRL docs kernels_hub.md:
 # kernels-community/flash-attn2, kernels-community/vllm-flash-attn3), optionally pinned `@revision` or `:name`
-HUB_FLASH_KERNEL = re.compile(r"^[\w.-]+/[\w.-]*flash[-_]?attn[\w.-]*([@:][\w.-]+)?$", re.IGNORECASE)
+HUB_FLASH_KERNEL = re.compile(r"^[\w.-]+/[\w.-]*flash[-_]?attn[\w.-]*(@[\w.-]+)?(:[\w.-]+)?$", re.IGNORECASE)
 
 
 def normalize_dtype(value: str) -> str:
@@ -158,12 +159,17 @@ def translate(data: dict, where: str, base: Path | None = None, typos: bool = Tr
     """Map TRL GRPOConfig / ModelConfig / ScriptArguments keys to RunConfig fields (module docstring's key rules).
 
     `typos`: an unknown key close to a known one is an error naming it; False for the arguments of a script that
-    is not TRL's, whose own arguments (`--dataset`) are listed as not read instead."""
+    is not TRL's, whose own arguments (`--dataset`) are listed as not read instead, unless close to a key that
+    changes the estimate."""
     top, nested = file_keys()
     out = FileSettings(kind="trl", where=where)
     open_r1: list[str] = []
 
     def put(f: Field, value, key: str) -> None:
+        if key.endswith("torch_dtype") and out.sources.get(f.name, "").endswith(".dtype"):
+            return  # model_init_kwargs' dtype beside its torch_dtype: transformers and TRL take dtype
+        if key == "torch_dtype" and out.sources.get(f.name) == "dtype":
+            return
         out.values[f.name] = check_type(f, value, where)
         out.sources[f.name] = key
 
@@ -237,11 +243,14 @@ def translate(data: dict, where: str, base: Path | None = None, typos: bool = Tr
                 )
         elif key in ("use_liger_kernel", "use_liger_loss"):
             if value is True:
-                out.notes.append(
-                    f"{where}: {key} (Liger's fused kernels and GRPO loss) is not modelled: estimated with TRL's "
-                    "own log-prob head and transformers' layers (before TRL 1.15, whose head holds the [B, C, V] "
-                    "logits Liger never makes, this errs high; from 1.15, either way: not measured)"
-                )
+                what = {
+                    "use_liger_kernel": "Liger's kernels in place of transformers' layers (RMSNorm, SwiGLU, "
+                    "rotary) are not modelled: estimated with transformers' own (not measured either way)",
+                    "use_liger_loss": "Liger's fused GRPO loss (in the TRL releases that read this key) is not "
+                    "modelled: estimated with TRL's log-prob head, which before TRL 1.15 holds the [B, C, V] "
+                    "logits the fused loss never makes (errs high there)",
+                }[key]
+                out.notes.append(f"{where}: {key}: {what}")
         elif key == "cache_implementation":
             if value not in (None, "", "dynamic"):
                 out.notes.append(
@@ -291,8 +300,11 @@ def translate(data: dict, where: str, base: Path | None = None, typos: bool = Tr
         elif key in LAUNCH_KEYS and key not in top and key not in nested:
             out.launch_options[key] = value
         else:
-            checked = typos and len(out.unknown) < MAX_TYPO_CHECKS
-            near = checked and suggestion(key, [*top, *nested, *SPECIAL_KEYS, *TRL_KEYS, *OPEN_R1_KEYS])
+            checked = len(out.unknown) < MAX_TYPO_CHECKS
+            # a script's own argument may sit near a key that does not change the estimate (`--dataset`), never
+            # one near a key that does (`--per_device_train_batch_sise`), which a typo would drop
+            known = [*top, *nested, *SPECIAL_KEYS] + ([*TRL_KEYS, *OPEN_R1_KEYS] if typos else [])
+            near = checked and suggestion(key, known)
             if near:
                 raise ConfigFileError(f"{where}: unknown key {clip(key)}; did you mean {near}?")
             out.unknown.append(key)
@@ -305,15 +317,20 @@ def translate(data: dict, where: str, base: Path | None = None, typos: bool = Tr
     if out.values.get("optim") in OPTIM_ALIASES:
         out.values["optim"] = OPTIM_ALIASES[out.values["optim"]]
     attn = out.values.get("attn_implementation")
+    if isinstance(attn, str) and "/" in attn and not HUB_FLASH_KERNEL.match(attn):
+        raise ConfigFileError(
+            f"{where}: attn_implementation {clip(attn)}: a Hub kernel this tool does not model; accepted: sdpa, "
+            "flash_attention_2, eager, or a FlashAttention kernel from the Hub (kernels-community/flash-attn2)"
+        )
     if isinstance(attn, str) and HUB_FLASH_KERNEL.match(attn):
         out.values["attn_implementation"] = "flash_attention_2"
         out.notes.append(
             f"{where}: attn_implementation {clip(attn)}: a FlashAttention kernel from the Hub (transformers' "
             "kernels integration), estimated as flash_attention_2 (the same tensors: no scores held)"
         )
-    if open_r1:
+    if set(open_r1) & OPEN_R1_MARKERS:
         out.flavour = "open-r1 recipe"
-        out.known += open_r1
+    out.known += open_r1
     if out.known:
         out.notes.append(f"{where}: known keys that do not change the estimate: {listed(out.known)}")
     if earlier:

@@ -70,6 +70,17 @@ OPEN_R1_KEYS = frozenset(
     """.split()
 )
 
+# the OPEN_R1_KEYS no other trainer's config is likely to carry (the others: wandb_*, system_prompt,
+# chat_template, callbacks, benchmarks, hub revisions): what marks a file as an open-r1 recipe
+OPEN_R1_MARKERS = frozenset(
+    """
+    code_eval_scoring_mode code_eval_test_batch_size code_language code_provider cosine_max_len
+    cosine_max_value_correct cosine_max_value_wrong cosine_min_value_correct cosine_min_value_wrong dataset_mixture
+    dataset_prompt_column e2b_router_url ioi_provider max_completion_len morph_router_url
+    parallel_code_exec_per_proc repetition_max_penalty repetition_n_grams soft_punish_cache
+    """.split()
+)
+
 # accelerate 1.15.0 ClusterConfig
 ACCELERATE_KEYS = frozenset(
     """

@@ -168,7 +168,9 @@ def installed_notes(trl: str, transformers: str, vllm: bool = False) -> list[str
             if v == want:
                 continue
             if c.first <= v <= c.last:
-                out.append(f"{c.label} {text} is installed; this estimate models {fmt(want)} as asked")
+                out.append(
+                    f"{c.label} {text} is installed; this estimate models {fmt(want)}, as the flags or files set"
+                )
                 continue
         elif c.first <= v <= c.last:
             continue

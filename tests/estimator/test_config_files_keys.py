@@ -93,7 +93,8 @@ def test_known_unknown_and_open_r1_keys_are_listed(tmp_path):
             "learning_rate: 1.0e-6\nsystem_prompt: hi\nswift_template_xyz: qwen\nnum_generations: 4\n",
         )
     )
-    assert s.values == {"num_generations": 4} and s.flavour == "open-r1 recipe"
+    # system_prompt is open-r1's, but other trainers' configs carry one too: it does not make a recipe
+    assert s.values == {"num_generations": 4} and s.flavour == ""
     assert "known keys that do not change the estimate: learning_rate, system_prompt" in s.notes[0]
     assert "unknown keys" in s.notes[1] and "swift_template_xyz" in s.notes[1]
 
@@ -194,3 +195,8 @@ def test_a_bad_value_from_a_file_is_named_by_its_file_and_key(tmp_path, capsys):
 def test_the_detail_report_titles_the_modelled_release(capsys):
     assert cli.main(["--trl-version", "0.14", "--detail"]) in (0, 1)
     assert "one GRPO step, TRL 0.14)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_key_only_open_r1_has_makes_a_recipe(tmp_path):
+    s = read_config_file(write(tmp_path, "r.yaml", "dataset_prompt_column: problem\nnum_generations: 4\n"))
+    assert s.flavour == "open-r1 recipe"
