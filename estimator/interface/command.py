@@ -101,6 +101,18 @@ OTHER_TRAINERS = {
 }
 
 
+def _other_trainer(script: str) -> str | None:
+    """The other trainer (OTHER_TRAINERS) whose package a `-m module` starts with, or whose package folder holds a
+    script not named for GRPO (a user's own grpo script in a folder named verl is read as TRL's)."""
+    words = script.split()
+    if words and words[0] == "-m" and len(words) > 1:
+        return OTHER_TRAINERS.get(words[1].split(".")[0].lower())
+    path = [p.lower() for p in re.split(r"[/\\\\]+", words[-1] if words else "")]
+    if "grpo" in path[-1]:
+        return None
+    return next((OTHER_TRAINERS[p] for p in path[:-1] if p in OTHER_TRAINERS), None)
+
+
 def _norm(opt: str) -> str:
     """accelerate / torchrun accept `--num-processes` and `--num_processes`."""
     return "--" + opt[2:].replace("-", "_") if opt.startswith("--") else opt
@@ -337,7 +349,7 @@ def read_command(command: str | list[str], cwd: Path | None = None) -> CommandSe
             "--from-command names no command; accepted: accelerate launch / torchrun / python / trl grpo ..."
         )
     out = CommandSettings(visible_gpus=_visible_gpus(env))
-    conf = next((name for name in ALLOC_CONF_NAMES if env.get(name)), None)
+    conf = next((name for name in ALLOC_CONF_NAMES if name in env), None)  # set, even to "", wins
     if conf:
         out.files.append(
             FileSettings(
@@ -348,8 +360,7 @@ def read_command(command: str | list[str], cwd: Path | None = None) -> CommandSe
             )
         )
     script, i, accel_opts = _launcher(tokens, out)
-    parts = set(re.split(r"[/\\\s.]+", script.lower()))
-    other = next((name for package, name in OTHER_TRAINERS.items() if package in parts), None)
+    other = _other_trainer(script)
     if other:
         raise CommandError(
             f"--from-command: {clip(script, 60)} is {other}'s trainer, whose arguments are not TRL's; this tool "
@@ -427,19 +438,21 @@ def _words(command: str | list[str]) -> list[str]:
 
 
 def _commands(text: str) -> list[str]:
-    """The commands of a pasted block, as bash reads them: a line ending in `\\` continues on the next, a `#`
-    that starts a word outside quotes comments out the rest of its line (the `\\` too, so the command ends
-    there), a newline inside quotes is kept, and any other newline ends a command. Blank and comment-only lines
-    are skipped."""
+    """The commands of a pasted block, as bash reads them: a line ending in an unescaped `\\` continues on the
+    next (joined without the two characters, also inside double quotes), a `#` that starts a word outside quotes
+    comments out the rest of its line (the `\\` too, so the command ends there), a newline inside quotes is kept,
+    and any other newline ends a command. Blank and comment-only lines are skipped. Friendlier than bash in two
+    ways: CRLF line ends read as LF, and spaces after a final `\\` still continue the line."""
     out, buf, quote = [], "", ""
-    for line in text.split("\n"):
-        body, commented, quote = _uncommented(line, quote)
+    for line in text.replace("\r\n", "\n").split("\n"):
+        body, commented, quote = _uncommented(line, quote, buf[-1:] or " ")
+        stripped = body.rstrip() if not quote else body
+        continued = not commented and quote != "'" and _odd_backslashes(stripped)
+        if continued:
+            buf += stripped[:-1]
+            continue
         if quote:  # a quoted newline: part of the word
             buf += body + "\n"
-            continue
-        stripped = body.rstrip()
-        if not commented and stripped.endswith("\\") and not stripped.endswith("\\\\"):
-            buf += stripped[:-1] + " "
             continue
         buf += body
         if buf.strip():
@@ -450,13 +463,18 @@ def _commands(text: str) -> list[str]:
     return out
 
 
-def _uncommented(line: str, quote: str = "") -> tuple[str, bool, str]:
+def _odd_backslashes(text: str) -> bool:
+    """`text` ends in an odd run of backslashes: its last one escapes the newline after it."""
+    return (len(text) - len(text.rstrip("\\"))) % 2 == 1
+
+
+def _uncommented(line: str, quote: str = "", prev: str = " ") -> tuple[str, bool, str]:
     """`line` up to a `#` that starts a word outside quotes, whether it had one, and the quote still open at its
-    end (`quote`: the one open at its start)."""
-    escaped, prev = False, " "
+    end (`quote`: the one open at its start; `prev`: the character before the line, where it continues one)."""
+    escaped = False
     for i, ch in enumerate(line):
         if escaped:
-            escaped = False
+            escaped, ch = False, "x"  # an escaped character is part of a word
         elif quote:
             if ch == quote:
                 quote = ""
@@ -466,7 +484,7 @@ def _uncommented(line: str, quote: str = "") -> tuple[str, bool, str]:
             escaped = True
         elif ch in "'\"":
             quote = ch
-        elif ch == "#" and prev.isspace():
+        elif ch == "#" and (prev.isspace() or prev in ";&|()<>"):
             return line[:i], True, ""
         prev = ch
     return line, False, quote

@@ -22,6 +22,10 @@ BLOCKS = (
     'python grpo.py --tag "v#2" --y a#b   # the comment',
     "# a heading\n\naccelerate launch grpo.py --model_name_or_path Q\n",
     "CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model Q\naccelerate launch grpo.py --model_name_or_path Q",
+    "python grpo.py --tag a\\ #b --x 1",  # an escaped space: the `#` is inside the word
+    "python grpo.py --x \\\\\\\n  --y 1",  # three backslashes: the last continues the line
+    'python grpo.py --system_prompt "abc\\\ndef" --y 2',  # a continuation inside double quotes
+    "python grpo.py --x 1\\\n#y --z 2",  # joined lines: `1#y` is one word
 )
 
 
