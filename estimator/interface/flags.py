@@ -378,6 +378,12 @@ def _unread_torch_dtype(values: dict, sources: dict, given: set, version: str) -
     ]
 
 
+def _torch_before_fused() -> bool:
+    """The torch installed here is older than 2.8, under which transformers defaults to adamw_torch."""
+    v = _installed_torch()
+    return v is not None and v < (2, 8)
+
+
 def _installed_torch() -> tuple[int, int] | None:
     """The installed torch's MAJOR.MINOR from its metadata (nothing imported), None if absent or unreadable."""
     text = installed("torch")
@@ -404,6 +410,8 @@ def resolve_run(ns: argparse.Namespace, defaults: dict | None = None, sources_ou
         version = fmt(default_version()) if version is None else version  # an empty one is refused below
         notes = notes + _unread_torch_dtype(values, sources, given, version)
         values = release_values(version, values)
+        if "optim" not in given and values.get("optim") == "adamw_torch_fused" and _torch_before_fused():
+            values["optim"] = "adamw_torch"  # transformers' default under the torch installed here
     except ValueError as e:
         raise FlagError(str(e)) from None
     try:

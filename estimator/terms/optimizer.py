@@ -207,35 +207,26 @@ def micro_step_gradients(cfg: RunConfig, arch: Arch, instant: str, tensors: str 
 def default_optimizer_note(
     cfg: RunConfig, arch: Arch, given: set[str] | frozenset[str], torch_version: tuple[int, int] | None = None
 ) -> list[str]:
-    """One line where `optim` was not given and transformers' other default would move the estimate.
-
-    transformers' TrainingArguments defaults to adamw_torch_fused only with torch >= 2.8, else adamw_torch
-    (training_args.py `default_optim`, transformers PR #37358). The release table
-    (`estimator/settings/trl_versions.py`) takes adamw_torch for the releases that predate torch 2.8 (said here,
-    since it is counted) and adamw_torch_fused after, as the modelled torch 2.11-2.15 does (said only where the
-    `torch_version` installed here is older than 2.8). They differ by foreach's sqrt(v) temporary
-    (`optimizer_temporaries`): one gradient-sized tensor per GPU at the step."""
+    """One line where `optim` was not given and the estimate counts adamw_torch, transformers' default before
+    torch 2.8 (training_args.py `default_optim`; adamw_torch_fused from 2.8, transformers PR #37358): for the TRL
+    releases of that time (`estimator/settings/trl_versions.py`), or where the `torch_version` installed here is
+    older. adamw_torch's foreach step holds one more gradient-sized tensor (`optimizer_temporaries`) per GPU."""
     from estimator.terms.sharding import shard
     from estimator.units import gib
 
-    if "optim" in given or cfg.device != "cuda" or cfg.offload_optimizer:
+    if "optim" in given or cfg.device != "cuda" or cfg.offload_optimizer or cfg.optim != "adamw_torch":
         return []
-    fused_old_torch = (
-        cfg.optim == "adamw_torch_fused" and torch_version is not None and torch_version < (2, 8)
-    )
-    if not (cfg.optim == "adamw_torch" or fused_old_torch):
-        return []
-    extra = shard(cfg, "optimizer_temporaries", optimizer_temporaries(cfg.with_(optim="adamw_torch"), arch))
+    extra = shard(cfg, "optimizer_temporaries", optimizer_temporaries(cfg, arch))
     if gib(extra) < 0.05:
         return []
-    if fused_old_torch:
-        return [
-            f"optimizer: the torch installed here ({torch_version[0]}.{torch_version[1]}) is older than 2.8, "
-            "under which transformers defaults to adamw_torch, not the modelled adamw_torch_fused; its step "
-            f"holds one more gradient-sized tensor ({gib(extra):.1f} GiB): estimate that with --optim adamw_torch"
-        ]
+    old_torch = torch_version is not None and torch_version < (2, 8)
+    why = (
+        f"under the torch installed here ({torch_version[0]}.{torch_version[1]}, older than 2.8)"
+        if old_torch
+        else f"before torch 2.8, as in TRL {cfg.trl_version}'s time"
+    )
     return [
-        f"optimizer: adamw_torch, transformers' default before torch 2.8 (TRL {cfg.trl_version}'s time); its "
-        f"step holds one more gradient-sized tensor ({gib(extra):.1f} GiB, counted); with torch 2.8 or newer "
-        "under a recent transformers the default is adamw_torch_fused (--optim adamw_torch_fused)"
+        f"optimizer: adamw_torch, transformers' default {why}; its step holds one more gradient-sized tensor "
+        f"({gib(extra):.1f} GiB, counted); with torch 2.8 or newer it is adamw_torch_fused (transformers PR "
+        "#37358): --optim adamw_torch_fused"
     ]
