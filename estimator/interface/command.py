@@ -155,6 +155,18 @@ def _count(what: str, opt: str, value) -> int:
     return n
 
 
+def _include_slots(spec: str) -> int | None:
+    """GPUs a `deepspeed --include` selects: NODE_SPEC = NAME[:SLOT[,SLOT ...]], hosts joined by `@` (DeepSpeed
+    launcher/runner.py `parse_resource_filter`); None where a host is named without its slots (all of its GPUs)."""
+    total = 0
+    for host in spec.split("@"):
+        name, _, slots = host.partition(":")
+        if not name or not slots:
+            return None
+        total += len([x for x in slots.split(",") if x.strip()])
+    return total or None
+
+
 def _launcher_settings(where: str, gpus: int, key: str) -> FileSettings:
     return FileSettings(values={"num_gpus": gpus}, kind="launcher", where=where, sources={"num_gpus": key})
 
@@ -574,14 +586,19 @@ def _launcher(tokens: list[str], out: CommandSettings) -> tuple[str, int, dict |
         return script, i, None
     if prog == "deepspeed":
         opts, i = _options(tokens, 1, DEEPSPEED_BOOL, "deepspeed")
-        if "--num_gpus" not in opts:
-            raise CommandError(
-                "deepspeed without --num_gpus uses every GPU of the machine; give --num_gpus N (or --gpus N)"
+        slots = _include_slots(str(opts["--include"])) if "--include" in opts else None
+        if slots is not None and "--num_gpus" not in opts:
+            out.files.append(_launcher_settings("deepspeed", slots, "--include"))
+        else:
+            if "--num_gpus" not in opts:
+                raise CommandError(
+                    "deepspeed without --num_gpus (or an --include naming each GPU) uses every GPU of the machine; "
+                    "give --num_gpus N (or --gpus N)"
+                )
+            n = _count("deepspeed", "--num_gpus", opts["--num_gpus"]) * _count(
+                "deepspeed", "--num_nodes", opts.get("--num_nodes", 1)
             )
-        n = _count("deepspeed", "--num_gpus", opts["--num_gpus"]) * _count(
-            "deepspeed", "--num_nodes", opts.get("--num_nodes", 1)
-        )
-        out.files.append(_launcher_settings("deepspeed", n, "--num_gpus x --num_nodes"))
+            out.files.append(_launcher_settings("deepspeed", n, "--num_gpus x --num_nodes"))
         out.launcher = "deepspeed"
         script, i = _script(tokens, i, bool(opts.get("--module") or opts.get("-m")))
         return script, i, None

@@ -366,8 +366,19 @@ def _from_launch(launch, kind: str, where: str, path: str) -> FileSettings:
         train_batch_size=launch.train_batch_size,
         fsdp_checkpointing=launch.fsdp_checkpointing,
     )
-    if launch.ignored:
-        out.notes.append(f"{where}: keys this tool does not read: {listed(launch.ignored)}")
+    nested = [
+        k
+        for k in launch.ignored
+        if kind == "accelerate" and k.startswith(("deepspeed_config.", "fsdp_config."))
+    ]
+    others = [k for k in launch.ignored if k not in nested]
+    if nested:  # accelerate reads its own fields of these sections and passes nothing else on
+        out.notes.append(
+            f"{where}: keys accelerate does not read in its deepspeed_config / fsdp_config sections (DeepSpeed's "
+            f"own settings go in the file deepspeed_config_file names), so neither does this tool: {listed(nested)}"
+        )
+    if others:
+        out.notes.append(f"{where}: keys this tool does not read: {listed(others)}")
     return out
 
 

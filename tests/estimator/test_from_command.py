@@ -94,6 +94,9 @@ def test_launch_options_override_the_yaml(files, capsys):
         (f"python -m trl.scripts.grpo {ARGS}", 1),
         (f"python3 -u trl/scripts/grpo.py {ARGS}", 1),
         (f"deepspeed --num_gpus 2 trl/scripts/grpo.py {ARGS}", 2),
+        # DeepSpeed's NODE_SPEC (launcher/runner.py parse_resource_filter): NAME:SLOT,SLOT, hosts joined by @
+        (f"deepspeed --include localhost:2,3 trl/scripts/grpo.py {ARGS}", 2),
+        (f"deepspeed --include a:0,1,2@b:0 trl/scripts/grpo.py {ARGS}", 4),
     ],
 )
 def test_other_launchers(files, capsys, command, gpus):
