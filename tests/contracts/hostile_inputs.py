@@ -373,6 +373,37 @@ def _files() -> list[Case]:
     out.append(
         Case("files", "config-64MB-comment", ("--model", "0.5B", "--config", "@big"), needle="at most")
     )
+    # pasted blocks: read as bash reads them, or refused naming each command
+    for name, block, expect, needle in (
+        ("from-command-two-commands", "trl vllm-serve --model Q\ntrl grpo --model_name_or_path Q", "refused",
+         "2 commands"),
+        ("from-command-comment-ends-continuation", "accelerate launch \\\n # --use_peft \\\n trl grpo", "refused",
+         "2 commands"),
+        ("from-command-only-comments", "# a heading\n\n# nothing else\n", "refused", "names no command"),
+        ("from-command-quote-never-closed", "trl grpo --system_prompt 'a\nb", "refused", "shell quoting"),
+        ("from-command-another-trainer", "python -m openrlhf.cli.train_ppo_ray --pretrain Q", "refused",
+         "OpenRLHF"),
+        ("from-command-hub-kernel-unknown", "trl grpo --attn_implementation org/flash-mla-x", "refused",
+         "Hub kernel"),
+        ("from-command-crlf-continuation", "trl grpo --num_processes 1 \\\r\n --num_generations 4\r\n", "accepted", ""),
+    ):  # fmt: skip
+        out.append(
+            Case("files", name, ("--model", "0.5B", "--from-command", block), expect=expect, needle=needle)
+        )
+    out.append(
+        Case(
+            "files",
+            "accelerate-config-with-deepspeed-keys-on-top",
+            ("--model", "0.5B", "--config", "{tmp}/acc.json"),
+            files=(
+                (
+                    "acc.json",
+                    '{"distributed_type": "MULTI_GPU", "num_processes": 2, "zero_optimization": {}}',
+                ),
+            ),
+            needle="accelerate refuses unknown keys",
+        )
+    )
     for key in (
         "num_generations",
         "foo_unknown_key",
