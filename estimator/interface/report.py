@@ -270,6 +270,11 @@ def render_layout(layout: Layout, fixes: list[str]) -> str:
             f"  request {v.utilization} × total = {_g(v.requested)}: weights {_g(v.weights)}, profile activations "
             f"{_g(v.activation_peak)}, non-torch {_g(v.non_torch)}, CUDA graphs {_g(v.cuda_graphs)}, "
             f"KV cache {_g(v.kv_cache)} ({v.kv_tokens} tokens)"
+            + (
+                f"; + CUDA graphs {_g(v.graphs_on_top)} beyond the request (vLLM before 0.21)"
+                if v.graphs_on_top
+                else ""
+            )
         )
         out.append(
             f"  one max_model_len={v.max_model_len} request needs {_g(v.one_sequence)} GiB of KV cache"
@@ -405,7 +410,7 @@ def to_json(
 
 # ---- the short answer (the default output): the verdict first, within WIDTH columns ----
 
-SCHEMA_VERSION = "1.3"  # of the JSON answer: docs/estimate.schema.json, documented in docs/json-output.md
+SCHEMA_VERSION = "1.4"  # of the JSON answer: docs/estimate.schema.json, documented in docs/json-output.md
 WIDTH = 80
 SHOWN_MIN_BYTES = int(
     0.005 * 2**30

@@ -138,6 +138,9 @@ class VllmCheck:
     sleep_residue: int = 0  # colocate with sleep mode: what stays on the GPU while vLLM sleeps
     host_bytes: int = 0  # sleep level 1: vLLM's weights parked in pinned host RAM
     failure_kind: FailureKind | None = None  # VllmFailure.kind
+    graphs_on_top: int = (
+        0  # CUDA graphs held beyond the request (vLLM before 0.21: terms/vllm.py VLLM_GRAPHS)
+    )
 
 
 @dataclass(frozen=True)
@@ -250,8 +253,9 @@ def vllm_budget(
     weights = vllm_weights(cfg, arch, settings)
     activation = profile_activation(cfg, arch, settings, total, server)
     non_torch = vt.non_torch_bytes(tp)
-    kv = vt.kv_pool(requested, weights, activation, non_torch, vt.CUDA_GRAPH_BYTES)
-    return requested, weights, activation, non_torch, vt.CUDA_GRAPH_BYTES, kv
+    graphs = vt.graphs_charged(cfg)
+    kv = vt.kv_pool(requested, weights, activation, non_torch, graphs)
+    return requested, weights, activation, non_torch, graphs, kv
 
 
 def profile_activation(cfg: RunConfig, arch: Arch, settings: VllmSettings, total: int, server: bool) -> int:
@@ -349,7 +353,7 @@ def start_failure(
             )
         return _kv_failure(kv, one, length)
     loaded = init_resident(cfg, arch, on_policy)
-    held = vt.footprint(requested, settings.tensor_parallel_size)
+    held = vt.footprint(requested, settings.tensor_parallel_size, vt.graphs_on_top(cfg))
     if settings.starts_first and held + loaded > total_bytes:
         return VllmFailure(
             "load_after",
@@ -422,7 +426,7 @@ def server_group(cfg: RunConfig, arch: Arch, settings: VllmSettings, total_bytes
     requested, _, activation, *_ = vllm_budget(
         cfg, arch, settings, total_bytes, settings.server_utilization, True
     )
-    held = vt.footprint(requested, settings.tensor_parallel_size)
+    held = vt.footprint(requested, settings.tensor_parallel_size, vt.graphs_on_top(cfg))
     sync = server_weight_sync(cfg, arch, settings, activation)
     row = RoleBytes(f"vLLM server (TP {settings.tensor_parallel_size})", held, sync)
     return GpuGroup(
@@ -506,6 +510,7 @@ def _vllm(
         smallest_utilization(cfg, arch, settings, total_bytes, server),
         *_sleep(cfg, settings, weights, server),
         failure_kind=failure.kind if failure is not None else None,
+        graphs_on_top=vt.graphs_on_top(cfg),
     )
     if check.kv_tokens and check.kv_tokens < cfg.generation_sequences * cfg.sequence_length:
         notes.append(

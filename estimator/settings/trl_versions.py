@@ -88,6 +88,9 @@ class TrlProfile:
     # sweep-legacy pins (4.48.3, 4.52.4: integrations/sdpa_attention.py L30-31); 4.56.2 calls the kernel with
     # enable_gqa when no mask is passed (use_gqa_in_sdpa), as the 1.16 estimate assumes.
     sdpa_repeats_kv: bool
+    # where vLLM's CUDA graphs sit in the vLLM releases these TRL releases accept (terms/vllm.py VLLM_GRAPHS):
+    # "outside" gpu_memory_utilization (vLLM before 0.21), "budget" (charged to it, 0.21 on), or "either"
+    vllm_graphs: str
     changes: tuple[str, ...] = field(default=())  # what differs from the previous row, each with its source
 
     @property
@@ -136,6 +139,7 @@ _P014 = TrlProfile(
     vllm_modes=("separate_device",),
     has_vllm_importance_sampling=False,
     sdpa_repeats_kv=True,
+    vllm_graphs="outside",
     changes=(
         "GRPO lands (PR #2565): batch = prompts × num_generations completions, per_device_train_batch_size=1, "
         "gradient_accumulation_steps=8 (grpo_config.py L159-171); beta=0.04; a reference copy whenever PEFT is "
@@ -293,10 +297,13 @@ _P100 = _next(
     (1, 9),
     (
         "vllm_mode defaults to colocate (grpo_config.py L503, 1.0.0)",
+        "vLLM 0.10.2-0.17.1 accepted (trl/import_utils.py, 1.0.0; up to 0.25.1 by 1.9.0), across vLLM 0.21, from which "
+        "its CUDA graphs are charged to gpu_memory_utilization: both placements are counted, each where stricter",
         "temperature applied in place, logits.div_ (grpo_trainer.py L1068, 1.0.0): no second [B, C, V] tensor",
     ),
     defaults={"vllm_mode": "colocate"},
     temperature_copy=False,
+    vllm_graphs="either",
 )
 _P110 = _next(
     _P100,
@@ -327,10 +334,13 @@ _P115 = _next(
     (
         "fused chunked LM head: log-probs from hidden states in 4096 × 32768 tiles, no [B, C, V] logits "
         "(add_fused_lm_head, trl/kernels/chunked_logprob.py, 1.15.0)",
+        "vLLM 0.22-0.31 accepted (trl/import_utils.py, 1.16.0; 1.15 taken as the same): CUDA graphs charged to "
+        "gpu_memory_utilization",
     ),
     logprob_path="chunked",
     temperature_copy=False,
     entropy_pass=False,
+    vllm_graphs="budget",
 )
 
 TABLE: tuple[TrlProfile, ...] = (

@@ -135,9 +135,27 @@ def non_torch_bytes(tp: int) -> int:
     return TP_NON_TORCH_BYTES if tp > 1 else 0
 
 
-def footprint(requested: int, tp: int = 1) -> int:
-    """What one vLLM rank holds on its GPU while awake: its request plus the TP communicators set up before it."""
-    return requested + non_torch_bytes(tp)
+# Where vLLM's CUDA graphs sit, by the TRL release's vLLM range (TrlProfile.vllm_graphs): before v0.21
+# `determine_available_memory` leaves them out and captures them after the KV cache is allocated, so they come on
+# top of `requested`; from v0.21 they are charged inside it (module docstring). "either": a range across v0.21,
+# counted both ways (a footprint with them on top, a KV pool with them charged).
+VLLM_GRAPHS = ("outside", "budget", "either")
+
+
+def graphs_charged(cfg) -> int:
+    """CUDA-graph bytes the KV pool is charged for under cfg's TRL release (0 where vLLM predates v0.21)."""
+    return CUDA_GRAPH_BYTES if cfg.release.vllm_graphs in ("budget", "either") else 0
+
+
+def graphs_on_top(cfg) -> int:
+    """CUDA-graph bytes a vLLM rank holds beyond `requested` under cfg's TRL release (vLLM before v0.21)."""
+    return CUDA_GRAPH_BYTES if cfg.release.vllm_graphs in ("outside", "either") else 0
+
+
+def footprint(requested: int, tp: int = 1, graphs: int = 0) -> int:
+    """What one vLLM rank holds on its GPU while awake: its request plus the TP communicators set up before it,
+    plus the CUDA `graphs` captured outside the request (`graphs_on_top`)."""
+    return requested + non_torch_bytes(tp) + graphs
 
 
 def kv_pool(requested: int, weights: int, activation_peak: int, non_torch: int, cuda_graphs: int) -> int:
@@ -175,7 +193,11 @@ def colocate_footprint(cfg) -> int:
     if not cfg.use_vllm or cfg.vllm_mode != "colocate":
         return 0
     total = int((cfg.gpu_memory_gib or DEFAULT_GPU_GIB) * GIB)
-    return footprint(requested_memory(total, cfg.vllm_gpu_memory_utilization), cfg.vllm_tensor_parallel_size)
+    return footprint(
+        requested_memory(total, cfg.vllm_gpu_memory_utilization),
+        cfg.vllm_tensor_parallel_size,
+        graphs_on_top(cfg),
+    )
 
 
 def colocate_sleeping(cfg) -> int:
