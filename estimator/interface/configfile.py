@@ -244,8 +244,10 @@ def translate(data: dict, where: str, base: Path | None = None, typos: bool = Tr
         elif key in ("use_liger_kernel", "use_liger_loss"):
             if value is True:
                 what = {
-                    "use_liger_kernel": "Liger's kernels in place of transformers' layers (RMSNorm, SwiGLU, "
-                    "rotary) are not modelled: estimated with transformers' own (not measured either way)",
+                    "use_liger_kernel": "before TRL 1.15 (from the releases that take it as the GRPO loss) "
+                    "Liger's fused GRPO loss runs, which never makes the [B, C, V] logits the estimate counts for "
+                    "those releases (errs high there); from 1.15 only Liger's layer kernels, not modelled: "
+                    "estimated with transformers' own layers (grpo_trainer.py L1049-1064; not measured either way)",
                     "use_liger_loss": "Liger's fused GRPO loss (in the TRL releases that read this key) is not "
                     "modelled: estimated with TRL's log-prob head, which before TRL 1.15 holds the [B, C, V] "
                     "logits the fused loss never makes (errs high there)",

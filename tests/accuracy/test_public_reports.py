@@ -31,6 +31,9 @@ class Report:
     # torch's OOM message: "... GiB is allocated by PyTorch" + "Tried to allocate ... GiB": tensors the run needed
     # at that moment, a lower bound on its allocated peak
     oom_needed_gib: float | None = None
+    vllm_started: bool | None = (
+        None  # the report shows vLLM colocate starting (its CUDA graphs captured), or not
+    )
 
 
 REPORTS = (
@@ -113,6 +116,21 @@ REPORTS = (
         fits=True,
         assumed="ms-swift's GRPO trainer (TRL 0.16's) with generation on other GPUs; prompts of about 300 tokens",
     ),
+    Report(
+        "https://github.com/huggingface/trl/blob/66d976c00f6fd78f4663446c734ecec13e1a99ec/examples/notebooks/"
+        "openenv_sudoku_grpo.ipynb (TRL's own notebook, run 2026-01-02: vLLM started, steps logged)",
+        (
+            "--model", "Qwen/Qwen3-1.7B", "--trl-version", "0.26", "--dtype", "float32",
+            "--per-device-train-batch-size", "1", "--gradient-accumulation-steps", "8", "--num-generations", "8",
+            "--max-prompt-length", "1000", "--max-completion-length", "8", "--use-vllm", "--vllm-mode",
+            "colocate", "--vllm-gpu-memory-utilization", "0.1", "--vllm-max-model-length", "2560",
+            "--gpu", "A100-40",
+        ),
+        fits=True,
+        assumed="TRL 0.26.2 (PyPI on the run's date) with its vLLM 0.10.2-0.11, which captures CUDA graphs beyond "
+        "gpu_memory_utilization; prompts of about 1,000 tokens",
+        vllm_started=True,
+    ),
 )  # fmt: skip
 
 
@@ -132,6 +150,8 @@ def test_verdict_matches_the_reported_outcome(report, capsys):
     )
     if report.peak_phase:
         assert d["peak_phase"] == report.peak_phase
+    if report.vllm_started is not None:
+        assert (d["layout"]["vllm"]["failure"] is None) is report.vllm_started, d["layout"]["vllm"]["failure"]
     if report.oom_needed_gib is not None:
         assert d["peak_allocated_bytes"] >= report.oom_needed_gib * 2**30
 
