@@ -205,9 +205,20 @@ def default_accelerate_config() -> Path | None:
     return path if path.is_file() else None
 
 
-def _accelerate(opts: dict, cwd: Path) -> FileSettings | None:
+def _too_few_visible(launcher: str, per_node: int, visible: int | None, said: str) -> None:
+    """CommandError where a launcher starts more processes on a machine than CUDA_VISIBLE_DEVICES shows GPUs:
+    each process selects the GPU of its local rank (accelerate's and torchrun's LOCAL_RANK), so the ranks past
+    the visible count find none and the run cannot start."""
+    if visible is not None and per_node > visible:
+        raise CommandError(
+            f"{launcher} starts {per_node} processes per machine ({said}) but CUDA_VISIBLE_DEVICES shows {visible} "
+            f"GPU(s): local ranks {visible} and up find no GPU; give as many processes as visible GPUs"
+        )
+
+
+def _accelerate(opts: dict, cwd: Path, visible: int | None = None) -> FileSettings | None:
     """`accelerate launch` options (+ its --config_file, or this machine's default config) -> the accelerate config
-    they make, as one FileSettings."""
+    they make, as one FileSettings (`visible`: CUDA_VISIBLE_DEVICES' count, checked against the processes)."""
     known = {_norm(o) for o in (*LAUNCH_BOOL_FLAGS, *LAUNCH_VALUE_FLAGS)}
     for opt in opts:
         if opt not in known and opt not in ("-m", "-q"):
@@ -250,6 +261,11 @@ def _accelerate(opts: dict, cwd: Path) -> FileSettings | None:
         data["mixed_precision"] = str(opts["--mixed_precision"])
     if opts.get("--cpu"):
         data["use_cpu"] = True
+    procs, machines = data.get("num_processes"), opts.get("--num_machines", data.get("num_machines", 1))
+    if not data.get("use_cpu") and isinstance(procs, int) and str(machines).isdigit() and int(machines) >= 1:
+        _too_few_visible(
+            "accelerate launch", -(-procs // int(machines)), visible, "num_processes / num_machines"
+        )
     for opt, key in ACCEL_DS_OPTS.items():
         if opt in opts:
             data.setdefault("deepspeed_config", {})
@@ -391,7 +407,7 @@ def read_command(command: str | list[str], cwd: Path | None = None) -> CommandSe
             accel_opts = {**launch_options(in_file, cwd), **(accel_opts or {})}
             out.launcher = "trl grpo (accelerate launch)"
     if accel_opts is not None:
-        acc = _accelerate(accel_opts, cwd)
+        acc = _accelerate(accel_opts, cwd, out.visible_gpus)
         if acc is not None and acc.needs_processes and acc.where == "accelerate launch" and out.visible_gpus:
             # no config file, no count: accelerate launch starts torch.cuda.device_count() processes
             acc = _launcher_settings(
@@ -579,6 +595,9 @@ def _launcher(tokens: list[str], out: CommandSettings) -> tuple[str, int, dict |
             out.files.append(FileSettings(kind="launcher", where=where, needs_processes=True))
         else:
             per = out.visible_gpus if str(per) in ("gpu", "auto") else per
+            _too_few_visible(
+                "torchrun", _count("torchrun", "--nproc_per_node", per), out.visible_gpus, "--nproc_per_node"
+            )
             n = _count("torchrun", "--nproc_per_node", per) * _count("torchrun", "--nnodes", nodes)
             out.files.append(_launcher_settings("torchrun", n, "--nproc_per_node x --nnodes"))
         out.launcher = "torchrun"

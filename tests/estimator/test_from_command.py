@@ -135,6 +135,9 @@ def test_trl_args_override_the_trl_file_and_flags_override_both(files, capsys):
             "--nproc_per_node gpu: one process per visible GPU",
         ),
         ("torchrun --nproc_per_node two trl/scripts/grpo.py", "--nproc_per_node 'two'"),
+        # each process takes the GPU of its local rank: more processes than visible GPUs cannot start
+        ("CUDA_VISIBLE_DEVICES=4,7 torchrun --nproc_per_node 4 trl/scripts/grpo.py", "local ranks 2 and up"),
+        ("CUDA_VISIBLE_DEVICES=0 accelerate launch --num_processes 2 trl grpo", "shows 1 GPU(s)"),
         ("bash run.sh", "not a launcher"),
         ("python -m trl.scripts.grpo --num_generation 4", "did you mean num_generations"),
         ("python -m trl.scripts.grpo --per_device_train_batch_size four", "must be an integer"),
