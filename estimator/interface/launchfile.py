@@ -186,10 +186,16 @@ def is_accelerate_config(data: dict) -> bool:
     return "distributed_type" in data or "compute_environment" in data
 
 
+# keys only a DeepSpeed config has at its top (DeepSpeed's config.py; a TRL file's bf16 / fp16 are booleans)
+DS_ONLY_KEYS = ("zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size", "gradient_clipping",
+                "steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer")  # fmt: skip
+
+
 def is_deepspeed_config(data: dict) -> bool:
-    """A DeepSpeed JSON has a zero_optimization section (or DeepSpeed's batch keys)."""
-    return (
-        "zero_optimization" in data or "train_micro_batch_size_per_gpu" in data or "train_batch_size" in data
+    """A DeepSpeed JSON: a zero_optimization section, DeepSpeed's batch or engine keys, or bf16 / fp16 given as
+    a section ({"enabled": ...}) rather than a TRL boolean."""
+    return any(k in data for k in DS_ONLY_KEYS) or any(
+        isinstance(data.get(k), dict) for k in ("bf16", "fp16")
     )
 
 
@@ -226,11 +232,17 @@ def _offload(where: str, key: str, value) -> bool:
 
 def _sharding_for_stage(where: str, key: str, stage) -> str:
     stage = _choice(where, key, stage, ZERO_STAGES)
-    if stage == 1:
-        raise LaunchFileError(
-            f"{where}: {key} 1 (optimizer-state sharding only) is not modelled; accepted: 0, 2, 3"
+    if stage in (0, 1):  # DeepSpeed's engine keeps fp32 master weights and gradient buffers of its own here
+        what = (
+            "optimizer-state sharding only"
+            if stage == 1
+            else "DeepSpeed's engine without ZeRO, DeepSpeed's default"
         )
-    return {0: "none", 2: "zero2", 3: "zero3"}[stage]
+        raise LaunchFileError(
+            f"{where}: {key} {stage} ({what}) is not modelled, so the estimate could be low; accepted: 2, 3 (or "
+            "no DeepSpeed: accelerate's MULTI_GPU)"
+        )
+    return {2: "zero2", 3: "zero3"}[stage]
 
 
 def check_keys(where: str, keys, known, prefix: str = "") -> list[str]:

@@ -404,6 +404,16 @@ def _files() -> list[Case]:
             needle="accelerate refuses unknown keys",
         )
     )
+    # a DeepSpeed JSON without a zero_optimization section runs DeepSpeed's default, stage 0: not modelled
+    out.append(
+        Case(
+            "files",
+            "deepspeed-json-without-zero-section",
+            ("--model", "0.5B", "--config", "{tmp}/ds.json"),
+            files=(("ds.json", '{"bf16": {"enabled": "auto"}, "gradient_clipping": "auto"}'),),
+            needle="zero_optimization.stage 0",
+        )
+    )
     for key in (
         "num_generations",
         "foo_unknown_key",
