@@ -144,6 +144,7 @@ def layout() -> dict:
             "max_model_len": {"type": "integer"},
             "failure": {"type": ["string", "null"]},
             "failure_kind": {"enum": [*get_args(FailureKind), None]},
+            "graphs_on_top": BYTES,
         },
         ["mode", "utilization", "failure"],
         extra=True,

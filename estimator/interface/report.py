@@ -268,13 +268,8 @@ def render_layout(layout: Layout, fixes: list[str]) -> str:
         out.append(f"vLLM {v.mode} as {VLLM_VERSION} counts itself (per GPU, GiB, estimated):")
         out.append(
             f"  request {v.utilization} × total = {_g(v.requested)}: weights {_g(v.weights)}, profile activations "
-            f"{_g(v.activation_peak)}, non-torch {_g(v.non_torch)}, CUDA graphs {_g(v.cuda_graphs)}, "
-            f"KV cache {_g(v.kv_cache)} ({v.kv_tokens} tokens)"
-            + (
-                f"; + CUDA graphs {_g(v.graphs_on_top)} beyond the request (vLLM before 0.21)"
-                if v.graphs_on_top
-                else ""
-            )
+            f"{_g(v.activation_peak)}, non-torch {_g(v.non_torch)}, CUDA graphs charged {_g(v.cuda_graphs)}, "
+            f"KV cache {_g(v.kv_cache)} ({v.kv_tokens} tokens)" + _graphs_on_top(v)
         )
         out.append(
             f"  one max_model_len={v.max_model_len} request needs {_g(v.one_sequence)} GiB of KV cache"
@@ -669,6 +664,19 @@ def _layout_lines(layout: Layout, fixes: list[str]) -> list[str]:
     for f in fixes[:3]:
         out += _wrap(f"fix: {printable(plain(f), LONG)}", "    ", "  ")
     return out
+
+
+def _graphs_on_top(v) -> str:
+    """The CUDA graphs a vLLM before 0.21 captures beyond its request (layout.VllmCheck.graphs_on_top), said
+    after vLLM's own sum: alone where the TRL release accepts only such vLLMs, counted both ways otherwise."""
+    if not v.graphs_on_top:
+        return ""
+    if v.cuda_graphs:
+        return (
+            f"; the same {_g(v.graphs_on_top)} of CUDA graphs also counted beyond the request (this TRL release "
+            "accepts vLLMs before and after 0.21, which charges them inside it)"
+        )
+    return f"; CUDA graphs {_g(v.graphs_on_top)} beyond the request (this TRL release's vLLM predates 0.21)"
 
 
 def _margin_decides(est: Estimate, fit: Fit | None) -> list[str]:

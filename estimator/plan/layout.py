@@ -319,10 +319,12 @@ def server_share_range(
 ) -> tuple[float | None, float]:
     """trl vllm-serve's --gpu_memory_utilization values with which a vLLM server starts on its own card and then
     takes the trainer's weights: from the smallest whose KV pool holds one max_model_len request (None if none
-    does) to the largest that leaves the CUDA context, the TP communicators and the weight push room (2 decimals)."""
+    does) to the largest that leaves the CUDA context, the TP communicators, the CUDA graphs a vLLM before 0.21
+    captures beyond its request, and the weight push room (2 decimals)."""
     lo = smallest_utilization(cfg, arch, settings, total, True)
     push = server_weight_sync(cfg, arch, settings, profile_activation(cfg, arch, settings, total, True))
-    return lo, vt.largest_startable_utilization(server_free_at_start(cfg, settings, total) - push, total)
+    room = server_free_at_start(cfg, settings, total) - push - vt.graphs_on_top(cfg)
+    return lo, vt.largest_startable_utilization(room, total)
 
 
 def init_resident(cfg: RunConfig, arch: Arch, roles: list[RoleBytes]) -> int:

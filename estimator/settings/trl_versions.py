@@ -148,7 +148,9 @@ _P014 = TrlProfile(
         "and a row-by-row log_softmax (grpo_trainer.py L430-441); model given by name loads with dtype None = "
         "float32 under transformers 4.x (grpo_trainer.py L173-175); vLLM on another GPU at 0.9 utilization; "
         "TrainingArguments' optim adamw_torch (foreach), transformers' default before torch 2.8 "
-        "(training_args.py `default_optim`)",
+        "(training_args.py `default_optim`); vLLM of its time, before 0.21: CUDA graphs beyond "
+        "gpu_memory_utilization (gpu_worker.py determine_available_memory; TRL 0.14-0.23 set only a minimum vLLM, "
+        "0.24-0.29 pin 0.10.2-0.12.0 in trl/import_utils.py)",
     ),
 )
 
@@ -330,21 +332,26 @@ _P114 = _next(
 _P115 = _next(
     _P110,
     (1, 15),
-    (1, 16),
+    (1, 15),
     (
         "fused chunked LM head: log-probs from hidden states in 4096 × 32768 tiles, no [B, C, V] logits "
         "(add_fused_lm_head, trl/kernels/chunked_logprob.py, 1.15.0)",
-        "vLLM 0.22-0.31 accepted (trl/import_utils.py, 1.16.0; 1.15 taken as the same): CUDA graphs charged to "
-        "gpu_memory_utilization",
     ),
     logprob_path="chunked",
     temperature_copy=False,
     entropy_pass=False,
+)
+_P116 = _next(
+    _P115,
+    (1, 16),
+    (1, 16),
+    ("vLLM 0.22-0.31 accepted (trl/import_utils.py, 1.16.0): CUDA graphs charged to gpu_memory_utilization",),
     vllm_graphs="budget",
 )
 
 TABLE: tuple[TrlProfile, ...] = (
     _P014, _P015, _P016, _P017, _P018, _P019, _P020, _P022, _P023, _P026, _P027, _P100, _P110, _P114, _P115,
+    _P116,
 )  # fmt: skip
 OLDEST: Version = TABLE[0].first
 NEWEST: Version = TABLE[-1].last
