@@ -156,15 +156,22 @@ def _count(what: str, opt: str, value) -> int:
 
 
 def _include_slots(spec: str) -> int | None:
-    """GPUs a `deepspeed --include` selects: NODE_SPEC = NAME[:SLOT[,SLOT ...]], hosts joined by `@` (DeepSpeed
-    launcher/runner.py `parse_resource_filter`); None where a host is named without its slots (all of its GPUs)."""
-    total = 0
+    """GPUs a `deepspeed --include` selects: NODE_SPEC = NAME[:SLOT[,SLOT ...]], hosts joined by `@`, each host's
+    slots a set of integers (DeepSpeed launcher/runner.py `parse_resource_filter`); None where a host is named
+    without its slots (all of its GPUs); CommandError for a slot DeepSpeed cannot read."""
+    hosts: dict[str, set[int]] = {}
     for host in spec.split("@"):
         name, _, slots = host.partition(":")
         if not name or not slots:
             return None
-        total += len([x for x in slots.split(",") if x.strip()])
-    return total or None
+        for slot in slots.split(","):
+            if not slot.strip().isdigit():
+                raise CommandError(
+                    f"deepspeed --include {clip(spec)}: slot {clip(slot)} is not a GPU index; accepted: "
+                    "NAME:0,1[@NAME:0,1]"
+                )
+            hosts.setdefault(name, set()).add(int(slot))
+    return sum(len(v) for v in hosts.values()) or None
 
 
 def _launcher_settings(where: str, gpus: int, key: str) -> FileSettings:
@@ -262,10 +269,17 @@ def _accelerate(opts: dict, cwd: Path, visible: int | None = None) -> FileSettin
     if opts.get("--cpu"):
         data["use_cpu"] = True
     procs, machines = data.get("num_processes"), opts.get("--num_machines", data.get("num_machines", 1))
-    if not data.get("use_cpu") and isinstance(procs, int) and str(machines).isdigit() and int(machines) >= 1:
-        _too_few_visible(
-            "accelerate launch", -(-procs // int(machines)), visible, "num_processes / num_machines"
-        )
+    gpu_ids = opts.get(
+        "--gpu_ids", data.get("gpu_ids")
+    )  # accelerate sets CUDA_VISIBLE_DEVICES from these itself
+    if (
+        not data.get("use_cpu")
+        and gpu_ids in (None, "all")
+        and isinstance(procs, int)
+        and str(machines).isdigit()
+        and int(machines) >= 1
+    ):  # accelerate's per-machine count: num_processes // num_machines (utils/launch.py)
+        _too_few_visible("accelerate launch", procs // int(machines), visible, "num_processes / num_machines")
     for opt, key in ACCEL_DS_OPTS.items():
         if opt in opts:
             data.setdefault("deepspeed_config", {})
@@ -563,6 +577,8 @@ def _visible_gpus(env: dict) -> int | None:
     if text is None:
         return None
     ids = [x.strip() for x in text.split(",") if x.strip()]
+    if len(set(ids)) != len(ids):  # a repeated id: CUDA's own reading of the list, not a count to rely on
+        return None
     return (
         len(ids) if ids and all(x.isascii() and (x.isdigit() or x.startswith("GPU-")) for x in ids) else None
     )
@@ -605,17 +621,35 @@ def _launcher(tokens: list[str], out: CommandSettings) -> tuple[str, int, dict |
         return script, i, None
     if prog == "deepspeed":
         opts, i = _options(tokens, 1, DEEPSPEED_BOOL, "deepspeed")
-        slots = _include_slots(str(opts["--include"])) if "--include" in opts else None
-        if slots is not None and "--num_gpus" not in opts:
-            out.files.append(_launcher_settings("deepspeed", slots, "--include"))
-        else:
-            if "--num_gpus" not in opts:
+        include = opts.get("--include", opts.get("-i"))
+        gpus = opts.get("--num_gpus", opts.get("--num_accelerators"))
+        if include is not None and (gpus is not None or "--num_nodes" in opts):
+            raise CommandError(  # DeepSpeed's runner: "Cannot specify num_nodes/gpus with include/exclude"
+                "deepspeed: --include with --num_gpus / --num_nodes, which DeepSpeed refuses; give one of them"
+            )
+        if include is not None:
+            slots = _include_slots(str(include))
+            if slots is None:
                 raise CommandError(
-                    "deepspeed without --num_gpus (or an --include naming each GPU) uses every GPU of the machine; "
-                    "give --num_gpus N (or --gpus N)"
+                    f"deepspeed --include {clip(str(include))}: a host named without its GPU slots uses all of its "
+                    "GPUs, which this tool cannot see; name them (NAME:0,1) or give --gpus N"
                 )
-            n = _count("deepspeed", "--num_gpus", opts["--num_gpus"]) * _count(
+            out.files.append(_launcher_settings("deepspeed", slots, "--include"))
+        elif (
+            gpus is None and out.visible_gpus
+        ):  # the runner turns CUDA_VISIBLE_DEVICES into --include localhost:
+            out.files.append(_launcher_settings("deepspeed", out.visible_gpus, "CUDA_VISIBLE_DEVICES"))
+        else:
+            if gpus is None:
+                raise CommandError(
+                    "deepspeed without --num_gpus (or an --include naming each GPU, or CUDA_VISIBLE_DEVICES) uses "
+                    "every GPU of the machine; give --num_gpus N (or --gpus N)"
+                )
+            n = _count("deepspeed", "--num_gpus", gpus) * _count(
                 "deepspeed", "--num_nodes", opts.get("--num_nodes", 1)
+            )
+            _too_few_visible(
+                "deepspeed", _count("deepspeed", "--num_gpus", gpus), out.visible_gpus, "--num_gpus"
             )
             out.files.append(_launcher_settings("deepspeed", n, "--num_gpus x --num_nodes"))
         out.launcher = "deepspeed"

@@ -97,6 +97,16 @@ def test_launch_options_override_the_yaml(files, capsys):
         # DeepSpeed's NODE_SPEC (launcher/runner.py parse_resource_filter): NAME:SLOT,SLOT, hosts joined by @
         (f"deepspeed --include localhost:2,3 trl/scripts/grpo.py {ARGS}", 2),
         (f"deepspeed --include a:0,1,2@b:0 trl/scripts/grpo.py {ARGS}", 4),
+        (f"deepspeed --include localhost:0,0@localhost:0 trl/scripts/grpo.py {ARGS}", 1),  # a set per host
+        (f"deepspeed -i localhost:2,3 trl/scripts/grpo.py {ARGS}", 2),
+        (f"deepspeed --num_accelerators 2 trl/scripts/grpo.py {ARGS}", 2),
+        # the runner turns CUDA_VISIBLE_DEVICES into --include localhost:<those ids>
+        (f"CUDA_VISIBLE_DEVICES=0,1,2 deepspeed trl/scripts/grpo.py {ARGS}", 3),
+        # accelerate sets CUDA_VISIBLE_DEVICES from --gpu_ids itself
+        (
+            f"CUDA_VISIBLE_DEVICES=0 accelerate launch --num_processes 2 --gpu_ids 0,1 trl/scripts/grpo.py {ARGS}",
+            2,
+        ),
     ],
 )
 def test_other_launchers(files, capsys, command, gpus):
@@ -138,6 +148,8 @@ def test_trl_args_override_the_trl_file_and_flags_override_both(files, capsys):
         # each process takes the GPU of its local rank: more processes than visible GPUs cannot start
         ("CUDA_VISIBLE_DEVICES=4,7 torchrun --nproc_per_node 4 trl/scripts/grpo.py", "local ranks 2 and up"),
         ("CUDA_VISIBLE_DEVICES=0 accelerate launch --num_processes 2 trl grpo", "shows 1 GPU(s)"),
+        ("deepspeed --include localhost:0,1 --num_gpus 4 trl/scripts/grpo.py", "which DeepSpeed refuses"),
+        ("deepspeed --include localhost:0-3 trl/scripts/grpo.py", "is not a GPU index"),
         ("bash run.sh", "not a launcher"),
         ("python -m trl.scripts.grpo --num_generation 4", "did you mean num_generations"),
         ("python -m trl.scripts.grpo --per_device_train_batch_size four", "must be an integer"),
