@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -237,11 +238,15 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv[:i], argv[i + 1 :]
 
 
+SOURCE_FILE = re.compile(r"^(.*?\.(?:ya?ml|json))(?: (.*))?$", re.IGNORECASE)
+
+
 def render_sources(cfg: RunConfig, sources: dict) -> str | None:
     """Which file (or the command) set which setting, wrapped at 80 columns; None when only flags set any."""
     by: dict[str, list[str]] = {}
     for name, label in sources.items():
-        origin, _, key = label.partition(" ")
+        m = SOURCE_FILE.match(label)  # a file's name may hold spaces: split after it, else at the first space
+        origin, key = (m.group(1), m.group(2) or "") if m else label.partition(" ")[::2]
         value = getattr(cfg, name, None)
         value = ",".join(value) if isinstance(value, tuple) else value
         by.setdefault(origin, []).append(f"{name}={value}" + (f" ({key})" if key and key != name else ""))

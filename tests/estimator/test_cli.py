@@ -297,3 +297,13 @@ def test_a_change_to_flash_attention_never_fits_a_card_older_than_ampere(capsys)
     )
     (line,) = [ln for ln in out.splitlines() if "--attn-implementation flash_attention_2" in ln]
     assert "✗" in line
+
+
+def test_detail_names_a_file_whose_name_holds_a_space(tmp_path, capsys):
+    f = tmp_path / "my run.yaml"
+    f.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\nnum_generations: 4\n")
+    main(["--config", str(f), "--detail"])
+    text = capsys.readouterr().out
+    block = text[text.index("settings read from:") :]
+    assert "  my run.yaml: model=Qwen/Qwen2.5-0.5B-Instruct (model_name_or_path)" in block
+    assert "num_generations=4" in block
