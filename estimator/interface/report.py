@@ -687,7 +687,7 @@ def _margin_decides(est: Estimate, fit: Fit | None) -> list[str]:
     if fit.free_bytes + est.need_margin_bytes < 0:
         return []
     return _wrap(
-        f"The reserve margin ({_g1(est.need_margin_bytes)} GiB) decides this: the estimate without it fits the "
+        f"The reserve margin ({_g1(est.need_margin_bytes)} GiB, fitted) decides this: the estimate without it fits the "
         f"{fit.gpu.name}. --trace replays this run's own allocations in its place (sweep extra; a minute or more).",
         "  ",
         "",

@@ -227,6 +227,6 @@ def default_optimizer_note(
     )
     return [
         f"optimizer: adamw_torch, transformers' default {why}; its step holds one more gradient-sized tensor "
-        f"({gib(extra):.1f} GiB, counted); with torch 2.8 or newer it is adamw_torch_fused (transformers PR "
+        f"({gib(extra):.1f} GiB, estimated and counted); with torch 2.8 or newer it is adamw_torch_fused (transformers PR "
         "#37358): --optim adamw_torch_fused"
     ]
