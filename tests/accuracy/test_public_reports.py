@@ -33,6 +33,14 @@ class Report:
     oom_needed_gib: float | None = None
 
 
+# open-r1's README command at the time of open-r1#100: DeepSeek-R1-Distill-Qwen-7B (Qwen2.5-7B's shapes), ZeRO-3
+# over 8 GPUs, TRL 0.14
+OPEN_R1_100 = (
+    "--model", "Qwen/Qwen2.5-7B-Instruct", "--trl-version", "0.14", "--bf16", "--per-device-train-batch-size", "1",
+    "--gradient-accumulation-steps", "16", "--max-prompt-length", "256", "--max-completion-length", "256",
+    "--gpus", "8", "--zero", "3",
+)  # fmt: skip
+
 REPORTS = (
     Report(
         "https://github.com/huggingface/trl/issues/2972",
@@ -71,24 +79,14 @@ REPORTS = (
     ),
     Report(
         "https://github.com/huggingface/open-r1/issues/100 (A100 40GB)",
-        (
-            "--model", "Qwen/Qwen2.5-7B-Instruct", "--trl-version", "0.14", "--bf16",
-            "--per-device-train-batch-size", "1", "--gradient-accumulation-steps", "16",
-            "--max-prompt-length", "256", "--max-completion-length", "256", "--gpus", "8", "--zero", "3",
-            "--gpu", "A100-40",
-        ),
+        (*OPEN_R1_100, "--gpu", "A100-40"),
         fits=False,
         assumed="DeepSeek-R1-Distill-Qwen-7B sized as Qwen2.5-7B-Instruct (the same shapes); open-r1's README "
         "command of that time (ZeRO-3 over 8 GPUs, TRL 0.14)",
     ),
     Report(
         "https://github.com/huggingface/open-r1/issues/100 (8 x H100: running)",
-        (
-            "--model", "Qwen/Qwen2.5-7B-Instruct", "--trl-version", "0.14", "--bf16",
-            "--per-device-train-batch-size", "1", "--gradient-accumulation-steps", "16",
-            "--max-prompt-length", "256", "--max-completion-length", "256", "--gpus", "8", "--zero", "3",
-            "--gpu", "H100",
-        ),
+        (*OPEN_R1_100, "--gpu", "H100"),
         fits=True,
         assumed="as above",
     ),

@@ -38,19 +38,12 @@ def test_newest_release_default_optimizer_is_the_installed_transformers_default(
 
 
 def _tiny_model_dir(tmp_path):
+    """The tracer tests' tiny Qwen2, saved in bf16 (so a load in float32 is TRL's choice, not the checkpoint's)."""
+    from tiny_configs import TINY_QWEN2
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    cfg = Qwen2Config(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=256,
-        max_position_embeddings=512,
-    )
     d = tmp_path / "tiny"
-    Qwen2ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(d)
+    Qwen2ForCausalLM(Qwen2Config.from_dict(TINY_QWEN2)).to(torch.bfloat16).save_pretrained(d)
     return d
 
 
