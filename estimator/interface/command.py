@@ -639,18 +639,15 @@ def _launcher(tokens: list[str], out: CommandSettings) -> tuple[str, int, dict |
             gpus is None and out.visible_gpus
         ):  # the runner turns CUDA_VISIBLE_DEVICES into --include localhost:
             out.files.append(_launcher_settings("deepspeed", out.visible_gpus, "CUDA_VISIBLE_DEVICES"))
+        elif gpus is None:
+            raise CommandError(
+                "deepspeed without --num_gpus (or an --include naming each GPU, or CUDA_VISIBLE_DEVICES) uses "
+                "every GPU of the machine; give --num_gpus N (or --gpus N)"
+            )
         else:
-            if gpus is None:
-                raise CommandError(
-                    "deepspeed without --num_gpus (or an --include naming each GPU, or CUDA_VISIBLE_DEVICES) uses "
-                    "every GPU of the machine; give --num_gpus N (or --gpus N)"
-                )
-            n = _count("deepspeed", "--num_gpus", gpus) * _count(
-                "deepspeed", "--num_nodes", opts.get("--num_nodes", 1)
-            )
-            _too_few_visible(
-                "deepspeed", _count("deepspeed", "--num_gpus", gpus), out.visible_gpus, "--num_gpus"
-            )
+            per_node = _count("deepspeed", "--num_gpus", gpus)
+            _too_few_visible("deepspeed", per_node, out.visible_gpus, "--num_gpus")
+            n = per_node * _count("deepspeed", "--num_nodes", opts.get("--num_nodes", 1))
             out.files.append(_launcher_settings("deepspeed", n, "--num_gpus x --num_nodes"))
         out.launcher = "deepspeed"
         script, i = _script(tokens, i, bool(opts.get("--module") or opts.get("-m")))
